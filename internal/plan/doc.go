@@ -1,0 +1,14 @@
+// Package plan is Skiff's object model and the per-node plan as plain Go
+// types. It depends on the standard library only, so that the controller,
+// the agent and the datapaths can share it without importing each other.
+//
+// A Plan is the whole desired state of one node at a revision. Items are
+// keyed by name, which makes plans cheap to compare:
+//
+//	d := plan.Diff(old, cur)  // what turns old into cur
+//	next := old.Clone()
+//	if err := next.Apply(d); err != nil { ... } // next equals cur
+//
+// Deltas compose: Merge(a, b) is one delta with the effect of a then b, which
+// is how a slow consumer's pending changes are coalesced.
+package plan

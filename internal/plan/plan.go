@@ -1,0 +1,268 @@
+package plan
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+)
+
+// Endpoint kinds.
+const (
+	KindVeth = "veth"
+	KindVF   = "vf"
+	KindTap  = "tap"
+	KindVFIO = "vfio"
+)
+
+// DefaultMTU is the MTU of a network that does not set one: a 1500-byte
+// underlay minus the 50 bytes of VXLAN over IPv4.
+const DefaultMTU = 1450
+
+// Subnet is an IP prefix of a network.
+type Subnet struct {
+	Name    string
+	Network string
+	CIDR    netip.Prefix
+	Gateway netip.Addr
+}
+
+// Network is a tenant network as a node needs it.
+type Network struct {
+	Name    string
+	VNI     uint32
+	MTU     uint32
+	Subnets []Subnet // sorted by name
+	// FloodVTEPs are the remote VTEPs of this VNI, sorted, without the
+	// node's own.
+	FloodVTEPs []netip.Addr
+}
+
+// Endpoint is one interface of a pod or VM.
+type Endpoint struct {
+	Name      string
+	Network   string
+	Node      string
+	Kind      string
+	MAC       string // canonical lower-case colon form
+	IPs       []netip.Prefix
+	Labels    map[string]string
+	Owner     string
+	Namespace string
+	PF        string
+	VFIndex   int // -1 when not a VF
+}
+
+// Remote is an endpoint on another node, as a node needs it.
+type Remote struct {
+	Name    string
+	Network string
+	Node    string
+	VTEP    netip.Addr
+	MAC     string
+	IPs     []netip.Prefix
+}
+
+// Node is a worker as the planner sees it.
+type Node struct {
+	Name       string
+	UnderlayIP netip.Addr
+}
+
+// Plan is the desired state of one node at a revision.
+type Plan struct {
+	Node       string
+	Revision   int64
+	UnderlayIP netip.Addr
+	Networks   map[string]Network
+	Local      map[string]Endpoint
+	Remote     map[string]Remote
+}
+
+// Delta turns the plan at From into the plan at Revision.
+type Delta struct {
+	Node       string
+	From       int64
+	Revision   int64
+	UnderlayIP *netip.Addr // nil: unchanged
+
+	UpsertNetworks []Network
+	RemoveNetworks []string
+	UpsertLocal    []Endpoint
+	RemoveLocal    []string
+	UpsertRemote   []Remote
+	RemoveRemote   []string
+}
+
+// New returns an empty plan for node.
+func New(node string) Plan {
+	return Plan{Node: node, Networks: map[string]Network{}, Local: map[string]Endpoint{}, Remote: map[string]Remote{}}
+}
+
+// Equal reports whether two networks are the same.
+func (n Network) Equal(o Network) bool {
+	return n.Name == o.Name && n.VNI == o.VNI && n.MTU == o.MTU &&
+		slices.Equal(n.Subnets, o.Subnets) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs)
+}
+
+// Equal reports whether two endpoints are the same.
+func (e Endpoint) Equal(o Endpoint) bool {
+	return e.Name == o.Name && e.Network == o.Network && e.Node == o.Node && e.Kind == o.Kind &&
+		e.MAC == o.MAC && slices.Equal(e.IPs, o.IPs) && maps.Equal(e.Labels, o.Labels) &&
+		e.Owner == o.Owner && e.Namespace == o.Namespace && e.PF == o.PF && e.VFIndex == o.VFIndex
+}
+
+// Equal reports whether two remote endpoints are the same.
+func (r Remote) Equal(o Remote) bool {
+	return r.Name == o.Name && r.Network == o.Network && r.Node == o.Node && r.VTEP == o.VTEP &&
+		r.MAC == o.MAC && slices.Equal(r.IPs, o.IPs)
+}
+
+// Clone returns a copy of p whose maps may be changed without affecting p.
+// Items are values and are shared (their slices must be treated as
+// read-only).
+func (p Plan) Clone() Plan {
+	c := p
+	c.Networks = maps.Clone(p.Networks)
+	c.Local = maps.Clone(p.Local)
+	c.Remote = maps.Clone(p.Remote)
+	if c.Networks == nil {
+		c.Networks = map[string]Network{}
+	}
+	if c.Local == nil {
+		c.Local = map[string]Endpoint{}
+	}
+	if c.Remote == nil {
+		c.Remote = map[string]Remote{}
+	}
+	return c
+}
+
+// Equal reports whether two plans hold the same state (revisions ignored).
+func (p Plan) Equal(o Plan) bool {
+	return p.Node == o.Node && p.UnderlayIP == o.UnderlayIP &&
+		maps.EqualFunc(p.Networks, o.Networks, Network.Equal) &&
+		maps.EqualFunc(p.Local, o.Local, Endpoint.Equal) &&
+		maps.EqualFunc(p.Remote, o.Remote, Remote.Equal)
+}
+
+// Empty reports whether d changes nothing.
+func (d Delta) Empty() bool {
+	return d.UnderlayIP == nil && len(d.UpsertNetworks) == 0 && len(d.RemoveNetworks) == 0 &&
+		len(d.UpsertLocal) == 0 && len(d.RemoveLocal) == 0 &&
+		len(d.UpsertRemote) == 0 && len(d.RemoveRemote) == 0
+}
+
+// Size is the number of items d carries.
+func (d Delta) Size() int {
+	return len(d.UpsertNetworks) + len(d.RemoveNetworks) + len(d.UpsertLocal) +
+		len(d.RemoveLocal) + len(d.UpsertRemote) + len(d.RemoveRemote)
+}
+
+// Diff returns the delta that turns old into cur. Item lists are sorted by
+// name so that the result is deterministic.
+func Diff(old, cur Plan) Delta {
+	d := Delta{Node: cur.Node, From: old.Revision, Revision: cur.Revision}
+	if old.UnderlayIP != cur.UnderlayIP {
+		ip := cur.UnderlayIP
+		d.UnderlayIP = &ip
+	}
+	d.UpsertNetworks, d.RemoveNetworks = diffMap(old.Networks, cur.Networks, Network.Equal)
+	d.UpsertLocal, d.RemoveLocal = diffMap(old.Local, cur.Local, Endpoint.Equal)
+	d.UpsertRemote, d.RemoveRemote = diffMap(old.Remote, cur.Remote, Remote.Equal)
+	return d
+}
+
+func diffMap[V any](old, cur map[string]V, eq func(V, V) bool) (up []V, rm []string) {
+	for _, k := range slices.Sorted(maps.Keys(cur)) {
+		if o, ok := old[k]; !ok || !eq(o, cur[k]) {
+			up = append(up, cur[k])
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(old)) {
+		if _, ok := cur[k]; !ok {
+			rm = append(rm, k)
+		}
+	}
+	return up, rm
+}
+
+// Apply changes p in place by d. It fails, changing nothing, when d does not
+// start at p's revision or is for another node.
+func (p *Plan) Apply(d Delta) error {
+	if d.Node != p.Node {
+		return fmt.Errorf("plan: delta for node %q applied to plan of node %q", d.Node, p.Node)
+	}
+	if d.From != p.Revision {
+		return fmt.Errorf("plan: delta from revision %d applied to plan at revision %d", d.From, p.Revision)
+	}
+	if p.Networks == nil || p.Local == nil || p.Remote == nil {
+		*p = p.Clone()
+	}
+	if d.UnderlayIP != nil {
+		p.UnderlayIP = *d.UnderlayIP
+	}
+	for _, k := range d.RemoveNetworks {
+		delete(p.Networks, k)
+	}
+	for _, n := range d.UpsertNetworks {
+		p.Networks[n.Name] = n
+	}
+	for _, k := range d.RemoveLocal {
+		delete(p.Local, k)
+	}
+	for _, e := range d.UpsertLocal {
+		p.Local[e.Name] = e
+	}
+	for _, k := range d.RemoveRemote {
+		delete(p.Remote, k)
+	}
+	for _, r := range d.UpsertRemote {
+		p.Remote[r.Name] = r
+	}
+	p.Revision = d.Revision
+	return nil
+}
+
+// Merge returns one delta with the effect of a followed by b. b must start
+// where a ends. The result's lists are sorted by name.
+func Merge(a, b Delta) (Delta, error) {
+	if a.Node != b.Node {
+		return Delta{}, fmt.Errorf("plan: merge of deltas for nodes %q and %q", a.Node, b.Node)
+	}
+	if b.From != a.Revision {
+		return Delta{}, fmt.Errorf("plan: merge of delta ending at %d with delta from %d", a.Revision, b.From)
+	}
+	m := Delta{Node: a.Node, From: a.From, Revision: b.Revision, UnderlayIP: a.UnderlayIP}
+	if b.UnderlayIP != nil {
+		m.UnderlayIP = b.UnderlayIP
+	}
+	m.UpsertNetworks, m.RemoveNetworks = mergeItems(a.UpsertNetworks, a.RemoveNetworks, b.UpsertNetworks, b.RemoveNetworks, func(n Network) string { return n.Name })
+	m.UpsertLocal, m.RemoveLocal = mergeItems(a.UpsertLocal, a.RemoveLocal, b.UpsertLocal, b.RemoveLocal, func(e Endpoint) string { return e.Name })
+	m.UpsertRemote, m.RemoveRemote = mergeItems(a.UpsertRemote, a.RemoveRemote, b.UpsertRemote, b.RemoveRemote, func(r Remote) string { return r.Name })
+	return m, nil
+}
+
+func mergeItems[V any](aUp []V, aRm []string, bUp []V, bRm []string, key func(V) string) ([]V, []string) {
+	up := map[string]V{}
+	rm := map[string]bool{}
+	for _, v := range aUp {
+		up[key(v)] = v
+	}
+	for _, k := range aRm {
+		rm[k] = true
+	}
+	for _, k := range bRm {
+		delete(up, k)
+		rm[k] = true
+	}
+	for _, v := range bUp {
+		up[key(v)] = v
+		delete(rm, key(v))
+	}
+	var outUp []V
+	for _, k := range slices.Sorted(maps.Keys(up)) {
+		outUp = append(outUp, up[k])
+	}
+	return outUp, slices.Sorted(maps.Keys(rm))
+}

@@ -1,0 +1,283 @@
+// Package planpb converts between the plain-Go model of internal/plan and the
+// skiff.v1 protobuf messages. Conversions from protobuf validate what they
+// parse and name the field that is wrong, because plans arrive over the
+// network.
+package planpb
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+)
+
+// Subnet converts a stored subnet to the plan model.
+func Subnet(s *skiffv1.Subnet) (plan.Subnet, error) {
+	p, err := netip.ParsePrefix(s.GetCidr())
+	if err != nil {
+		return plan.Subnet{}, fmt.Errorf("subnet %q: cidr: %w", s.GetName(), err)
+	}
+	out := plan.Subnet{Name: s.GetName(), Network: s.GetNetwork(), CIDR: p}
+	if s.GetGateway() != "" {
+		gw, err := netip.ParseAddr(s.GetGateway())
+		if err != nil {
+			return plan.Subnet{}, fmt.Errorf("subnet %q: gateway: %w", s.GetName(), err)
+		}
+		out.Gateway = gw
+	}
+	return out, nil
+}
+
+// SubnetPB converts a plan subnet to protobuf.
+func SubnetPB(s plan.Subnet) *skiffv1.Subnet {
+	out := &skiffv1.Subnet{Name: s.Name, Network: s.Network, Cidr: s.CIDR.String()}
+	if s.Gateway.IsValid() {
+		out.Gateway = s.Gateway.String()
+	}
+	return out
+}
+
+// Network converts a stored network to the plan model (without subnets and
+// flood list, which the planner fills).
+func Network(n *skiffv1.Network) plan.Network {
+	mtu := n.GetMtu()
+	if mtu == 0 {
+		mtu = plan.DefaultMTU
+	}
+	return plan.Network{Name: n.GetName(), VNI: n.GetVni(), MTU: mtu}
+}
+
+// Endpoint converts an endpoint to the plan model.
+func Endpoint(e *skiffv1.Endpoint) (plan.Endpoint, error) {
+	ips, err := prefixes(e.GetIps())
+	if err != nil {
+		return plan.Endpoint{}, fmt.Errorf("endpoint %q: ips: %w", e.GetName(), err)
+	}
+	mac := ""
+	if e.GetMac() != "" {
+		hw, err := net.ParseMAC(e.GetMac())
+		if err != nil {
+			return plan.Endpoint{}, fmt.Errorf("endpoint %q: mac: %w", e.GetName(), err)
+		}
+		mac = hw.String()
+	}
+	vf := -1
+	if e.VfIndex != nil {
+		vf = int(e.GetVfIndex())
+	}
+	return plan.Endpoint{
+		Name: e.GetName(), Network: e.GetNetwork(), Node: e.GetNode(), Kind: e.GetKind(),
+		MAC: mac, IPs: ips, Labels: e.GetLabels(), Owner: e.GetOwner(), Namespace: e.GetNamespace(),
+		PF: e.GetPf(), VFIndex: vf,
+	}, nil
+}
+
+// EndpointPB converts a plan endpoint to protobuf.
+func EndpointPB(e plan.Endpoint) *skiffv1.Endpoint {
+	out := &skiffv1.Endpoint{
+		Name: e.Name, Network: e.Network, Node: e.Node, Kind: e.Kind, Mac: e.MAC,
+		Ips: prefixStrings(e.IPs), Labels: e.Labels, Owner: e.Owner, Namespace: e.Namespace, Pf: e.PF,
+	}
+	if e.VFIndex >= 0 {
+		v := int32(e.VFIndex)
+		out.VfIndex = &v
+	}
+	return out
+}
+
+// Node converts a node to the plan model. A node without a valid underlay
+// address converts to one with a zero address (not registered).
+func Node(n *skiffv1.Node) plan.Node {
+	ip, _ := netip.ParseAddr(n.GetUnderlayIp())
+	return plan.Node{Name: n.GetName(), UnderlayIP: ip}
+}
+
+// PlanPB converts a plan to protobuf, items sorted by name.
+func PlanPB(p plan.Plan) *skiffv1.Plan {
+	out := &skiffv1.Plan{Node: p.Node, Revision: p.Revision, UnderlayIp: addrString(p.UnderlayIP)}
+	d := plan.Diff(plan.New(p.Node), p)
+	for _, n := range d.UpsertNetworks {
+		out.Networks = append(out.Networks, NetworkPB(n))
+	}
+	for _, e := range d.UpsertLocal {
+		out.LocalEndpoints = append(out.LocalEndpoints, EndpointPB(e))
+	}
+	for _, r := range d.UpsertRemote {
+		out.RemoteEndpoints = append(out.RemoteEndpoints, RemotePB(r))
+	}
+	return out
+}
+
+// Plan converts a protobuf plan to the plan model.
+func Plan(p *skiffv1.Plan) (plan.Plan, error) {
+	out := plan.New(p.GetNode())
+	out.Revision = p.GetRevision()
+	var err error
+	if out.UnderlayIP, err = optAddr(p.GetUnderlayIp()); err != nil {
+		return plan.Plan{}, fmt.Errorf("plan: underlayIp: %w", err)
+	}
+	d := &skiffv1.PlanDelta{
+		Node: p.GetNode(), FromRevision: p.GetRevision(), Revision: p.GetRevision(),
+		UpsertNetworks: p.GetNetworks(), UpsertLocal: p.GetLocalEndpoints(), UpsertRemote: p.GetRemoteEndpoints(),
+	}
+	pd, err := Delta(d)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	if err := out.Apply(pd); err != nil {
+		return plan.Plan{}, err
+	}
+	return out, nil
+}
+
+// NetworkPB converts a plan network to protobuf.
+func NetworkPB(n plan.Network) *skiffv1.PlanNetwork {
+	out := &skiffv1.PlanNetwork{Name: n.Name, Vni: n.VNI, Mtu: n.MTU}
+	for _, s := range n.Subnets {
+		out.Subnets = append(out.Subnets, SubnetPB(s))
+	}
+	for _, v := range n.FloodVTEPs {
+		out.FloodVteps = append(out.FloodVteps, v.String())
+	}
+	return out
+}
+
+// PlanNetwork converts a protobuf plan network to the plan model.
+func PlanNetwork(n *skiffv1.PlanNetwork) (plan.Network, error) {
+	out := plan.Network{Name: n.GetName(), VNI: n.GetVni(), MTU: n.GetMtu()}
+	if out.VNI == 0 || out.VNI > 1<<24-1 {
+		return plan.Network{}, fmt.Errorf("network %q: vni: must be 1..16777215, got %d", n.GetName(), out.VNI)
+	}
+	for _, s := range n.GetSubnets() {
+		ps, err := Subnet(s)
+		if err != nil {
+			return plan.Network{}, fmt.Errorf("network %q: %w", n.GetName(), err)
+		}
+		out.Subnets = append(out.Subnets, ps)
+	}
+	for _, v := range n.GetFloodVteps() {
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return plan.Network{}, fmt.Errorf("network %q: floodVteps: %w", n.GetName(), err)
+		}
+		out.FloodVTEPs = append(out.FloodVTEPs, a)
+	}
+	return out, nil
+}
+
+// RemotePB converts a remote endpoint to protobuf.
+func RemotePB(r plan.Remote) *skiffv1.RemoteEndpoint {
+	return &skiffv1.RemoteEndpoint{Name: r.Name, Network: r.Network, Node: r.Node, Vtep: addrString(r.VTEP), Mac: r.MAC, Ips: prefixStrings(r.IPs)}
+}
+
+// Remote converts a protobuf remote endpoint to the plan model.
+func Remote(r *skiffv1.RemoteEndpoint) (plan.Remote, error) {
+	vtep, err := netip.ParseAddr(r.GetVtep())
+	if err != nil {
+		return plan.Remote{}, fmt.Errorf("remote endpoint %q: vtep: %w", r.GetName(), err)
+	}
+	hw, err := net.ParseMAC(r.GetMac())
+	if err != nil {
+		return plan.Remote{}, fmt.Errorf("remote endpoint %q: mac: %w", r.GetName(), err)
+	}
+	ips, err := prefixes(r.GetIps())
+	if err != nil {
+		return plan.Remote{}, fmt.Errorf("remote endpoint %q: ips: %w", r.GetName(), err)
+	}
+	return plan.Remote{Name: r.GetName(), Network: r.GetNetwork(), Node: r.GetNode(), VTEP: vtep, MAC: hw.String(), IPs: ips}, nil
+}
+
+// DeltaPB converts a delta to protobuf.
+func DeltaPB(d plan.Delta) *skiffv1.PlanDelta {
+	out := &skiffv1.PlanDelta{
+		Node: d.Node, FromRevision: d.From, Revision: d.Revision,
+		RemoveNetworks: d.RemoveNetworks, RemoveLocal: d.RemoveLocal, RemoveRemote: d.RemoveRemote,
+	}
+	if d.UnderlayIP != nil {
+		s := addrString(*d.UnderlayIP)
+		out.UnderlayIp = &s
+	}
+	for _, n := range d.UpsertNetworks {
+		out.UpsertNetworks = append(out.UpsertNetworks, NetworkPB(n))
+	}
+	for _, e := range d.UpsertLocal {
+		out.UpsertLocal = append(out.UpsertLocal, EndpointPB(e))
+	}
+	for _, r := range d.UpsertRemote {
+		out.UpsertRemote = append(out.UpsertRemote, RemotePB(r))
+	}
+	return out
+}
+
+// Delta converts a protobuf delta to the plan model.
+func Delta(d *skiffv1.PlanDelta) (plan.Delta, error) {
+	out := plan.Delta{
+		Node: d.GetNode(), From: d.GetFromRevision(), Revision: d.GetRevision(),
+		RemoveNetworks: d.GetRemoveNetworks(), RemoveLocal: d.GetRemoveLocal(), RemoveRemote: d.GetRemoveRemote(),
+	}
+	if d.UnderlayIp != nil {
+		a, err := optAddr(d.GetUnderlayIp())
+		if err != nil {
+			return plan.Delta{}, fmt.Errorf("delta: underlayIp: %w", err)
+		}
+		out.UnderlayIP = &a
+	}
+	for _, n := range d.GetUpsertNetworks() {
+		pn, err := PlanNetwork(n)
+		if err != nil {
+			return plan.Delta{}, err
+		}
+		out.UpsertNetworks = append(out.UpsertNetworks, pn)
+	}
+	for _, e := range d.GetUpsertLocal() {
+		pe, err := Endpoint(e)
+		if err != nil {
+			return plan.Delta{}, err
+		}
+		out.UpsertLocal = append(out.UpsertLocal, pe)
+	}
+	for _, r := range d.GetUpsertRemote() {
+		pr, err := Remote(r)
+		if err != nil {
+			return plan.Delta{}, err
+		}
+		out.UpsertRemote = append(out.UpsertRemote, pr)
+	}
+	return out, nil
+}
+
+func prefixes(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+func optAddr(s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	return netip.ParseAddr(s)
+}
