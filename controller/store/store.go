@@ -94,8 +94,10 @@ func (s *Store) nodeKey(n string) string       { return s.k("nodes", n) }
 func (s *Store) vtepKey(a string) string       { return s.k("vtep", a) }
 func (s *Store) statusKey(n string) string     { return s.k("status", n) }
 
-func notExist(key string) clientv3.Cmp  { return clientv3.Compare(clientv3.CreateRevision(key), "=", 0) }
-func modRev(key string, r int64) clientv3.Cmp { return clientv3.Compare(clientv3.ModRevision(key), "=", r) }
+func notExist(key string) clientv3.Cmp { return clientv3.Compare(clientv3.CreateRevision(key), "=", 0) }
+func modRev(key string, r int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(key), "=", r)
+}
 
 func marshal(m proto.Message) string {
 	b, err := proto.Marshal(m)
@@ -430,7 +432,9 @@ func (s *Store) readNetworkState(ctx context.Context, net string) (*networkState
 	if err != nil {
 		return nil, fmt.Errorf("store: read network %q: %w", net, err)
 	}
-	r := func(i int) *clientv3.GetResponse { return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange()) }
+	r := func(i int) *clientv3.GetResponse {
+		return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+	}
 	st := &networkState{taken: map[netip.Addr]string{}}
 	locks := map[string]bool{}
 	for _, kv := range r(2).Kvs {
