@@ -478,6 +478,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 	if err := validateEndpoint(e); err != nil {
 		return nil, err
 	}
+	if cur, err := s.cli.Get(ctx, s.epKey(e.Name), clientv3.WithCountOnly()); err != nil {
+		return nil, fmt.Errorf("store: create endpoint %q: %w", e.Name, err)
+	} else if cur.Count > 0 {
+		return nil, errorf(AlreadyExists, "name", "endpoint %q already exists", e.Name)
+	}
 	requested := slices.Clone(e.Ips)
 	seed := fnv.New64a()
 	seed.Write([]byte(e.Name))

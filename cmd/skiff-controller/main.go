@@ -1,0 +1,64 @@
+// Command skiff-controller is Skiff's controller: the store (etcd, embedded
+// by default), IPAM, the planner and the gRPC API for agents and operators.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiff-sdn/skiff/controller"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "skiff-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	var (
+		cfg       controller.Config
+		endpoints string
+		logLevel  string
+	)
+	cmd := &cobra.Command{
+		Use:           "skiff-controller",
+		Short:         "Skiff controller: store, IPAM, planner and API",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			for _, e := range strings.Split(endpoints, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, e)
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return controller.Run(ctx, cfg, log)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7400", "gRPC listen address")
+	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/skiff", "data directory of the embedded etcd")
+	f.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an external etcd cluster (instead of the embedded one)")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "server certificate (PEM)")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "server key (PEM)")
+	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA that signs client certificates; enables mTLS")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.SetContext(context.Background())
+	return cmd
+}
