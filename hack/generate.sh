@@ -16,7 +16,7 @@ bindir=$(mktemp -d)
 trap 'rm -rf "$bindir"' EXIT
 go build -o "$bindir/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
 go build -o "$bindir/protoc-gen-go-grpc" google.golang.org/grpc/cmd/protoc-gen-go-grpc
-mkdir -p "$out"
+mkdir -p "$out/proto"
 PATH="$bindir:$PATH" protoc -I proto -I /usr/include \
   --go_out="$out/proto" --go_opt=paths=source_relative \
   --go-grpc_out="$out/proto" --go-grpc_opt=paths=source_relative \

@@ -1,0 +1,38 @@
+# Skiff. `make demo` and `make test` work on a fresh Debian 12 machine as root.
+GO      ?= go
+BIN     := bin
+CMDS    := skiff-controller skiffctl
+GOFLAGS ?=
+export GOFLAGS
+
+.PHONY: all build deps generate test test-unit test-kernel lint demo bench clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(CMDS))
+
+deps:
+	./hack/deps.sh
+
+generate: deps
+	./hack/generate.sh
+
+# All tests: unit, privileged and end-to-end (need root), and the kernel VM.
+test: deps build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./controller/...
+
+demo: deps build
+	$(GO) run ./test/demo
+
+clean:
+	rm -rf $(BIN)
