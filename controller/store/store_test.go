@@ -91,7 +91,10 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 		{"duplicate vni", func() error { _, err := s.CreateNetwork(ctx, &skiffv1.Network{Name: "x", Vni: 100}); return err }, store.ErrAlreadyExists, "vni", `network "blue"`},
 		{"duplicate name", func() error { _, err := s.CreateNetwork(ctx, &skiffv1.Network{Name: "blue", Vni: 7}); return err }, store.ErrAlreadyExists, "name", "already exists"},
 		{"bad network name", func() error { _, err := s.CreateNetwork(ctx, &skiffv1.Network{Name: "Blue_1", Vni: 7}); return err }, store.ErrInvalid, "name", "[a-z0-9.-]"},
-		{"bad mtu", func() error { _, err := s.CreateNetwork(ctx, &skiffv1.Network{Name: "x", Vni: 7, Mtu: 100}); return err }, store.ErrInvalid, "mtu", "576..9216"},
+		{"bad mtu", func() error {
+			_, err := s.CreateNetwork(ctx, &skiffv1.Network{Name: "x", Vni: 7, Mtu: 100})
+			return err
+		}, store.ErrInvalid, "mtu", "576..9216"},
 		{"malformed cidr", func() error {
 			_, err := s.CreateSubnet(ctx, &skiffv1.Subnet{Name: "s", Network: "blue", Cidr: "198.51.100.0/33"})
 			return err

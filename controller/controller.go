@@ -1,0 +1,152 @@
+// Package controller runs skiff-controller: etcd (embedded, or an external
+// cluster), the object store, the planner fed by an etcd watch, and the gRPC
+// API. Several controllers may share one external etcd: each keeps its own
+// planner from the same watch, so any of them can serve any agent.
+//
+//	err := controller.Run(ctx, controller.Config{Listen: "127.0.0.1:7400", DataDir: "/var/lib/skiff"}, log)
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/skiff-sdn/skiff/controller/api"
+	"github.com/skiff-sdn/skiff/controller/etcdserver"
+	"github.com/skiff-sdn/skiff/controller/store"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+)
+
+// Config configures a controller.
+type Config struct {
+	// Listen is the gRPC address, such as 127.0.0.1:7400.
+	Listen string
+	// DataDir holds the embedded etcd's data; unused with EtcdEndpoints.
+	DataDir string
+	// EtcdEndpoints selects an external etcd cluster instead of the
+	// embedded one.
+	EtcdEndpoints []string
+	// TLS: server certificate and key; with ClientCA, clients must present
+	// a certificate signed by it (mTLS). All empty: plaintext.
+	TLSCert, TLSKey, TLSClientCA string
+	// StatusTTL is how long a node stays connected in the store after its
+	// controller vanishes (default 15s).
+	StatusTTL time.Duration
+}
+
+// Run serves until ctx ends, then stops gracefully.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if cfg.Listen == "" {
+		return errors.New("controller: --listen is required")
+	}
+	if cfg.StatusTTL == 0 {
+		cfg.StatusTTL = 15 * time.Second
+	}
+	var cli *clientv3.Client
+	if len(cfg.EtcdEndpoints) > 0 {
+		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return fmt.Errorf("controller: etcd %v: %w", cfg.EtcdEndpoints, err)
+		}
+		defer c.Close()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = c.Status(sctx, cfg.EtcdEndpoints[0])
+		cancel()
+		if err != nil {
+			return fmt.Errorf("controller: etcd %v is not reachable: %w", cfg.EtcdEndpoints, err)
+		}
+		cli = c
+		log.Info("using external etcd", "endpoints", cfg.EtcdEndpoints)
+	} else {
+		if cfg.DataDir == "" {
+			return errors.New("controller: --data-dir is required with the embedded etcd")
+		}
+		srv, err := etcdserver.Start(ctx, etcdserver.Config{Dir: filepath.Join(cfg.DataDir, "etcd")}, log)
+		if err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		defer srv.Close()
+		cli = srv.Client()
+	}
+	st := store.New(cli, log)
+	pl, err := startPlanner(ctx, st, log)
+	if err != nil {
+		return err
+	}
+
+	var opts []grpc.ServerOption
+	if cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != "" {
+		tc, err := serverTLS(cfg)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	opts = append(opts,
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+	gs := grpc.NewServer(opts...)
+	servers := api.New(st, pl, log, cfg.StatusTTL)
+	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
+	skiffv1.RegisterAgentServiceServer(gs, servers.Agent)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("controller: listen: %w", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	log.Info("controller serving", "addr", lis.Addr().String(), "revision", pl.Revision())
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return fmt.Errorf("controller: serve: %w", err)
+	}
+	hs.Shutdown()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+	}
+	return nil
+}
+
+func serverTLS(cfg Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("controller: --tls-cert/--tls-key: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
+	if cfg.TLSClientCA != "" {
+		pem, err := os.ReadFile(cfg.TLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("controller: --tls-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("controller: --tls-client-ca %s: no PEM certificate found", cfg.TLSClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}

@@ -1,0 +1,182 @@
+package planner
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// Update is one message of a plan stream: exactly one field is set.
+type Update struct {
+	Snapshot *plan.Plan
+	Delta    *plan.Delta
+}
+
+// Subscription is one node's plan stream. It holds at most one pending
+// delta: changes made while the consumer is not reading are merged into it,
+// so a slow consumer costs memory bounded by its plan, never a queue.
+// Next and Close may be called from different goroutines.
+type Subscription struct {
+	p    *Planner
+	node string
+
+	mu      sync.Mutex
+	ready   bool // first is decided
+	first   *Update
+	pending *plan.Delta
+	err     error
+	wake    chan struct{} // capacity 1
+	closed  bool
+}
+
+// ErrClosed is returned by Next after Close.
+var ErrClosed = errors.New("planner: subscription closed")
+
+// Subscribe opens node's plan stream. have is the revision of the plan the
+// consumer holds (0: none). The first update is:
+//   - a snapshot when have is 0 or no delta from have can be computed;
+//   - an empty delta have->have when have is the current plan revision;
+//   - otherwise one delta from have to the current plan, merged from the
+//     delta log or computed against Options.History.
+//
+// When have is ahead of the planner (another replica served the consumer),
+// Subscribe first waits, bounded by ctx, until the planner catches up.
+func (p *Planner) Subscribe(ctx context.Context, node string, have int64) (*Subscription, error) {
+	for {
+		p.mu.Lock()
+		if have <= p.rev {
+			break
+		}
+		wake := p.revWake
+		p.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// p.mu is held.
+	s := &Subscription{p: p, node: node, wake: make(chan struct{}, 1)}
+	cur := p.planOf(node)
+	if p.subs[node] == nil {
+		p.subs[node] = map[*Subscription]struct{}{}
+	}
+	p.subs[node][s] = struct{}{}
+	base := cur.Clone()
+	switch {
+	case have == 0:
+		s.first = &Update{Snapshot: &base}
+	case have == cur.Revision:
+		s.first = &Update{Delta: &plan.Delta{Node: node, From: have, Revision: have}}
+	default:
+		if d, ok := p.fromLog(node, have); ok {
+			s.first = &Update{Delta: &d}
+		}
+	}
+	s.ready = s.first != nil
+	p.mu.Unlock()
+	if s.ready {
+		return s, nil
+	}
+	first := &Update{Snapshot: &base}
+	if p.opts.History != nil {
+		old, err := p.opts.History(ctx, node, have)
+		if err == nil {
+			old.Node, old.Revision = node, have
+			d := plan.Diff(old, base)
+			first = &Update{Delta: &d}
+		} else {
+			p.log.Info("planner: resume needs a snapshot", "node", node, "have", have, "reason", err)
+		}
+	}
+	s.mu.Lock()
+	s.first, s.ready = first, true
+	s.mu.Unlock()
+	return s, nil
+}
+
+// push merges d into the pending delta and wakes the consumer. Caller holds
+// p.mu.
+func (s *Subscription) push(d plan.Delta) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.err != nil {
+		return
+	}
+	if s.pending == nil {
+		c := d
+		s.pending = &c
+	} else {
+		m, err := plan.Merge(*s.pending, d)
+		if err != nil {
+			// Cannot happen: deltas of one node are contiguous. Make the
+			// consumer reconnect rather than send a wrong plan.
+			s.err = err
+		} else {
+			s.pending = &m
+		}
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Next returns the next update, waiting for one until ctx ends.
+func (s *Subscription) Next(ctx context.Context) (Update, error) {
+	for {
+		s.mu.Lock()
+		switch {
+		case s.closed:
+			s.mu.Unlock()
+			return Update{}, ErrClosed
+		case !s.ready:
+			// Subscribe has not returned yet; nothing to hand out.
+		case s.first != nil:
+			u := *s.first
+			s.first = nil
+			s.mu.Unlock()
+			return u, nil
+		case s.err != nil:
+			err := s.err
+			s.mu.Unlock()
+			return Update{}, err
+		case s.pending != nil:
+			d := s.pending
+			s.pending = nil
+			s.mu.Unlock()
+			return Update{Delta: d}, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return Update{}, ctx.Err()
+		}
+	}
+}
+
+// Pending returns the number of items waiting in the subscription.
+func (s *Subscription) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		return 0
+	}
+	return s.pending.Size()
+}
+
+// Close ends the subscription. Idempotent.
+func (s *Subscription) Close() {
+	s.p.mu.Lock()
+	delete(s.p.subs[s.node], s)
+	if len(s.p.subs[s.node]) == 0 {
+		delete(s.p.subs, s.node)
+	}
+	s.p.mu.Unlock()
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}

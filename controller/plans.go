@@ -1,0 +1,147 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/skiff-sdn/skiff/controller/api"
+	"github.com/skiff-sdn/skiff/controller/planner"
+	"github.com/skiff-sdn/skiff/controller/store"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/internal/planpb"
+)
+
+// plannerState converts a store state to the planner's input. Objects that
+// do not convert are skipped with an error log: one bad record must not
+// stop every node's plan.
+func plannerState(st *store.State, log *slog.Logger) planner.State {
+	var out planner.State
+	for _, n := range st.Networks {
+		out.Networks = append(out.Networks, planpb.Network(n))
+	}
+	for _, s := range st.Subnets {
+		ps, err := planpb.Subnet(s)
+		if err != nil {
+			log.Error("skipping stored subnet", "err", err)
+			continue
+		}
+		out.Subnets = append(out.Subnets, ps)
+	}
+	for _, e := range st.Endpoints {
+		pe, err := planpb.Endpoint(e)
+		if err != nil {
+			log.Error("skipping stored endpoint", "err", err)
+			continue
+		}
+		out.Endpoints = append(out.Endpoints, pe)
+	}
+	for _, n := range st.Nodes {
+		out.Nodes = append(out.Nodes, planpb.Node(n))
+	}
+	return out
+}
+
+func plannerChanges(evs []store.Event, log *slog.Logger) []planner.Change {
+	var out []planner.Change
+	for _, e := range evs {
+		c := planner.Change{Delete: e.Delete}
+		switch {
+		case e.Network != nil:
+			n := planpb.Network(e.Network)
+			c.Network = &n
+		case e.Subnet != nil:
+			s, err := planpb.Subnet(e.Subnet)
+			if err != nil {
+				log.Error("skipping subnet change", "err", err)
+				continue
+			}
+			c.Subnet = &s
+		case e.Endpoint != nil:
+			ep, err := planpb.Endpoint(e.Endpoint)
+			if err != nil {
+				log.Error("skipping endpoint change", "err", err)
+				continue
+			}
+			c.Endpoint = &ep
+		case e.Node != nil:
+			n := planpb.Node(e.Node)
+			c.Node = &n
+		default:
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// plans adapts the planner to the API's PlanSource.
+type plans struct{ *planner.Planner }
+
+type subscription struct{ *planner.Subscription }
+
+func (p plans) Subscribe(ctx context.Context, node string, have int64) (api.PlanSubscription, error) {
+	s, err := p.Planner.Subscribe(ctx, node, have)
+	if err != nil {
+		return nil, err
+	}
+	return subscription{s}, nil
+}
+
+func (s subscription) Next(ctx context.Context) (*plan.Plan, *plan.Delta, error) {
+	u, err := s.Subscription.Next(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return u.Snapshot, u.Delta, nil
+}
+
+// startPlanner loads the planner from the store and keeps it current from
+// the etcd watch until ctx ends.
+func startPlanner(ctx context.Context, st *store.Store, log *slog.Logger) (plans, error) {
+	history := func(ctx context.Context, node string, rev int64) (plan.Plan, error) {
+		s, err := st.ReadState(ctx, rev)
+		if err != nil {
+			return plan.Plan{}, fmt.Errorf("plan of %s at %d: %w", node, rev, err)
+		}
+		return planner.Build(plannerState(s, log), node), nil
+	}
+	pl := planner.New(log, planner.Options{History: history})
+	state, err := st.ReadState(ctx, 0)
+	if err != nil {
+		return plans{}, fmt.Errorf("controller: load state: %w", err)
+	}
+	pl.Load(state.Revision, plannerState(state, log))
+	log.Info("planner loaded", "revision", state.Revision, "networks", len(state.Networks),
+		"endpoints", len(state.Endpoints), "nodes", len(state.Nodes))
+	go func() {
+		rev := state.Revision
+		for ctx.Err() == nil {
+			err := st.Watch(ctx, rev, func(r int64, evs []store.Event) error {
+				pl.Update(r, plannerChanges(evs, log))
+				rev = r
+				return nil
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, store.ErrCompacted) {
+				s, rerr := st.ReadState(ctx, 0)
+				if rerr != nil {
+					log.Error("planner reload", "err", rerr)
+					time.Sleep(time.Second)
+					continue
+				}
+				log.Warn("watch fell behind compaction; planner reloaded", "revision", s.Revision)
+				pl.Load(s.Revision, plannerState(s, log))
+				rev = s.Revision
+				continue
+			}
+			log.Warn("store watch ended; resuming", "revision", rev, "err", err)
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	return plans{pl}, nil
+}
