@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
-	cmd := exec.Command("go", "build", "-o", dir+"/", "../../cmd/skiff-controller", "../../cmd/skiffctl")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "../../cmd/...")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
