@@ -71,6 +71,7 @@ type Planner struct {
 	nodes    map[string]plan.Node
 	byNet    map[string]map[string]struct{} // network -> endpoint names
 	members  map[string]map[string]int      // network -> node -> local endpoint count
+	byNode   map[string]map[string]struct{} // node -> endpoint names
 	plans    map[string]*plan.Plan
 	dlog     map[string][]plan.Delta
 	subs     map[string]map[*Subscription]struct{}
@@ -96,6 +97,7 @@ func (p *Planner) reset() {
 	p.nodes = map[string]plan.Node{}
 	p.byNet = map[string]map[string]struct{}{}
 	p.members = map[string]map[string]int{}
+	p.byNode = map[string]map[string]struct{}{}
 	p.plans = map[string]*plan.Plan{}
 	p.dlog = map[string][]plan.Delta{}
 }
@@ -214,10 +216,8 @@ func (p *Planner) fill(node string, pl *plan.Plan) {
 			}
 		}
 	}
-	for name, e := range p.eps {
-		if e.Node == node {
-			pl.Local[name] = e
-		}
+	for name := range p.byNode[node] {
+		pl.Local[name] = p.eps[name]
 	}
 }
 
@@ -246,10 +246,18 @@ func (p *Planner) putEndpoint(e plan.Endpoint) {
 		p.members[e.Network] = map[string]int{}
 	}
 	p.members[e.Network][e.Node]++
+	if p.byNode[e.Node] == nil {
+		p.byNode[e.Node] = map[string]struct{}{}
+	}
+	p.byNode[e.Node][e.Name] = struct{}{}
 }
 
 func (p *Planner) dropEndpoint(e plan.Endpoint) {
 	delete(p.eps, e.Name)
+	delete(p.byNode[e.Node], e.Name)
+	if len(p.byNode[e.Node]) == 0 {
+		delete(p.byNode, e.Node)
+	}
 	delete(p.byNet[e.Network], e.Name)
 	if len(p.byNet[e.Network]) == 0 {
 		delete(p.byNet, e.Network)
