@@ -121,7 +121,12 @@ func (p *Planner) Nodes() []string {
 func (p *Planner) Plan(node string) plan.Plan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.planOf(node).Clone()
+	if pl := p.plans[node]; pl != nil {
+		return pl.Clone()
+	}
+	np := plan.New(node)
+	np.Revision = p.loadRev
+	return np
 }
 
 // planOf returns node's plan, creating an empty one (unchanged since the
@@ -131,9 +136,6 @@ func (p *Planner) planOf(node string) *plan.Plan {
 	if pl == nil {
 		np := plan.New(node)
 		np.Revision = p.loadRev
-		if n, ok := p.nodes[node]; ok {
-			np.UnderlayIP = n.UnderlayIP
-		}
 		pl = &np
 		p.plans[node] = pl
 	}
@@ -499,10 +501,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 	pl := p.planOf(node)
 	d := plan.Delta{Node: node, From: pl.Revision, Revision: rev}
 	if x.header {
-		want, _ := p.registered(node)
-		if n, ok := p.nodes[node]; ok {
-			want = n.UnderlayIP
-		}
+		want := p.nodes[node].UnderlayIP // zero when not registered
 		if want != pl.UnderlayIP {
 			d.UnderlayIP = &want
 		}

@@ -347,3 +347,19 @@ func TestSubscribeAheadWaits(t *testing.T) {
 		t.Fatalf("subscribe far ahead: %v, want the context's error", err)
 	}
 }
+
+func TestRegistrationChangesThePlanRevision(t *testing.T) {
+	p := newPlanner()
+	p.Load(1, State{})
+	if got := p.Plan("ghost"); got.Revision != 1 || len(p.Nodes()) != 0 {
+		t.Fatalf("reading an unknown node's plan created one: %v %v", got, p.Nodes())
+	}
+	n := node("n5", 5)
+	ds := p.Update(2, []Change{{Node: &n}})
+	if len(ds) != 1 || ds[0].UnderlayIP == nil || *ds[0].UnderlayIP != n.UnderlayIP || ds[0].From != 1 {
+		t.Fatalf("registration deltas %+v, want one header delta 1->2", ds)
+	}
+	if got := p.Plan("n5"); got.Revision != 2 || !got.Equal(Build(State{Nodes: []plan.Node{n}}, "n5")) {
+		t.Fatalf("plan after registration %+v", got)
+	}
+}
