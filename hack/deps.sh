@@ -17,7 +17,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The Debian etcd-server package starts a system etcd on 2379; the tests
-# start their own, so keep the system one from holding the port.
-if systemctl is-active --quiet etcd 2>/dev/null; then systemctl stop etcd || true; fi
-if pgrep -x etcd >/dev/null && [ -f /etc/default/etcd ]; then pkill -x etcd || true; fi
+# The Debian etcd-server package may start a system etcd on 2379. The tests
+# start their own etcd on free loopback ports and never touch that one.

@@ -280,7 +280,7 @@ func (s *Store) CreateSubnet(ctx context.Context, in *skiffv1.Subnet) (*skiffv1.
 			}
 			return nil, err
 		}
-		snap, err := s.readNetworkState(ctx, sub.Network)
+		snap, err := s.readNetworkState(ctx, sub.Network, false)
 		if err != nil {
 			return nil, err
 		}
@@ -417,17 +417,24 @@ type networkState struct {
 	subnets  []poolSubnet // unlocked subnets, sorted by name
 	guardRev int64
 	locked   bool
-	taken    map[netip.Addr]string
+	taken    map[netip.Addr]string // owner, where known
 	macs     map[string]bool
 }
 
-func (s *Store) readNetworkState(ctx context.Context, net string) (*networkState, error) {
+// readNetworkState reads what allocation needs to know about a network at
+// one revision. With allocs, it also reads every allocated address (a scan
+// proportional to the network's size); without, taken is empty.
+func (s *Store) readNetworkState(ctx context.Context, net string, allocs bool) (*networkState, error) {
+	allocOp := clientv3.OpGet(s.k("ipalloc", net)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if !allocs {
+		allocOp = clientv3.OpGet(s.k("ipalloc", net)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	}
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.k("snet", net)+"/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.subnetGuard(net)),
 		clientv3.OpGet(s.k("sublock", net)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.netLock(net)),
-		clientv3.OpGet(s.k("ipalloc", net)+"/", clientv3.WithPrefix()),
+		allocOp,
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("store: read network %q: %w", net, err)
@@ -460,7 +467,7 @@ func (s *Store) readNetworkState(ctx context.Context, net string) (*networkState
 	st.locked = len(r(3).Kvs) > 0
 	for _, kv := range r(4).Kvs {
 		if a, err := netip.ParseAddr(lastSeg(kv.Key)); err == nil {
-			st.taken[a] = string(kv.Value)
+			st.taken[a] = ""
 		}
 	}
 	return st, nil
@@ -494,15 +501,27 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 			}
 			return nil, err
 		}
-		st, err := s.readNetworkState(ctx, e.Network)
+		// The first attempts probe a few candidate addresses (cheap at any
+		// size); later ones scan every allocation of the network.
+		scan := attempt >= 2
+		st, err := s.readNetworkState(ctx, e.Network, scan)
 		if err != nil {
 			return nil, err
 		}
 		if st.locked {
 			return nil, errorf(FailedPrecondition, "network", "network %q is being deleted", e.Network)
 		}
-		ips, err := allocate(st, e.Network, requested, seed.Sum64()+uint64(attempt)*7919)
+		sd := seed.Sum64() + uint64(attempt)*7919
+		if !scan {
+			if err := s.probe(ctx, st, e.Network, requested, sd); err != nil {
+				return nil, err
+			}
+		}
+		ips, err := allocate(st, e.Network, requested, sd, !scan)
 		if err != nil {
+			if errors.Is(err, errProbesTaken) {
+				continue
+			}
 			return nil, err
 		}
 		mac := e.Mac
@@ -560,8 +579,61 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 	return nil, errorf(Aborted, "", "endpoint %q: too many concurrent allocations on network %q; retry", e.Name, e.Network)
 }
 
-// allocate picks the endpoint's addresses from st.
-func allocate(st *networkState, network string, requested []string, seed uint64) ([]netip.Prefix, error) {
+// probes is how many candidate addresses per family one probe reads.
+const probes = 8
+
+var errProbesTaken = errors.New("store: every probed address is taken")
+
+// probe marks in st.taken which of the requested addresses, or of the
+// candidate addresses allocate will consider for seed, are allocated, with
+// one etcd read.
+func (s *Store) probe(ctx context.Context, st *networkState, network string, requested []string, seed uint64) error {
+	var cands []netip.Addr
+	if len(requested) > 0 {
+		for _, r := range requested {
+			if a, err := parseEndpointIP(r); err == nil {
+				cands = append(cands, a)
+			}
+		}
+	} else {
+		for _, ps := range st.subnets {
+			cands = append(cands, candidates(ps.pool, seed)...)
+		}
+	}
+	var ops []clientv3.Op
+	for _, a := range cands {
+		ops = append(ops, clientv3.OpGet(s.ipKey(network, a)))
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("store: probe addresses of %q: %w", network, err)
+	}
+	for i, r := range resp.Responses {
+		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+			st.taken[cands[i]] = string(kvs[0].Value)
+		}
+	}
+	return nil
+}
+
+// candidates returns the addresses of pool that a probe with seed tries.
+func candidates(pool ipam.Pool, seed uint64) []netip.Addr {
+	var out []netip.Addr
+	for k := range uint64(probes) {
+		if a, ok := pool.Next(pool.Offset(seed+k*104729), func(netip.Addr) bool { return false }); ok && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// allocate picks the endpoint's addresses from st. With probed, only the
+// probed candidates are considered, and errProbesTaken says they were all
+// taken.
+func allocate(st *networkState, network string, requested []string, seed uint64, probed bool) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	if len(requested) > 0 {
 		for i, r := range requested {
@@ -602,7 +674,18 @@ func allocate(st *networkState, network string, requested []string, seed uint64)
 				continue
 			}
 			names = append(names, ps.sub.Name)
-			a, ok := ps.pool.Next(ps.pool.Offset(seed), func(a netip.Addr) bool { _, t := st.taken[a]; return t })
+			var a netip.Addr
+			ok := false
+			if probed {
+				for _, c := range candidates(ps.pool, seed) {
+					if _, t := st.taken[c]; !t {
+						a, ok = c, true
+						break
+					}
+				}
+			} else {
+				a, ok = ps.pool.Next(ps.pool.Offset(seed), func(a netip.Addr) bool { _, t := st.taken[a]; return t })
+			}
 			if ok {
 				out = append(out, netip.PrefixFrom(a, ps.pool.Prefix.Bits()))
 				found = true
@@ -610,6 +693,9 @@ func allocate(st *networkState, network string, requested []string, seed uint64)
 			}
 		}
 		if len(names) > 0 && !found {
+			if probed {
+				return nil, errProbesTaken
+			}
 			return nil, errorf(Exhausted, "ips", "no free address left in subnet(s) %s of network %q", strings.Join(names, ", "), network)
 		}
 	}
