@@ -1,0 +1,313 @@
+// Package software is the datapath of nodes without a SmartNIC: per network
+// a Linux bridge and a VXLAN device (learning off, the network's VNI, the
+// node's underlay address as local VTEP), static FDB entries for every
+// remote endpoint MAC pointing at its VTEP, one all-zero FDB entry per remote
+// VTEP for flooding (head-end replication), and static neighbour entries
+// with ARP/ND suppression so that the bridge answers for known endpoints.
+//
+// Every link it creates is named with the "sk" prefix and carries an alias
+// starting with "skiff:"; links without both are never touched.
+//
+//	k, _ := nl.Open(nl.Options{})
+//	dp := software.New(k, log)
+//	err := dp.Apply(p)
+package software
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/netip"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// VXLANPort is the UDP port of Skiff's VXLAN devices (IANA).
+const VXLANPort = 4789
+
+const (
+	aliasPrefix = "skiff:"
+	zeroMAC     = "00:00:00:00:00:00"
+)
+
+// BridgeName and VXLANName name a network's devices after its VNI.
+func BridgeName(vni uint32) string { return fmt.Sprintf("skb%d", vni) }
+
+// VXLANName names a network's VXLAN device.
+func VXLANName(vni uint32) string { return fmt.Sprintf("skv%d", vni) }
+
+// HostIfName is the name of the host side of a local endpoint's interface
+// (the end of its veth pair, or its tap) that the datapath attaches to the
+// network's bridge.
+func HostIfName(endpoint string) string {
+	h := fnv.New32a()
+	h.Write([]byte(endpoint))
+	return fmt.Sprintf("skp%08x", h.Sum32())
+}
+
+// HostIfAlias is the alias that marks a local endpoint's host interface.
+func HostIfAlias(endpoint string) string { return aliasPrefix + "ep:" + endpoint }
+
+// Owned reports whether a link is Skiff's.
+func Owned(l nl.Link) bool {
+	return strings.HasPrefix(l.Name, "sk") && strings.HasPrefix(l.Alias, aliasPrefix)
+}
+
+// Datapath is the software datapath.
+type Datapath struct {
+	k   nl.Kernel
+	log *slog.Logger
+}
+
+// New returns a software datapath on k.
+func New(k nl.Kernel, log *slog.Logger) *Datapath { return &Datapath{k: k, log: log} }
+
+// Apply implements datapath.Datapath.
+func (d *Datapath) Apply(p plan.Plan) error {
+	links, err := d.k.Links()
+	if err != nil {
+		return err
+	}
+	byName := map[string]nl.Link{}
+	for _, l := range links {
+		byName[l.Name] = l
+	}
+	var errs []error
+	want := map[string]bool{}
+	for _, n := range p.Networks {
+		br, vx := BridgeName(n.VNI), VXLANName(n.VNI)
+		want[br], want[vx] = true, true
+		if err := d.network(p, n, byName); err != nil {
+			errs = append(errs, fmt.Errorf("network %s (vni %d): %w", n.Name, n.VNI, err))
+		}
+	}
+	// Delete last: Skiff's bridges and VXLAN devices no plan holds.
+	for _, l := range links {
+		if !Owned(l) || want[l.Name] || !(strings.HasPrefix(l.Name, "skb") || strings.HasPrefix(l.Name, "skv")) {
+			continue
+		}
+		d.log.Info("removing unplanned device", "link", l.Name)
+		if err := d.k.DeleteLink(l.Index); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ensureLink returns the link name, creating it with add when missing. A
+// link of that name that is not Skiff's is an error: it is never touched.
+func (d *Datapath) ensureLink(byName map[string]nl.Link, name string, ok func(nl.Link) bool, add func() error) (nl.Link, error) {
+	l, exists := byName[name]
+	if exists && !Owned(l) {
+		return nl.Link{}, fmt.Errorf("%s exists and is not Skiff's; leaving it alone", name)
+	}
+	if exists && !ok(l) {
+		d.log.Info("recreating device whose settings cannot change in place", "link", name)
+		if err := d.k.DeleteLink(l.Index); err != nil {
+			return nl.Link{}, err
+		}
+		exists = false
+	}
+	if !exists {
+		if err := add(); err != nil {
+			return nl.Link{}, err
+		}
+		links, err := d.k.Links()
+		if err != nil {
+			return nl.Link{}, err
+		}
+		for _, x := range links {
+			byName[x.Name] = x
+		}
+		if l, exists = byName[name]; !exists {
+			return nl.Link{}, fmt.Errorf("%s was created but is not listed", name)
+		}
+	}
+	return l, nil
+}
+
+func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link) error {
+	mtu := int(n.MTU)
+	if mtu == 0 {
+		mtu = plan.DefaultMTU
+	}
+	if !p.UnderlayIP.IsValid() {
+		return fmt.Errorf("the node has no underlay address")
+	}
+	brName, vxName := BridgeName(n.VNI), VXLANName(n.VNI)
+	br, err := d.ensureLink(byName, brName, func(l nl.Link) bool { return l.Kind == "bridge" }, func() error {
+		return d.k.AddBridge(nl.Bridge{Name: brName, MTU: mtu, Alias: aliasPrefix + "bridge:" + n.Name})
+	})
+	if err != nil {
+		return err
+	}
+	vx, err := d.ensureLink(byName, vxName, func(l nl.Link) bool {
+		return l.Kind == "vxlan" && l.VNI == n.VNI && l.Local == p.UnderlayIP && l.Port == VXLANPort && !l.Learning
+	}, func() error {
+		return d.k.AddVXLAN(nl.VXLAN{Name: vxName, VNI: n.VNI, Local: p.UnderlayIP, Port: VXLANPort, MTU: mtu, Alias: aliasPrefix + "vxlan:" + n.Name})
+	})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	for _, l := range []nl.Link{br, vx} {
+		if l.MTU != mtu {
+			add(d.k.SetMTU(l.Index, mtu))
+		}
+	}
+	if vx.Master != br.Index {
+		add(d.k.SetMaster(vx.Index, br.Index))
+	}
+	add(d.portFlags(vx.Index, nl.PortFlags{Learning: false, NeighSuppress: true}))
+	for _, l := range []nl.Link{vx, br} {
+		if !l.Up {
+			add(d.k.SetUp(l.Index))
+		}
+	}
+	// Local endpoints' host interfaces join the bridge.
+	for _, e := range p.Local {
+		if e.Network != n.Name {
+			continue
+		}
+		hl, ok := byName[HostIfName(e.Name)]
+		if !ok || !Owned(hl) {
+			continue // not plumbed yet: the local API creates it
+		}
+		if hl.Master != br.Index {
+			add(d.k.SetMaster(hl.Index, br.Index))
+		}
+		add(d.portFlags(hl.Index, nl.PortFlags{Learning: true, NeighSuppress: true}))
+		if !hl.Up {
+			add(d.k.SetUp(hl.Index))
+		}
+	}
+	add(d.fdb(p, n, vx))
+	add(d.neighs(p, n, br))
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) portFlags(index int, want nl.PortFlags) error {
+	have, err := d.k.PortFlags(index)
+	if err != nil {
+		return err
+	}
+	if have == want {
+		return nil
+	}
+	return d.k.SetPortFlags(index, want)
+}
+
+// fdb reconciles the VXLAN device's forwarding entries: for each remote
+// endpoint, a VXLAN entry (self, to its VTEP) and a bridge entry (master,
+// static, to the VXLAN port); one all-zero VXLAN entry per flood VTEP.
+// Only entries of those shapes are Skiff's; the kernel's own entries
+// (the port's address, multicast) are left alone.
+func (d *Datapath) fdb(p plan.Plan, n plan.Network, vx nl.Link) error {
+	wantDst := map[string]netip.Addr{} // unicast MAC -> VTEP
+	wantFlood := map[netip.Addr]bool{}
+	for _, r := range p.Remote {
+		if r.Network == n.Name {
+			wantDst[r.MAC] = r.VTEP
+		}
+	}
+	for _, v := range n.FloodVTEPs {
+		wantFlood[v] = true
+	}
+	have, err := d.k.FDB(vx.Index)
+	if err != nil {
+		return err
+	}
+	haveDst := map[string]nl.FDB{}
+	haveFlood := map[netip.Addr]nl.FDB{}
+	haveBridge := map[string]nl.FDB{}
+	for _, e := range have {
+		switch {
+		case e.Self && e.Dst.IsValid() && e.MAC == zeroMAC:
+			haveFlood[e.Dst] = e
+		case e.Self && e.Dst.IsValid():
+			haveDst[e.MAC] = e
+		case e.Master && e.Static && !e.Permanent:
+			haveBridge[e.MAC] = e
+		}
+	}
+	var errs []error
+	for mac, vtep := range wantDst {
+		if h, ok := haveDst[mac]; !ok || h.Dst != vtep {
+			errs = append(errs, d.k.SetFDB(nl.FDB{LinkIndex: vx.Index, MAC: mac, Dst: vtep, Self: true, Permanent: true}))
+		}
+		if _, ok := haveBridge[mac]; !ok {
+			errs = append(errs, d.k.SetFDB(nl.FDB{LinkIndex: vx.Index, MAC: mac, Master: true, Static: true}))
+		}
+	}
+	for v := range wantFlood {
+		if _, ok := haveFlood[v]; !ok {
+			errs = append(errs, d.k.AddFDB(nl.FDB{LinkIndex: vx.Index, MAC: zeroMAC, Dst: v, Self: true, Permanent: true}))
+		}
+	}
+	for mac, e := range haveDst {
+		if _, ok := wantDst[mac]; !ok {
+			errs = append(errs, d.k.DeleteFDB(e))
+		}
+	}
+	for mac, e := range haveBridge {
+		if _, ok := wantDst[mac]; !ok {
+			errs = append(errs, d.k.DeleteFDB(e))
+		}
+	}
+	for v, e := range haveFlood {
+		if !wantFlood[v] {
+			errs = append(errs, d.k.DeleteFDB(e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// neighs reconciles the bridge's static neighbour entries, which the
+// bridge uses to answer ARP and ND for known endpoints (suppression). The
+// kernel's dynamic entries are left alone.
+func (d *Datapath) neighs(p plan.Plan, n plan.Network, br nl.Link) error {
+	want := map[netip.Addr]string{}
+	for _, e := range p.Local {
+		if e.Network == n.Name {
+			for _, ip := range e.IPs {
+				want[ip.Addr()] = e.MAC
+			}
+		}
+	}
+	for _, r := range p.Remote {
+		if r.Network == n.Name {
+			for _, ip := range r.IPs {
+				want[ip.Addr()] = r.MAC
+			}
+		}
+	}
+	have, err := d.k.Neighs(br.Index)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	seen := map[netip.Addr]bool{}
+	for _, h := range have {
+		if !h.Permanent {
+			continue
+		}
+		seen[h.IP] = true
+		mac, ok := want[h.IP]
+		switch {
+		case !ok:
+			errs = append(errs, d.k.DeleteNeigh(h))
+		case mac != h.MAC:
+			errs = append(errs, d.k.SetNeigh(nl.Neigh{LinkIndex: br.Index, IP: h.IP, MAC: mac, Permanent: true}))
+		}
+	}
+	for ip, mac := range want {
+		if !seen[ip] {
+			errs = append(errs, d.k.SetNeigh(nl.Neigh{LinkIndex: br.Index, IP: ip, MAC: mac, Permanent: true}))
+		}
+	}
+	return errors.Join(errs...)
+}

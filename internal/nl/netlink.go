@@ -1,0 +1,340 @@
+package nl
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Options choose the namespace.
+type Options struct {
+	// NetNS is a path such as /var/run/netns/NAME; empty means the
+	// namespace of the calling process.
+	NetNS string
+}
+
+type real struct {
+	h      *netlink.Handle
+	writes atomic.Int64
+}
+
+// Open returns the real kernel of a namespace.
+func Open(o Options) (Kernel, error) {
+	var h *netlink.Handle
+	var err error
+	if o.NetNS == "" {
+		h, err = netlink.NewHandle()
+	} else {
+		ns, nerr := netns.GetFromPath(o.NetNS)
+		if nerr != nil {
+			return nil, fmt.Errorf("nl: namespace %s: %w", o.NetNS, nerr)
+		}
+		defer ns.Close()
+		h, err = netlink.NewHandleAt(ns)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nl: netlink handle: %w", err)
+	}
+	return &real{h: h}, nil
+}
+
+func (k *real) Writes() int { return int(k.writes.Load()) }
+
+func (k *real) w() { k.writes.Add(1) }
+
+func (k *real) Links() ([]Link, error) {
+	ls, err := k.h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("nl: list links: %w", err)
+	}
+	out := make([]Link, 0, len(ls))
+	for _, l := range ls {
+		a := l.Attrs()
+		x := Link{Index: a.Index, Name: a.Name, Kind: l.Type(), Alias: a.Alias, MTU: a.MTU,
+			Up: a.Flags&net.FlagUp != 0, Master: a.MasterIndex, MAC: a.HardwareAddr.String()}
+		if v, ok := l.(*netlink.Vxlan); ok {
+			x.VNI = uint32(v.VxlanId)
+			x.Port = v.Port
+			x.Learning = v.Learning
+			if ip, ok := netip.AddrFromSlice(v.SrcAddr); ok {
+				x.Local = ip.Unmap()
+			}
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func (k *real) AddBridge(b Bridge) error {
+	k.w()
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MTU = b.Name, b.MTU
+	// VLAN filtering stays at the kernel's default (off); some kernels
+	// refuse the attribute altogether.
+	if err := k.h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+		return fmt.Errorf("nl: add bridge %s: %w", b.Name, err)
+	}
+	return k.finish(b.Name, b.Alias)
+}
+
+func (k *real) AddVXLAN(v VXLAN) error {
+	k.w()
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MTU = v.Name, v.MTU
+	dev := &netlink.Vxlan{LinkAttrs: la, VxlanId: int(v.VNI), SrcAddr: v.Local.AsSlice(), Port: v.Port, Learning: false}
+	if err := k.h.LinkAdd(dev); err != nil {
+		return fmt.Errorf("nl: add vxlan %s (vni %d): %w", v.Name, v.VNI, err)
+	}
+	return k.finish(v.Name, v.Alias)
+}
+
+// finish marks a new link with its alias. A link that cannot be marked is
+// deleted again, so no unmarked half-made object is left behind.
+func (k *real) finish(name, alias string) error {
+	l, err := k.h.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("nl: find new link %s: %w", name, err)
+	}
+	if err := k.h.LinkSetAlias(l, alias); err != nil {
+		_ = k.h.LinkDel(l)
+		return fmt.Errorf("nl: mark %s: %w", name, err)
+	}
+	return nil
+}
+
+func (k *real) byIndex(i int) (netlink.Link, error) {
+	l, err := k.h.LinkByIndex(i)
+	if err != nil {
+		return nil, fmt.Errorf("nl: link %d: %w", i, err)
+	}
+	return l, nil
+}
+
+func (k *real) DeleteLink(index int) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	if err := k.h.LinkDel(l); err != nil {
+		return fmt.Errorf("nl: delete %s: %w", l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (k *real) SetMaster(index, master int) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	if err := k.h.LinkSetMasterByIndex(l, master); err != nil {
+		return fmt.Errorf("nl: enslave %s to %d: %w", l.Attrs().Name, master, err)
+	}
+	return nil
+}
+
+func (k *real) SetUp(index int) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	if err := k.h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("nl: set %s up: %w", l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (k *real) SetMTU(index, mtu int) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	if err := k.h.LinkSetMTU(l, mtu); err != nil {
+		return fmt.Errorf("nl: set %s mtu %d: %w", l.Attrs().Name, mtu, err)
+	}
+	return nil
+}
+
+func (k *real) SetAlias(index int, alias string) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	if err := k.h.LinkSetAlias(l, alias); err != nil {
+		return fmt.Errorf("nl: set %s alias: %w", l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (k *real) PortFlags(index int) (PortFlags, error) {
+	l, err := k.byIndex(index)
+	if err != nil {
+		return PortFlags{}, err
+	}
+	p, err := k.h.LinkGetProtinfo(l)
+	if err != nil {
+		return PortFlags{}, fmt.Errorf("nl: port flags of %s: %w", l.Attrs().Name, err)
+	}
+	return PortFlags{Learning: p.Learning, NeighSuppress: p.NeighSuppress}, nil
+}
+
+func (k *real) SetPortFlags(index int, f PortFlags) error {
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	k.w()
+	if err := k.h.LinkSetLearning(l, f.Learning); err != nil {
+		return fmt.Errorf("nl: set learning on %s: %w", l.Attrs().Name, err)
+	}
+	k.w()
+	if err := k.h.LinkSetBrNeighSuppress(l, f.NeighSuppress); err != nil {
+		return fmt.Errorf("nl: set neigh_suppress on %s: %w", l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (k *real) FDB(index int) ([]FDB, error) {
+	ns, err := k.h.NeighList(index, unix.AF_BRIDGE)
+	if err != nil {
+		return nil, fmt.Errorf("nl: fdb of %d: %w", index, err)
+	}
+	var out []FDB
+	for _, n := range ns {
+		if n.LinkIndex != index {
+			continue
+		}
+		e := FDB{LinkIndex: n.LinkIndex, MAC: n.HardwareAddr.String(), Self: n.Flags&netlink.NTF_SELF != 0,
+			Master: n.Flags&netlink.NTF_SELF == 0, Static: n.State&netlink.NUD_NOARP != 0, Permanent: n.State&netlink.NUD_PERMANENT != 0}
+		if ip, ok := netip.AddrFromSlice(n.IP); ok {
+			e.Dst = ip.Unmap()
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (k *real) fdbNeigh(e FDB) (*netlink.Neigh, error) {
+	mac, err := net.ParseMAC(e.MAC)
+	if err != nil {
+		return nil, fmt.Errorf("nl: fdb mac %q: %w", e.MAC, err)
+	}
+	n := &netlink.Neigh{LinkIndex: e.LinkIndex, Family: unix.AF_BRIDGE, HardwareAddr: mac}
+	if e.Static {
+		n.State |= netlink.NUD_NOARP
+	}
+	if e.Permanent {
+		n.State |= netlink.NUD_PERMANENT
+	}
+	if e.Self {
+		n.Flags |= netlink.NTF_SELF
+	}
+	if e.Master {
+		n.Flags |= netlink.NTF_MASTER
+	}
+	if e.Dst.IsValid() {
+		n.IP = e.Dst.AsSlice()
+	}
+	return n, nil
+}
+
+func (k *real) AddFDB(e FDB) error {
+	k.w()
+	n, err := k.fdbNeigh(e)
+	if err != nil {
+		return err
+	}
+	// Append: several all-zero entries (one per remote VTEP) may coexist.
+	if err := k.h.NeighAppend(n); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("nl: add fdb %s dst %v on %d: %w", e.MAC, e.Dst, e.LinkIndex, err)
+	}
+	return nil
+}
+
+func (k *real) SetFDB(e FDB) error {
+	k.w()
+	n, err := k.fdbNeigh(e)
+	if err != nil {
+		return err
+	}
+	if err := k.h.NeighSet(n); err != nil {
+		return fmt.Errorf("nl: set fdb %s dst %v on %d: %w", e.MAC, e.Dst, e.LinkIndex, err)
+	}
+	return nil
+}
+
+func (k *real) DeleteFDB(e FDB) error {
+	k.w()
+	n, err := k.fdbNeigh(e)
+	if err != nil {
+		return err
+	}
+	if err := k.h.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("nl: delete fdb %s dst %v on %d: %w", e.MAC, e.Dst, e.LinkIndex, err)
+	}
+	return nil
+}
+
+func (k *real) Neighs(index int) ([]Neigh, error) {
+	var out []Neigh
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		ns, err := k.h.NeighList(index, fam)
+		if err != nil {
+			return nil, fmt.Errorf("nl: neighbours of %d: %w", index, err)
+		}
+		for _, n := range ns {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			if !ok || n.LinkIndex != index {
+				continue
+			}
+			out = append(out, Neigh{LinkIndex: n.LinkIndex, IP: ip.Unmap(), MAC: n.HardwareAddr.String(), Permanent: n.State&netlink.NUD_PERMANENT != 0})
+		}
+	}
+	return out, nil
+}
+
+func (k *real) neigh(n Neigh) (*netlink.Neigh, error) {
+	mac, err := net.ParseMAC(n.MAC)
+	if err != nil && n.MAC != "" {
+		return nil, fmt.Errorf("nl: neighbour mac %q: %w", n.MAC, err)
+	}
+	fam := unix.AF_INET6
+	if n.IP.Is4() {
+		fam = unix.AF_INET
+	}
+	return &netlink.Neigh{LinkIndex: n.LinkIndex, Family: fam, IP: n.IP.AsSlice(), HardwareAddr: mac, State: netlink.NUD_PERMANENT}, nil
+}
+
+func (k *real) SetNeigh(n Neigh) error {
+	k.w()
+	x, err := k.neigh(n)
+	if err != nil {
+		return err
+	}
+	if err := k.h.NeighSet(x); err != nil {
+		return fmt.Errorf("nl: set neighbour %s on %d: %w", n.IP, n.LinkIndex, err)
+	}
+	return nil
+}
+
+func (k *real) DeleteNeigh(n Neigh) error {
+	k.w()
+	x, err := k.neigh(n)
+	if err != nil {
+		return err
+	}
+	if err := k.h.NeighDel(x); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("nl: delete neighbour %s on %d: %w", n.IP, n.LinkIndex, err)
+	}
+	return nil
+}
