@@ -45,7 +45,7 @@ type FDB struct {
 	LinkIndex int
 	MAC       string
 	Dst       netip.Addr // VXLAN remote; invalid for bridge entries
-	Self bool
+	Self      bool
 	// Master entries are the bridge's (in dumps: every entry without Self).
 	Master bool
 	// Static (NUD_NOARP) entries never age; Permanent (NUD_PERMANENT)
