@@ -1,7 +1,7 @@
 # Skiff. `make demo` and `make test` work on a fresh Debian 12 machine as root.
 GO      ?= go
 BIN     := bin
-CMDS    := skiff-controller skiffctl
+CMDS    := skiff-controller skiff-agent skiffctl
 GOFLAGS ?=
 export GOFLAGS
 

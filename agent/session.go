@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/internal/planpb"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+)
+
+// session keeps the node registered and its plan current until ctx ends,
+// reconnecting with capped exponential backoff. Every plan it accepts goes
+// to a.setPlan.
+func (a *Agent) session(ctx context.Context) {
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := a.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		a.connected.Set(0)
+		if time.Since(start) > 10*time.Second {
+			backoff = 200 * time.Millisecond
+		}
+		a.log.Warn("controller session ended; retrying", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// stream runs one session: register, then follow the plan stream.
+func (a *Agent) stream(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := a.client.Register(rctx, &skiffv1.RegisterRequest{Node: a.nodeObject()})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	have := a.current().Revision
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := a.client.StreamPlan(sctx, &skiffv1.StreamPlanRequest{Node: a.cfg.Node, HaveRevision: have})
+	if err != nil {
+		return fmt.Errorf("open plan stream: %w", err)
+	}
+	a.log.Info("plan stream open", "controller", a.cfg.Controller, "haveRevision", have)
+	a.connected.Set(1)
+	for {
+		u, err := s.Recv()
+		if err == io.EOF {
+			return errors.New("controller closed the plan stream")
+		}
+		if err != nil {
+			if status.Code(err) == codes.Canceled && ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("plan stream: %w", err)
+		}
+		if err := a.accept(u); err != nil {
+			// A plan we cannot use: start over from a snapshot.
+			a.log.Error("rejecting plan update; asking for a snapshot", "err", err)
+			a.forgetRevision()
+			return err
+		}
+	}
+}
+
+// accept turns an update into the new current plan.
+func (a *Agent) accept(u *skiffv1.PlanUpdate) error {
+	cur := a.current()
+	var next plan.Plan
+	switch {
+	case u.GetSnapshot() != nil:
+		p, err := planpb.Plan(u.GetSnapshot())
+		if err != nil {
+			return err
+		}
+		if p.Node != a.cfg.Node {
+			return fmt.Errorf("snapshot for node %q", p.Node)
+		}
+		next = p
+		a.log.Info("plan snapshot", "revision", p.Revision, "networks", len(p.Networks), "local", len(p.Local), "remote", len(p.Remote))
+	case u.GetDelta() != nil:
+		d, err := planpb.Delta(u.GetDelta())
+		if err != nil {
+			return err
+		}
+		next = cur.Clone()
+		if err := next.Apply(d); err != nil {
+			return err
+		}
+		if d.Empty() {
+			a.log.Info("plan in sync", "from", d.From, "revision", d.Revision)
+			if d.From == d.Revision {
+				return nil
+			}
+		}
+		a.log.Debug("plan delta", "from", d.From, "revision", d.Revision, "items", d.Size())
+	default:
+		return errors.New("empty plan update")
+	}
+	a.setPlan(next, true)
+	return nil
+}
