@@ -35,6 +35,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/agent/datapath/software"
+	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
@@ -47,6 +48,7 @@ const Version = "0.1.0"
 type Config struct {
 	Controller  string // host:port
 	Node        string
+	Socket      string // local API; empty: none
 	UnderlayIP  string
 	StateDir    string
 	Mode        string // auto or software
@@ -54,6 +56,9 @@ type Config struct {
 	// TLS: CA of the controller's certificate, and this node's client
 	// certificate (common name node:NAME). All empty: plaintext.
 	TLSCA, TLSCert, TLSKey string
+	// StatsInterval is how often counters go to the controller (default
+	// 10s).
+	StatsInterval time.Duration
 	// Resync is the longest time between two reconciles when nothing
 	// happens (default 5m): a safety net, not a poll.
 	Resync time.Duration
@@ -68,11 +73,13 @@ type Agent struct {
 	dp     datapath.Datapath
 	under  netip.Addr
 
-	mu      sync.Mutex
-	plan    plan.Plan
-	hasPlan bool
-	kick    chan struct{}
-	healthy error
+	mu          sync.Mutex
+	plan        plan.Plan
+	hasPlan     bool
+	isConnected bool
+	changed     chan struct{} // closed and replaced when the plan or the datapath changes
+	kick        chan struct{}
+	healthy     error
 
 	reg         *prometheus.Registry
 	revision    prometheus.Gauge
@@ -113,6 +120,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Resync == 0 {
 		cfg.Resync = 5 * time.Minute
 	}
+	if cfg.StatsInterval <= 0 {
+		cfg.StatsInterval = 10 * time.Second
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("agent: state dir: %w", err)
 	}
@@ -131,7 +141,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer conn.Close()
 	a := &Agent{cfg: cfg, log: log, client: skiffv1.NewAgentServiceClient(conn), kernel: k,
-		dp: software.New(k, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node)}
+		dp: software.New(k, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{})}
 	a.metrics()
 
 	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)
@@ -153,7 +163,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		defer srv.Close()
 	}
-	wg.Add(3)
+	if cfg.Socket != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := localapi.Serve(ctx, cfg.Socket, a, log); err != nil {
+				log.Error("local API stopped", "err", err)
+			}
+		}()
+	}
+	wg.Add(4)
+	go func() { defer wg.Done(); a.reportCounters(ctx, cfg.StatsInterval) }()
 	go func() { defer wg.Done(); a.watch(ctx) }()
 	go func() { defer wg.Done(); a.session(ctx) }()
 	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
@@ -210,6 +230,7 @@ func (a *Agent) forgetRevision() {
 func (a *Agent) setPlan(p plan.Plan, save bool) {
 	a.mu.Lock()
 	a.plan, a.hasPlan = p, true
+	a.notifyLocked()
 	a.mu.Unlock()
 	a.revision.Set(float64(p.Revision))
 	if save {
@@ -218,6 +239,23 @@ func (a *Agent) setPlan(p plan.Plan, save bool) {
 		}
 	}
 	a.resync()
+}
+
+// notifyLocked wakes everyone waiting for a change. Caller holds mu.
+func (a *Agent) notifyLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (a *Agent) setConnected(on bool) {
+	a.mu.Lock()
+	a.isConnected = on
+	a.mu.Unlock()
+	if on {
+		a.connected.Set(1)
+	} else {
+		a.connected.Set(0)
+	}
 }
 
 func (a *Agent) resync() {
@@ -266,6 +304,7 @@ func (a *Agent) reconcile() {
 	a.applySecs.Observe(time.Since(start).Seconds())
 	a.mu.Lock()
 	a.healthy = err
+	a.notifyLocked()
 	a.mu.Unlock()
 	if err != nil {
 		a.applies.WithLabelValues("error").Inc()

@@ -26,7 +26,7 @@ func (a *Agent) session(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		a.connected.Set(0)
+		a.setConnected(false)
 		if time.Since(start) > 10*time.Second {
 			backoff = 200 * time.Millisecond
 		}
@@ -56,7 +56,7 @@ func (a *Agent) stream(ctx context.Context) error {
 		return fmt.Errorf("open plan stream: %w", err)
 	}
 	a.log.Info("plan stream open", "controller", a.cfg.Controller, "haveRevision", have)
-	a.connected.Set(1)
+	a.setConnected(true)
 	for {
 		u, err := s.Recv()
 		if err == io.EOF {

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/skiff-sdn/skiff/agent"
+	"github.com/skiff-sdn/skiff/agent/localapi"
 )
 
 func main() {
@@ -47,8 +49,10 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.Controller, "controller", "127.0.0.1:7400", "controller address host:port")
 	f.StringVar(&cfg.Node, "node", "", "this node's name")
 	f.StringVar(&cfg.UnderlayIP, "underlay-ip", "", "this node's underlay (VTEP) address")
+	f.StringVar(&cfg.Socket, "socket", localapi.DefaultSocket, "local API socket (root only); empty: off")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/skiff-agent", "where the last plan is kept")
 	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto or software")
+	f.DurationVar(&cfg.StatsInterval, "stats-interval", 10*time.Second, "how often counters are sent to the controller")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "address of /metrics and /healthz (empty: off)")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA of the controller's certificate")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's client certificate (CN node:NAME)")

@@ -26,7 +26,7 @@ type cluster struct {
 }
 
 type node struct {
-	name, ns, ip, state string
+	name, ns, ip, state, socket string
 	agent               *exec.Cmd
 	log                 string
 }
@@ -48,7 +48,8 @@ func newCluster(t *testing.T, names ...string) *cluster {
 		testns.Run(t, c.ul, "ip", "link", "set", peer, "up")
 		testns.Run(t, ns, "ip", "addr", "add", ip+"/24", "dev", "eth0")
 		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
-		c.nodes[n] = &node{name: n, ns: ns, ip: ip, state: t.TempDir()}
+		dir := t.TempDir()
+		c.nodes[n] = &node{name: n, ns: ns, ip: ip, state: dir, socket: filepath.Join(dir, "agent.sock")}
 	}
 	c.startController()
 	for _, n := range names {
@@ -89,7 +90,7 @@ func (c *cluster) startAgent(name string) {
 	n.log = filepath.Join(c.t.TempDir(), "agent.log")
 	logf, _ := os.Create(n.log)
 	n.agent = exec.Command("ip", "netns", "exec", n.ns, filepath.Join(binDir, "skiff-agent"), "--controller", ctrlAddr,
-		"--node", name, "--underlay-ip", n.ip, "--state-dir", n.state, "--log-level", "debug")
+		"--node", name, "--underlay-ip", n.ip, "--state-dir", n.state, "--socket", n.socket, "--stats-interval", "1s", "--log-level", "debug")
 	n.agent.Stdout, n.agent.Stderr = logf, logf
 	if err := n.agent.Start(); err != nil {
 		c.t.Fatal(err)

@@ -1,0 +1,181 @@
+package nl
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Veth describes a veth pair whose peer goes into another namespace.
+type Veth struct {
+	Name     string // host side
+	Alias    string // marks the host side as Skiff's
+	MTU      int
+	PeerName string // name of the peer inside PeerNS
+	PeerNS   string // path of the peer's namespace
+}
+
+// Iface is the configuration of an interface inside a namespace.
+type Iface struct {
+	Name    string
+	MAC     string
+	MTU     int
+	Addrs   []netip.Prefix
+	Gateway []netip.Addr // default routes, at most one per family
+}
+
+// Counters are an interface's counters.
+type Counters struct {
+	RxPackets, RxBytes, RxDropped uint64
+	TxPackets, TxBytes, TxDropped uint64
+}
+
+// VethAPI creates endpoint interfaces. It is part of the real kernel only
+// (see Kernel for what the datapath reconciles).
+type VethAPI interface {
+	// AddVeth creates the pair, moving the peer into PeerNS under PeerName.
+	AddVeth(v Veth) error
+	// Stats returns the counters of every link by name.
+	Stats() (map[string]Counters, error)
+}
+
+// AddVeth implements VethAPI. The peer is created under a temporary name
+// in this namespace, moved, then renamed, so a failure at any step deletes
+// the pair again and leaves nothing behind.
+func (k *real) AddVeth(v Veth) error {
+	ns, err := netns.GetFromPath(v.PeerNS)
+	if err != nil {
+		return fmt.Errorf("nl: namespace %s: %w", v.PeerNS, err)
+	}
+	defer ns.Close()
+	k.w()
+	la := netlink.NewLinkAttrs()
+	la.Name, la.MTU = v.Name, v.MTU
+	tmp := "skt" + v.Name[3:]
+	if err := k.h.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: tmp}); err != nil {
+		return fmt.Errorf("nl: add veth %s: %w", v.Name, err)
+	}
+	host, err := k.h.LinkByName(v.Name)
+	if err != nil {
+		return fmt.Errorf("nl: find veth %s: %w", v.Name, err)
+	}
+	fail := func(err error) error {
+		_ = k.h.LinkDel(host)
+		return err
+	}
+	if err := k.h.LinkSetAlias(host, v.Alias); err != nil {
+		return fail(fmt.Errorf("nl: mark %s: %w", v.Name, err))
+	}
+	peer, err := k.h.LinkByName(tmp)
+	if err != nil {
+		return fail(fmt.Errorf("nl: find veth peer %s: %w", tmp, err))
+	}
+	if err := k.h.LinkSetNsFd(peer, int(ns)); err != nil {
+		return fail(fmt.Errorf("nl: move %s to %s: %w", tmp, v.PeerNS, err))
+	}
+	ph, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fail(fmt.Errorf("nl: handle in %s: %w", v.PeerNS, err))
+	}
+	defer ph.Close()
+	pl, err := ph.LinkByName(tmp)
+	if err != nil {
+		return fail(fmt.Errorf("nl: find %s in %s: %w", tmp, v.PeerNS, err))
+	}
+	if err := ph.LinkSetName(pl, v.PeerName); err != nil {
+		return fail(fmt.Errorf("nl: rename %s to %s in %s: %w", tmp, v.PeerName, v.PeerNS, err))
+	}
+	return nil
+}
+
+// Configure sets an interface of this namespace up with its MAC, MTU,
+// addresses and default routes. Idempotent.
+func Configure(k Kernel, i Iface) error {
+	r, ok := k.(*real)
+	if !ok {
+		return errors.New("nl: Configure needs the real kernel")
+	}
+	l, err := r.h.LinkByName(i.Name)
+	if err != nil {
+		return fmt.Errorf("nl: %s: %w", i.Name, err)
+	}
+	r.w()
+	if i.MAC != "" {
+		mac, err := net.ParseMAC(i.MAC)
+		if err != nil {
+			return fmt.Errorf("nl: mac %q: %w", i.MAC, err)
+		}
+		if err := r.h.LinkSetHardwareAddr(l, mac); err != nil {
+			return fmt.Errorf("nl: set %s mac: %w", i.Name, err)
+		}
+	}
+	if i.MTU > 0 {
+		if err := r.h.LinkSetMTU(l, i.MTU); err != nil {
+			return fmt.Errorf("nl: set %s mtu: %w", i.Name, err)
+		}
+	}
+	for _, a := range i.Addrs {
+		ipn := &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}
+		addr := &netlink.Addr{IPNet: ipn}
+		if a.Addr().Is6() {
+			addr.Flags = unix.IFA_F_NODAD
+		}
+		if err := r.h.AddrReplace(l, addr); err != nil {
+			return fmt.Errorf("nl: add %s to %s: %w", a, i.Name, err)
+		}
+	}
+	if err := r.h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("nl: set %s up: %w", i.Name, err)
+	}
+	for _, gw := range i.Gateway {
+		route := &netlink.Route{LinkIndex: l.Attrs().Index, Gw: gw.AsSlice()}
+		if err := r.h.RouteReplace(route); err != nil {
+			return fmt.Errorf("nl: default route via %s on %s: %w", gw, i.Name, err)
+		}
+	}
+	return nil
+}
+
+// DeleteByName deletes a link of this namespace by name; a missing link is
+// not an error.
+func DeleteByName(k Kernel, name string) error {
+	r, ok := k.(*real)
+	if !ok {
+		return errors.New("nl: DeleteByName needs the real kernel")
+	}
+	l, err := r.h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("nl: %s: %w", name, err)
+	}
+	r.w()
+	if err := r.h.LinkDel(l); err != nil {
+		return fmt.Errorf("nl: delete %s: %w", name, err)
+	}
+	return nil
+}
+
+func (k *real) Stats() (map[string]Counters, error) {
+	ls, err := k.h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("nl: list links: %w", err)
+	}
+	out := map[string]Counters{}
+	for _, l := range ls {
+		s := l.Attrs().Statistics
+		if s == nil {
+			continue
+		}
+		out[l.Attrs().Name] = Counters{RxPackets: s.RxPackets, RxBytes: s.RxBytes, RxDropped: s.RxDropped,
+			TxPackets: s.TxPackets, TxBytes: s.TxBytes, TxDropped: s.TxDropped}
+	}
+	return out, nil
+}
