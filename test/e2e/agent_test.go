@@ -27,8 +27,8 @@ type cluster struct {
 
 type node struct {
 	name, ns, ip, state, socket string
-	agent               *exec.Cmd
-	log                 string
+	agent                       *exec.Cmd
+	log                         string
 }
 
 const ctrlAddr = "192.0.2.254:7400"
