@@ -20,8 +20,7 @@ generate: deps
 	./hack/generate.sh
 
 # All tests: unit, privileged and end-to-end (need root), and the kernel VM.
-test: deps build
-	$(GO) vet ./...
+test: deps build lint
 	$(GO) test -count=1 -timeout 30m ./...
 
 lint:

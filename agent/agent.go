@@ -326,7 +326,11 @@ func (a *Agent) watch(ctx context.Context) {
 					a.resync()
 				}
 			case "neigh":
-				a.resync()
+				// Skiff's entries are static or permanent; a dynamic
+				// entry changing is the kernel's business.
+				if e.Static || e.Deleted {
+					a.resync()
+				}
 			case "addr":
 				if e.Addr == a.under {
 					a.report(ctx, "underlay-address", e.Addr.String(), map[bool]string{true: "removed", false: "added"}[e.Deleted])
@@ -334,7 +338,9 @@ func (a *Agent) watch(ctx context.Context) {
 			}
 		})
 		if ctx.Err() == nil {
-			a.log.Warn("netlink watch ended; restarting", "err", err)
+			// Events may have been lost (an overflow): reconcile anyway.
+			a.log.Warn("netlink watch ended; restarting and resyncing", "err", err)
+			a.resync()
 			time.Sleep(time.Second)
 		}
 	}

@@ -17,7 +17,14 @@ type Event struct {
 	Name    string // link name, when known
 	Deleted bool
 	Addr    netip.Addr // addr events
+	// Static is set on neigh events of static or permanent entries (the
+	// kind Skiff manages); dynamic entries come and go by themselves.
+	Static bool
 }
+
+// rcvbuf is the receive buffer of the subscription sockets: large enough
+// that a bulk change (thousands of FDB entries) does not overflow it.
+const rcvbuf = 8 << 20
 
 // Watch reports link, neighbour and address changes of a namespace (empty:
 // the caller's) to fn until ctx ends. fn runs on Watch's goroutine.
@@ -50,13 +57,13 @@ func Watch(ctx context.Context, o Options, fn func(Event)) error {
 		default:
 		}
 	}
-	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
+	if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{Namespace: &ns, ErrorCallback: onErr, ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true}); err != nil {
 		return fmt.Errorf("nl: subscribe links: %w", err)
 	}
-	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
+	if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{Namespace: &ns, ErrorCallback: onErr, ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true}); err != nil {
 		return fmt.Errorf("nl: subscribe neighbours: %w", err)
 	}
-	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &ns, ErrorCallback: onErr}); err != nil {
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: &ns, ErrorCallback: onErr, ReceiveBufferSize: rcvbuf, ReceiveBufferForceSize: true}); err != nil {
 		return fmt.Errorf("nl: subscribe addresses: %w", err)
 	}
 	for {
@@ -74,7 +81,8 @@ func Watch(ctx context.Context, o Options, fn func(Event)) error {
 			if !ok {
 				return fmt.Errorf("nl: neighbour subscription closed")
 			}
-			fn(Event{Kind: "neigh", Index: u.LinkIndex, Deleted: u.Type == unix.RTM_DELNEIGH})
+			fn(Event{Kind: "neigh", Index: u.LinkIndex, Deleted: u.Type == unix.RTM_DELNEIGH,
+				Static: u.State&(netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0})
 		case u, ok := <-addrs:
 			if !ok {
 				return fmt.Errorf("nl: address subscription closed")

@@ -18,7 +18,7 @@ import (
 // cluster is an underlay namespace with a bridge, the controller inside it
 // on 192.0.2.254, and nodes as namespaces with an address on the underlay.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	ul    string
 	ctrl  *exec.Cmd
 	data  string
@@ -33,7 +33,7 @@ type node struct {
 
 const ctrlAddr = "192.0.2.254:7400"
 
-func newCluster(t *testing.T, names ...string) *cluster {
+func newCluster(t testing.TB, names ...string) *cluster {
 	testns.Require(t)
 	c := &cluster{t: t, ul: testns.New(t), data: t.TempDir(), nodes: map[string]*node{}}
 	testns.Run(t, c.ul, "ip", "link", "add", "ul0", "type", "bridge")

@@ -208,7 +208,7 @@ func TestReplicasOnExternalEtcd(t *testing.T) {
 }
 
 // eventually retries f until it succeeds or 20 seconds pass.
-func eventually(t *testing.T, f func() error) {
+func eventually(t testing.TB, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

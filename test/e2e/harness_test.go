@@ -24,6 +24,13 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv("SKIFF_E2E_LOADER"); addr != "" {
+		if err := runLoader(addr); err != nil {
+			fmt.Fprintln(os.Stderr, "loader:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "skiff-e2e-bin")
 	if err != nil {
 		panic(err)
