@@ -81,6 +81,11 @@ type Agent struct {
 	kick        chan struct{}
 	healthy     error
 
+	evMu    sync.Mutex
+	pending []*skiffv1.NodeEvent
+	dropped int
+	links   map[string]bool // non-Skiff links seen, for link-added events
+
 	reg         *prometheus.Registry
 	revision    prometheus.Gauge
 	connected   prometheus.Gauge
@@ -172,7 +177,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			}
 		}()
 	}
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); a.reportEvents(ctx) }()
 	go func() { defer wg.Done(); a.reportCounters(ctx, cfg.StatsInterval) }()
 	go func() { defer wg.Done(); a.watch(ctx) }()
 	go func() { defer wg.Done(); a.session(ctx) }()
@@ -316,14 +322,30 @@ func (a *Agent) reconcile() {
 }
 
 // watch turns kernel events into reconciles (someone deleted our bridge:
-// it comes back) and reports underlay address changes to the controller.
+// it comes back) and reports underlay address changes and new links to the
+// controller.
 func (a *Agent) watch(ctx context.Context) {
+	a.links = map[string]bool{}
+	if ls, err := a.kernel.Links(); err == nil {
+		for _, l := range ls {
+			a.links[l.Name] = true
+		}
+	}
 	for ctx.Err() == nil {
 		err := nl.Watch(ctx, nl.Options{}, func(e nl.Event) {
 			switch e.Kind {
 			case "link":
 				if strings.HasPrefix(e.Name, "sk") {
 					a.resync()
+					return
+				}
+				switch seen := a.links[e.Name]; {
+				case e.Deleted && seen:
+					delete(a.links, e.Name)
+					a.event("link-removed", e.Name, "")
+				case !e.Deleted && !seen && e.Name != "":
+					a.links[e.Name] = true
+					a.event("link-added", e.Name, "")
 				}
 			case "neigh":
 				// Skiff's entries are static or permanent; a dynamic
@@ -333,7 +355,7 @@ func (a *Agent) watch(ctx context.Context) {
 				}
 			case "addr":
 				if e.Addr == a.under {
-					a.report(ctx, "underlay-address", e.Addr.String(), map[bool]string{true: "removed", false: "added"}[e.Deleted])
+					a.event("underlay-address", e.Addr.String(), map[bool]string{true: "removed", false: "added"}[e.Deleted])
 				}
 			}
 		})
@@ -343,15 +365,6 @@ func (a *Agent) watch(ctx context.Context) {
 			a.resync()
 			time.Sleep(time.Second)
 		}
-	}
-}
-
-func (a *Agent) report(ctx context.Context, kind, subject, detail string) {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := a.client.ReportEvents(rctx, &skiffv1.ReportEventsRequest{Node: a.cfg.Node, Events: []*skiffv1.NodeEvent{{Kind: kind, Subject: subject, Detail: detail}}})
-	if err != nil {
-		a.log.Warn("reporting event", "kind", kind, "err", err)
 	}
 }
 

@@ -18,11 +18,12 @@ import (
 // cluster is an underlay namespace with a bridge, the controller inside it
 // on 192.0.2.254, and nodes as namespaces with an address on the underlay.
 type cluster struct {
-	t     testing.TB
-	ul    string
-	ctrl  *exec.Cmd
-	data  string
-	nodes map[string]*node
+	t       testing.TB
+	ul      string
+	ctrl    *exec.Cmd
+	ctrlLog string
+	data    string
+	nodes   map[string]*node
 }
 
 type node struct {
@@ -76,7 +77,8 @@ func stop(cmd *exec.Cmd) {
 }
 
 func (c *cluster) startController() {
-	logf, _ := os.Create(filepath.Join(c.t.TempDir(), "controller.log"))
+	c.ctrlLog = filepath.Join(c.t.TempDir(), "controller.log")
+	logf, _ := os.Create(c.ctrlLog)
 	c.ctrl = exec.Command("ip", "netns", "exec", c.ul, filepath.Join(binDir, "skiff-controller"), "--listen", ctrlAddr, "--data-dir", c.data)
 	c.ctrl.Stdout, c.ctrl.Stderr = logf, logf
 	if err := c.ctrl.Start(); err != nil {
@@ -90,7 +92,8 @@ func (c *cluster) startAgent(name string) {
 	n.log = filepath.Join(c.t.TempDir(), "agent.log")
 	logf, _ := os.Create(n.log)
 	n.agent = exec.Command("ip", "netns", "exec", n.ns, filepath.Join(binDir, "skiff-agent"), "--controller", ctrlAddr,
-		"--node", name, "--underlay-ip", n.ip, "--state-dir", n.state, "--socket", n.socket, "--stats-interval", "1s", "--log-level", "debug")
+		"--node", name, "--underlay-ip", n.ip, "--state-dir", n.state, "--socket", n.socket, "--stats-interval", "1s",
+		"--metrics-addr", n.ip+":9100", "--log-level", "debug")
 	n.agent.Stdout, n.agent.Stderr = logf, logf
 	if err := n.agent.Start(); err != nil {
 		c.t.Fatal(err)
