@@ -96,6 +96,20 @@ func TestLocalAPIAndTraffic(t *testing.T) {
 		return fmt.Errorf("no counters for pa yet: %+v", eps)
 	})
 
+	// The controller dies: established forwarding goes on.
+	stop(c.ctrl)
+	testns.Run(t, pa.ns, "ping", "-c", "2", "-W", "2", ipOf(pb))
+	c.startController()
+	for _, n := range c.nodes {
+		eventually(t, func() error {
+			s, err := localapi.NewClient(n.socket).Status(ctx)
+			if err != nil || !s.Ready {
+				return fmt.Errorf("%s not back: %+v %v", n.name, s, err)
+			}
+			return nil
+		})
+	}
+
 	// Bad requests are refused and leave nothing behind.
 	cl := localapi.NewClient(c.nodes["n1"].socket)
 	before := testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")
