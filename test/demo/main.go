@@ -1,27 +1,29 @@
-// Command demo shows Skiff's controller at work: it starts the real
-// skiff-controller with its embedded etcd, registers three nodes and opens
-// their plan streams (as agents do), creates two tenant networks and
-// endpoints with the real skiffctl, and prints what each node is sent.
-// Run it with `make demo`; it removes everything it made.
+// Command demo shows Skiff end to end on one machine (root needed): a
+// controller with its embedded etcd, three nodes as network namespaces on an
+// underlay bridge, each running the real skiff-agent, two tenant networks,
+// pods (namespaces) plumbed by the agents, a connectivity matrix measured
+// with real pings, per-endpoint counters, and a teardown that leaves nothing
+// behind. Run it with `make demo`.
 package main
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/agent/localapi"
 )
+
+const (
+	prefix   = "skdemo-"
+	ctrlAddr = "192.0.2.254:7400"
+)
+
+type pod struct{ name, network, node, ns, ip string }
 
 func main() {
 	if err := run(); err != nil {
@@ -30,155 +32,216 @@ func main() {
 	}
 }
 
+func sh(args ...string) (string, error) {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+func in(ns string, args ...string) (string, error) {
+	return sh(append([]string{"ip", "netns", "exec", ns}, args...)...)
+}
+
+func step(format string, args ...any) { fmt.Printf("\n== "+format+"\n", args...) }
+
+// cleanup removes every namespace the demo may have made, including those
+// of an earlier run that was interrupted.
+func cleanup() {
+	out, _ := sh("ip", "netns", "list")
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			_, _ = sh("ip", "netns", "del", f[0])
+		}
+	}
+}
+
 func run() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("run as root (it creates network namespaces)")
+	}
 	start := time.Now()
+	cleanup()
+	defer cleanup()
 	dir, err := os.MkdirTemp("", "skiff-demo")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	addr := l.Addr().String()
-	l.Close()
-
-	step("start skiff-controller (embedded etcd in %s)", dir)
-	ctrl := exec.Command("bin/skiff-controller", "--listen", addr, "--data-dir", dir, "--log-level", "warn")
-	ctrl.Stderr = os.Stderr
-	if err := ctrl.Start(); err != nil {
-		return err
-	}
-	defer func() { _ = ctrl.Process.Kill(); _ = ctrl.Wait() }()
-
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	agent := skiffv1.NewAgentServiceClient(conn)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	nodes := map[string]string{"node1": "192.0.2.1", "node2": "192.0.2.2", "node3": "192.0.2.3"}
-	var names []string
-	for n := range nodes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	step("register %d nodes and open their plan streams", len(nodes))
-	var (
-		mu  sync.Mutex
-		got = map[string][]string{}
-	)
-	for _, n := range names {
-		if err := retry(func() error {
-			_, err := agent.Register(ctx, &skiffv1.RegisterRequest{Node: &skiffv1.Node{Name: n, UnderlayIp: nodes[n], Mode: "software"}})
-			return err
-		}); err != nil {
-			return fmt.Errorf("register %s: %w", n, err)
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
 		}
-		s, err := agent.StreamPlan(ctx, &skiffv1.StreamPlanRequest{Node: n})
-		if err != nil {
-			return err
-		}
-		go func() {
-			for {
-				u, err := s.Recv()
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				got[n] = append(got[n], describe(u))
-				mu.Unlock()
-			}
-		}()
-	}
+	}()
+	bin, _ := filepath.Abs("bin")
+	ul := prefix + "underlay"
 
-	step("create two tenant networks and endpoints with skiffctl")
+	step("underlay: a bridge in %s, three nodes as namespaces on it", ul)
 	cmds := [][]string{
+		{"ip", "netns", "add", ul},
+		{"ip", "netns", "exec", ul, "ip", "link", "set", "lo", "up"},
+		{"ip", "netns", "exec", ul, "ip", "link", "add", "ul0", "type", "bridge"},
+		{"ip", "netns", "exec", ul, "ip", "addr", "add", "192.0.2.254/24", "dev", "ul0"},
+		{"ip", "netns", "exec", ul, "ip", "link", "set", "ul0", "up"},
+	}
+	nodes := []string{"node1", "node2", "node3"}
+	for i, n := range nodes {
+		ns, ip := prefix+n, fmt.Sprintf("192.0.2.%d", i+1)
+		cmds = append(cmds,
+			[]string{"ip", "netns", "add", ns},
+			[]string{"ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"},
+			[]string{"ip", "netns", "exec", ul, "ip", "link", "add", fmt.Sprintf("ulp%d", i), "type", "veth", "peer", "name", "eth0", "netns", ns},
+			[]string{"ip", "netns", "exec", ul, "ip", "link", "set", fmt.Sprintf("ulp%d", i), "master", "ul0", "up"},
+			[]string{"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/24", "dev", "eth0"},
+			[]string{"ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up"})
+	}
+	for _, c := range cmds {
+		if _, err := sh(c...); err != nil {
+			return err
+		}
+	}
+	logf, err := os.Create(filepath.Join(dir, "skiff.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	startProc := func(ns string, args ...string) error {
+		p := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
+		p.Stdout, p.Stderr = logf, logf
+		if err := p.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		return nil
+	}
+	step("skiff-controller with embedded etcd on %s; a skiff-agent on every node", ctrlAddr)
+	if err := startProc(ul, bin+"/skiff-controller", "--listen", ctrlAddr, "--data-dir", filepath.Join(dir, "controller")); err != nil {
+		return err
+	}
+	ctl := func(args ...string) (string, error) {
+		return in(ul, append([]string{bin + "/skiffctl", "--controller", ctrlAddr}, args...)...)
+	}
+	if err := retry(func() error { _, err := ctl("get", "nodes"); return err }); err != nil {
+		return err
+	}
+	sockets := map[string]string{}
+	for i, n := range nodes {
+		sockets[n] = filepath.Join(dir, n+".sock")
+		if err := startProc(prefix+n, bin+"/skiff-agent", "--controller", ctrlAddr, "--node", n, "--underlay-ip", fmt.Sprintf("192.0.2.%d", i+1),
+			"--state-dir", filepath.Join(dir, n), "--socket", sockets[n], "--stats-interval", "1s"); err != nil {
+			return err
+		}
+	}
+	if err := retry(func() error {
+		out, _ := ctl("get", "nodes")
+		if strings.Count(out, "true") != 3 {
+			return fmt.Errorf("agents not all connected:\n%s", out)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	out, _ := ctl("get", "nodes")
+	fmt.Print(indent(out))
+
+	step("two tenant networks")
+	for _, c := range [][]string{
 		{"network", "create", "blue", "--vni", "100"},
 		{"subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24"},
 		{"network", "create", "red", "--vni", "200"},
 		{"subnet", "create", "red-v4", "--network", "red", "--cidr", "203.0.113.0/24"},
-		{"endpoint", "create", "web-1", "--network", "blue", "--node", "node1", "--label", "app=web"},
-		{"endpoint", "create", "web-2", "--network", "blue", "--node", "node2", "--label", "app=web"},
-		{"endpoint", "create", "db-1", "--network", "red", "--node", "node2", "--label", "app=db"},
-		{"endpoint", "create", "db-2", "--network", "red", "--node", "node3", "--label", "app=db"},
+	} {
+		out, err := ctl(c...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  $ skiffctl %s\n%s", strings.Join(c, " "), indent(out))
 	}
-	for _, c := range cmds {
-		if err := ctl(addr, c...); err != nil {
+
+	step("pods: namespaces whose eth0 the node's agent plumbs (the CNI plugin will make this call)")
+	pods := []*pod{{name: "blue-a", network: "blue", node: "node1"}, {name: "blue-b", network: "blue", node: "node2"},
+		{name: "blue-c", network: "blue", node: "node3"}, {name: "red-a", network: "red", node: "node1"}, {name: "red-c", network: "red", node: "node3"}}
+	ctx := context.Background()
+	for _, p := range pods {
+		p.ns = prefix + "pod-" + p.name
+		if _, err := sh("ip", "netns", "add", p.ns); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		r, err := localapi.NewClient(sockets[p.node]).Create(ctx, localapi.CreateRequest{Name: p.name, Network: p.network,
+			NetNS: "/var/run/netns/" + p.ns, IfName: "eth0", Labels: map[string]string{"app": p.name}})
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", p.name, err)
+		}
+		p.ip = strings.Split(r.IPs[0], "/")[0]
+		fmt.Printf("  %-7s on %s: %s %s via %s (ready in %v)\n", p.name, p.node, r.IPs[0], r.MAC, r.Gateways[0], time.Since(t0).Round(time.Millisecond))
+	}
+
+	step("connectivity matrix, real pings (same network: reachable; across networks: isolated)")
+	fmt.Printf("  %-8s", "from\\to")
+	for _, q := range pods {
+		fmt.Printf(" %-8s", q.name)
+	}
+	fmt.Println()
+	bad := 0
+	for _, p := range pods {
+		fmt.Printf("  %-8s", p.name)
+		for _, q := range pods {
+			if p == q {
+				fmt.Printf(" %-8s", "-")
+				continue
+			}
+			_, err := in(p.ns, "ping", "-c", "1", "-W", "1", q.ip)
+			ok := err == nil
+			want := p.network == q.network
+			mark := map[bool]string{true: "ok", false: "blocked"}[ok]
+			if ok != want {
+				mark += "(!)"
+				bad++
+			}
+			fmt.Printf(" %-8s", mark)
+		}
+		fmt.Println()
+	}
+
+	step("per-endpoint counters (reported by the agents every second)")
+	time.Sleep(1500 * time.Millisecond)
+	out, _ = ctl("get", "endpoints")
+	fmt.Print(indent(out))
+	step("node2's plan (skiffctl plan node2)")
+	out, _ = ctl("plan", "node2")
+	fmt.Print(indent(out))
+
+	for _, p := range pods {
+		if err := localapi.NewClient(sockets[p.node]).Delete(ctx, p.name); err != nil {
 			return err
 		}
 	}
-	step("bad input is refused with the field and the reason")
-	_ = ctl(addr, "network", "create", "green", "--vni", "0")
-	_ = ctl(addr, "network", "create", "green", "--vni", "100")
-
-	step("skiffctl get endpoints")
-	if err := ctl(addr, "get", "endpoints"); err != nil {
-		return err
+	step("done in %.1fs; pods deleted, agents and controller stopped, namespaces removed", time.Since(start).Seconds())
+	if bad > 0 {
+		return fmt.Errorf("%d cells of the matrix were not as expected", bad)
 	}
-	step("skiffctl plan node2 (node2 has endpoints on both networks)")
-	time.Sleep(300 * time.Millisecond)
-	if err := ctl(addr, "plan", "node2"); err != nil {
-		return err
-	}
-
-	step("what each node's plan stream carried (relevance: a node hears only of networks it has endpoints on)")
-	time.Sleep(200 * time.Millisecond)
-	mu.Lock()
-	for _, n := range names {
-		fmt.Printf("  %s:\n", n)
-		for _, line := range got[n] {
-			fmt.Printf("    %s\n", line)
-		}
-	}
-	mu.Unlock()
-	step("done in %.1fs; controller stopped, %s removed", time.Since(start).Seconds(), dir)
 	return nil
 }
 
-func describe(u *skiffv1.PlanUpdate) string {
-	if s := u.GetSnapshot(); s != nil {
-		return fmt.Sprintf("snapshot rev %d: %d networks, %d local, %d remote", s.Revision, len(s.Networks), len(s.LocalEndpoints), len(s.RemoteEndpoints))
+func indent(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString("    " + l + "\n")
 	}
-	d := u.GetDelta()
-	var parts []string
-	for _, n := range d.UpsertNetworks {
-		parts = append(parts, fmt.Sprintf("network %s (vni %d, flood %v)", n.Name, n.Vni, n.FloodVteps))
-	}
-	for _, e := range d.UpsertLocal {
-		parts = append(parts, fmt.Sprintf("local %s %s %v", e.Name, e.Mac, e.Ips))
-	}
-	for _, e := range d.UpsertRemote {
-		parts = append(parts, fmt.Sprintf("remote %s %v via %s", e.Name, e.Ips, e.Vtep))
-	}
-	return fmt.Sprintf("delta rev %d->%d: %s", d.FromRevision, d.Revision, strings.Join(parts, "; "))
-}
-
-func ctl(addr string, args ...string) error {
-	fmt.Printf("  $ skiffctl %s\n", strings.Join(args, " "))
-	cmd := exec.Command(filepath.Join("bin", "skiffctl"), append([]string{"--controller", addr}, args...)...)
-	out, err := cmd.CombinedOutput()
-	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
-		fmt.Printf("    %s\n", line)
-	}
-	return err
+	return b.String()
 }
 
 func retry(f func() error) error {
 	var err error
-	for range 100 {
+	for range 200 {
 		if err = f(); err == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return err
-}
-
-func step(format string, args ...any) {
-	fmt.Printf("\n== "+format+"\n", args...)
 }
