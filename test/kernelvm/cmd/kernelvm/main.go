@@ -1,0 +1,67 @@
+// Command kernelvm builds test binaries of the given packages and runs
+// them in one boot of Debian's kernel under qemu. See package kernelvm.
+//
+//	go run ./test/kernelvm/cmd/kernelvm [-v] [-run REGEXP] ./offload/eswitch ./test/kernelvm/vmtest
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/skiff-sdn/skiff/test/kernelvm"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	cache := flag.String("cache", kernelvm.DefaultCacheDir, "kernel cache prepared by hack/kernelvm/setup.sh")
+	version := flag.String("kernel", "", "kernel version in the cache (default: <cache>/current)")
+	timeout := flag.Duration("timeout", 5*time.Minute, "limit for the whole boot")
+	runRE := flag.String("run", "", "only run tests matching this regexp (go test -run)")
+	verbose := flag.Bool("v", false, "show the guest output of passing packages too")
+	flag.Parse()
+	if flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: kernelvm [flags] PKG...")
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	cfg := kernelvm.Config{
+		CacheDir: *cache, Version: *version, Packages: flag.Args(), Timeout: *timeout,
+		Logger: log, Output: os.Stdout, Verbose: *verbose,
+	}
+	if *runRE != "" {
+		cfg.TestArgs = []string{"-test.run=" + *runRE}
+	}
+	res, err := kernelvm.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, p := range res.Packages {
+		status := "ok  "
+		if p.Err != nil {
+			status = "FAIL"
+		}
+		fmt.Printf("%s %s: %d passed, %d failed, %d skipped", status, p.Package, len(p.Passed), len(p.Failed), len(p.Skipped))
+		if p.Err != nil {
+			fmt.Printf(": %v", p.Err)
+		}
+		fmt.Println()
+	}
+	passed, failed := res.Counts()
+	fmt.Printf("kernel %s: build %s, boot and tests %s\n", res.Kernel, res.Build.Round(time.Millisecond), res.Boot.Round(time.Millisecond))
+	fmt.Printf("kernelvm: %d passed, %d failed\n", passed, failed)
+	if res.Failed() {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,282 @@
+package kernelvm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultCacheDir is where hack/kernelvm/setup.sh caches kernels.
+const DefaultCacheDir = "/var/cache/skiff-kernelvm"
+
+// Config of one VM run.
+type Config struct {
+	CacheDir string // DefaultCacheDir when empty
+	Version  string // <CacheDir>/current when empty
+	Modules  []string
+	// Packages to test, as go test takes them (./offload/eswitch).
+	Packages []string
+	// TestArgs are passed to every test binary (e.g. -test.run=X).
+	TestArgs []string
+	// Dir is the module directory go builds in; the working directory
+	// when empty.
+	Dir     string
+	Timeout time.Duration // for the whole boot; 5 minutes when zero
+	Memory  string        // qemu -m; "1024" when empty
+	CPUs    int           // qemu -smp; 2 when zero
+	Logger  *slog.Logger
+	// Output receives the guest's test output of failed packages (and of
+	// all packages when Verbose), and the console on a broken boot.
+	Output  io.Writer
+	Verbose bool
+}
+
+// PackageResult is what the guest reported for one package.
+type PackageResult struct {
+	Package  string
+	Passed   []string
+	Failed   []string
+	Skipped  []string
+	ExitCode int
+	Log      string
+	Err      error // why the package counts as failed; nil when it passed
+}
+
+// Result of a run.
+type Result struct {
+	Kernel   string
+	Packages []PackageResult
+	Build    time.Duration
+	Boot     time.Duration // qemu start to power-off, tests included
+	Console  string
+}
+
+// Failed reports whether any package failed.
+func (r *Result) Failed() bool {
+	for _, p := range r.Packages {
+		if p.Err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Counts returns the number of passed and failed tests (a package that
+// failed without a failing test counts as one failure).
+func (r *Result) Counts() (passed, failed int) {
+	for _, p := range r.Packages {
+		passed += len(p.Passed)
+		failed += len(p.Failed)
+		if p.Err != nil && len(p.Failed) == 0 {
+			failed++
+		}
+	}
+	return passed, failed
+}
+
+var (
+	rePass = regexp.MustCompile(`(?m)^\s*--- PASS: (\S+)`)
+	reFail = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`)
+	reSkip = regexp.MustCompile(`(?m)^\s*--- SKIP: (\S+)`)
+)
+
+func binName(pkg string) string {
+	s := strings.Trim(pkg, "./")
+	s = strings.NewReplacer("/", "_", ".", "_", "-", "_").Replace(s)
+	if s == "" {
+		s = "root"
+	}
+	return s + ".test"
+}
+
+// Run builds the packages' test binaries, boots the VM once and returns
+// what the guest reported. The error is for a harness that could not run
+// (no cache, build failure, boot that did not finish); test failures are
+// in the Result.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = DefaultCacheDir
+	}
+	if cfg.Modules == nil {
+		cfg.Modules = DefaultModules
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	if cfg.Memory == "" {
+		cfg.Memory = "1024"
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 2
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Output == nil {
+		cfg.Output = io.Discard
+	}
+	log := cfg.Logger
+	if len(cfg.Packages) == 0 {
+		return nil, errors.New("kernelvm: no packages to test")
+	}
+	if cfg.Version == "" {
+		b, err := os.ReadFile(filepath.Join(cfg.CacheDir, "current"))
+		if err != nil {
+			return nil, fmt.Errorf("kernelvm: no prepared kernel (run hack/kernelvm/setup.sh): %w", err)
+		}
+		cfg.Version = strings.TrimSpace(string(b))
+	}
+	verDir := filepath.Join(cfg.CacheDir, cfg.Version)
+	if _, err := os.Stat(filepath.Join(verDir, ".complete")); err != nil {
+		return nil, fmt.Errorf("kernelvm: kernel %s not prepared in %s (run hack/kernelvm/setup.sh): %w", cfg.Version, verDir, err)
+	}
+	res := &Result{Kernel: cfg.Version}
+
+	share, err := os.MkdirTemp("", "skiff-kernelvm-")
+	if err != nil {
+		return nil, fmt.Errorf("kernelvm: %w", err)
+	}
+	defer os.RemoveAll(share)
+	for _, d := range []string{"bin", "out"} {
+		if err := os.Mkdir(filepath.Join(share, d), 0o755); err != nil {
+			return nil, fmt.Errorf("kernelvm: %w", err)
+		}
+	}
+
+	start := time.Now()
+	var names []string
+	for _, pkg := range cfg.Packages {
+		name := binName(pkg)
+		out := filepath.Join(share, "bin", name)
+		cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", out, pkg)
+		cmd.Dir = cfg.Dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("kernelvm: go test -c %s: %w\n%s", pkg, err, b)
+		}
+		if _, err := os.Stat(out); err != nil {
+			return nil, fmt.Errorf("kernelvm: %s has no test files: %w", pkg, err)
+		}
+		if len(cfg.TestArgs) > 0 {
+			if err := os.WriteFile(filepath.Join(share, "args."+name), []byte(strings.Join(cfg.TestArgs, " ")), 0o644); err != nil {
+				return nil, fmt.Errorf("kernelvm: %w", err)
+			}
+		}
+		names = append(names, name)
+	}
+	if err := os.WriteFile(filepath.Join(share, "tests.list"), []byte(strings.Join(names, "\n")+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("kernelvm: %w", err)
+	}
+	res.Build = time.Since(start)
+
+	initrd, err := buildInitramfs(verDir, cfg.Version, cfg.Modules)
+	if err != nil {
+		return nil, fmt.Errorf("kernelvm: initramfs: %w", err)
+	}
+	log.Info("kernelvm: booting", "kernel", cfg.Version, "initramfs", initrd, "packages", len(names), "build", res.Build.Round(time.Millisecond))
+
+	console := filepath.Join(share, "console.log")
+	bootCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	args := []string{
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-machine", "q35", "-cpu", "max", "-accel", "tcg,thread=multi",
+		"-smp", strconv.Itoa(cfg.CPUs), "-m", cfg.Memory,
+		"-kernel", filepath.Join(verDir, "vmlinuz"), "-initrd", initrd,
+		"-append", "console=ttyS0 quiet panic=-1 oops=panic loglevel=4 rdinit=/init",
+		"-serial", "file:" + console,
+		"-virtfs", "local,path=" + share + ",mount_tag=host0,security_model=none,id=host0",
+	}
+	qemu := exec.CommandContext(bootCtx, "qemu-system-x86_64", args...)
+	var qout bytes.Buffer
+	qemu.Stdout, qemu.Stderr = &qout, &qout
+	start = time.Now()
+	qerr := qemu.Run() // its exit status says nothing about the tests
+	res.Boot = time.Since(start)
+	cons, _ := os.ReadFile(console)
+	res.Console = string(cons)
+	if _, err := os.Stat(filepath.Join(share, "out", "DONE")); err != nil {
+		fmt.Fprintf(cfg.Output, "---- guest console ----\n%s\n---- qemu ----\n%s\n", cons, qout.String())
+		why := "guest did not finish"
+		if bootCtx.Err() != nil {
+			why = fmt.Sprintf("guest did not finish within %s", cfg.Timeout)
+		}
+		// Keep what the guest did write: a package's log may say where it hung.
+		for _, n := range names {
+			if b, err := os.ReadFile(filepath.Join(share, "out", n+".log")); err == nil {
+				fmt.Fprintf(cfg.Output, "---- %s (unfinished) ----\n%s\n", n, b)
+			}
+		}
+		return res, fmt.Errorf("kernelvm: %s (qemu: %v)", why, qerr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(share, "out", "uname")); len(b) > 0 {
+		res.Kernel = strings.TrimSpace(string(b))
+	}
+	var insmodErr error
+	if b, _ := os.ReadFile(filepath.Join(share, "out", "insmod.err")); len(bytes.TrimSpace(b)) > 0 {
+		dm, _ := os.ReadFile(filepath.Join(share, "out", "dmesg.boot"))
+		insmodErr = fmt.Errorf("module loading failed in the guest: %s\nguest kernel log:\n%s", bytes.TrimSpace(b), dm)
+	}
+	for i, n := range names {
+		pr := judge(cfg.Packages[i], filepath.Join(share, "out", n))
+		if pr.Err == nil && insmodErr != nil {
+			pr.Err = insmodErr
+		}
+		if pr.Err != nil || cfg.Verbose {
+			fmt.Fprintf(cfg.Output, "---- %s (guest output) ----\n%s\n", pr.Package, pr.Log)
+		}
+		res.Packages = append(res.Packages, pr)
+	}
+	return res, nil
+}
+
+// judge reads what the guest wrote for one package.
+func judge(pkg, base string) PackageResult {
+	pr := PackageResult{Package: pkg, ExitCode: -1}
+	logb, err := os.ReadFile(base + ".log")
+	if err != nil {
+		pr.Err = fmt.Errorf("no output from the guest: %w", err)
+		return pr
+	}
+	pr.Log = string(logb)
+	rcb, err := os.ReadFile(base + ".rc")
+	if err != nil {
+		pr.Err = fmt.Errorf("no exit status from the guest: %w", err)
+		return pr
+	}
+	pr.ExitCode, err = strconv.Atoi(strings.TrimSpace(string(rcb)))
+	if err != nil {
+		pr.Err = fmt.Errorf("bad exit status %q from the guest", rcb)
+		return pr
+	}
+	for _, m := range rePass.FindAllStringSubmatch(pr.Log, -1) {
+		pr.Passed = append(pr.Passed, m[1])
+	}
+	for _, m := range reFail.FindAllStringSubmatch(pr.Log, -1) {
+		pr.Failed = append(pr.Failed, m[1])
+	}
+	for _, m := range reSkip.FindAllStringSubmatch(pr.Log, -1) {
+		pr.Skipped = append(pr.Skipped, m[1])
+	}
+	switch {
+	case pr.ExitCode != 0:
+		pr.Err = fmt.Errorf("test binary exited %d (failed: %s)", pr.ExitCode, strings.Join(pr.Failed, ", "))
+	case len(pr.Failed) > 0:
+		pr.Err = fmt.Errorf("tests failed: %s", strings.Join(pr.Failed, ", "))
+	case len(pr.Skipped) > 0:
+		pr.Err = fmt.Errorf("tests skipped inside the VM (nothing may skip there): %s", strings.Join(pr.Skipped, ", "))
+	case len(pr.Passed) == 0:
+		pr.Err = errors.New("no test ran")
+	}
+	return pr
+}
