@@ -1,0 +1,63 @@
+package eswitch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+)
+
+// NetlinkDevlink is the Devlink of the current network namespace, over the
+// devlink generic netlink family.
+type NetlinkDevlink struct{}
+
+func splitHandle(h string) (bus, dev string, err error) {
+	bus, dev, ok := strings.Cut(h, "/")
+	if !ok || bus == "" || dev == "" {
+		return "", "", fmt.Errorf("devlink handle %q is not bus/device", h)
+	}
+	return bus, dev, nil
+}
+
+// EswitchMode implements Devlink.
+func (NetlinkDevlink) EswitchMode(_ context.Context, handle string) (Mode, error) {
+	bus, dev, err := splitHandle(handle)
+	if err != nil {
+		return ModeNone, err
+	}
+	d, err := netlink.DevLinkGetDeviceByName(bus, dev)
+	if err != nil {
+		if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.ENOENT) {
+			return ModeNone, fmt.Errorf("devlink %s: %w: %w", handle, ErrNoEswitch, err)
+		}
+		return ModeNone, fmt.Errorf("devlink %s: get device: %w", handle, err)
+	}
+	// The library drops the error of its eswitch query and leaves the
+	// mode empty: that is a device without an eswitch (EOPNOTSUPP).
+	switch d.Attrs.Eswitch.Mode {
+	case "legacy":
+		return ModeLegacy, nil
+	case "switchdev":
+		return ModeSwitchdev, nil
+	case "":
+		return ModeNone, fmt.Errorf("devlink %s: %w", handle, ErrNoEswitch)
+	default:
+		return ModeNone, fmt.Errorf("devlink %s: unknown eswitch mode %q", handle, d.Attrs.Eswitch.Mode)
+	}
+}
+
+// SetEswitchMode implements Devlink.
+func (NetlinkDevlink) SetEswitchMode(_ context.Context, handle string, m Mode) error {
+	bus, dev, err := splitHandle(handle)
+	if err != nil {
+		return err
+	}
+	d := &netlink.DevlinkDevice{BusName: bus, DeviceName: dev}
+	if err := netlink.DevLinkSetEswitchMode(d, string(m)); err != nil {
+		return fmt.Errorf("devlink %s: set eswitch mode %s: %w", handle, m, err)
+	}
+	return nil
+}
