@@ -78,14 +78,38 @@ func (d *Discoverer) SetNumVFs(pfNetdev string, n int) error {
 		}
 		return nil
 	}
-	if cur != 0 && n != 0 {
-		d.log.Info("resetting VF count through 0", "pf", pfNetdev, "from", cur, "to", n)
-		if err := write(0); err != nil {
+	if cur == 0 || n == 0 {
+		if err := write(n); err != nil {
 			return err
 		}
+		d.log.Info("set VF count", "pf", pfNetdev, "from", cur, "to", n)
+		return nil
+	}
+	// Nonzero to nonzero: through 0. Drivers may fall back to legacy
+	// mode when the VFs go (netdevsim does), so the eswitch mode is put
+	// back afterwards; and when the new count is refused, the old one is
+	// restored rather than leaving the PF without VFs.
+	ctx := context.Background()
+	mode, modeErr := d.Mode(ctx, pfNetdev)
+	d.log.Info("resetting VF count through 0", "pf", pfNetdev, "from", cur, "to", n, "mode", mode)
+	if err := write(0); err != nil {
+		return err
 	}
 	if err := write(n); err != nil {
-		return err
+		if rerr := write(cur); rerr != nil {
+			return fmt.Errorf("%w; restoring %d VFs failed too: %w", err, cur, rerr)
+		}
+		if modeErr == nil {
+			if rerr := d.SetMode(ctx, pfNetdev, mode); rerr != nil {
+				return fmt.Errorf("%w; %d VFs restored but not eswitch mode %s: %w", err, cur, mode, rerr)
+			}
+		}
+		return fmt.Errorf("%w (the previous %d VFs were restored)", err, cur)
+	}
+	if modeErr == nil && mode != ModeNone {
+		if err := d.SetMode(ctx, pfNetdev, mode); err != nil {
+			return fmt.Errorf("pf %s: %d VFs set, but restoring eswitch mode %s: %w", pfNetdev, n, mode, err)
+		}
 	}
 	d.log.Info("set VF count", "pf", pfNetdev, "from", cur, "to", n)
 	return nil
