@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -145,6 +147,18 @@ func (a *Agent) Delete(ctx context.Context, name string) error {
 	}
 	a.resync()
 	return nil
+}
+
+// List implements localapi.Backend: this node's endpoints in the current
+// plan, sorted by name.
+func (a *Agent) List() []localapi.Endpoint {
+	p := a.current()
+	out := []localapi.Endpoint{}
+	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
+		e := p.Local[name]
+		out = append(out, localapi.Endpoint{Name: name, Network: e.Network, Owner: e.Owner, Labels: e.Labels, HostIf: software.HostIfName(name)})
+	}
+	return out
 }
 
 // Status implements localapi.Backend.

@@ -4,6 +4,7 @@
 //
 //	POST   /v1/endpoints          CreateRequest -> CreateResponse
 //	DELETE /v1/endpoints/NAME     idempotent
+//	GET    /v1/endpoints          []Endpoint (this node's endpoints)
 //	GET    /v1/status             Status
 //
 // Errors come back as {"error": "...", "code": "..."} with an HTTP status.
@@ -53,6 +54,15 @@ type CreateResponse struct {
 	Revision int64    `json:"revision"`
 }
 
+// Endpoint is one of this node's endpoints as the list call shows it.
+type Endpoint struct {
+	Name    string            `json:"name"`
+	Network string            `json:"network"`
+	Owner   string            `json:"owner,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	HostIf  string            `json:"hostIf"`
+}
+
 // Status tells whether the agent can serve.
 type Status struct {
 	Ready     bool   `json:"ready"`
@@ -98,6 +108,15 @@ func (c *Client) Create(ctx context.Context, r CreateRequest) (*CreateResponse, 
 // exist succeeds.
 func (c *Client) Delete(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/endpoints/"+url.PathEscape(name), nil, nil)
+}
+
+// List returns this node's endpoints.
+func (c *Client) List(ctx context.Context) ([]Endpoint, error) {
+	var out []Endpoint
+	if err := c.do(ctx, http.MethodGet, "/v1/endpoints", nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Status returns the agent's status.

@@ -21,6 +21,7 @@ import (
 type Backend interface {
 	Create(ctx context.Context, r CreateRequest) (*CreateResponse, error)
 	Delete(ctx context.Context, name string) error
+	List() []Endpoint
 	Status() Status
 }
 
@@ -68,6 +69,9 @@ func Serve(ctx context.Context, socket string, b Backend, log *slog.Logger) erro
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, b.List())
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, b.Status())

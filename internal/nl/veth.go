@@ -179,3 +179,44 @@ func (k *real) Stats() (map[string]Counters, error) {
 	}
 	return out, nil
 }
+
+// Inspect reads an interface of this namespace back as an Iface: MAC, MTU,
+// global addresses and the gateways of its default routes.
+func Inspect(k Kernel, name string) (Iface, error) {
+	r, ok := k.(*real)
+	if !ok {
+		return Iface{}, errors.New("nl: Inspect needs the real kernel")
+	}
+	l, err := r.h.LinkByName(name)
+	if err != nil {
+		return Iface{}, fmt.Errorf("nl: %s: %w", name, err)
+	}
+	out := Iface{Name: name, MAC: l.Attrs().HardwareAddr.String(), MTU: l.Attrs().MTU}
+	addrs, err := r.h.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return Iface{}, fmt.Errorf("nl: addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || ip.Unmap().IsLinkLocalUnicast() {
+			continue
+		}
+		bits, _ := a.Mask.Size()
+		out.Addrs = append(out.Addrs, netip.PrefixFrom(ip.Unmap(), bits))
+	}
+	routes, err := r.h.RouteList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return Iface{}, fmt.Errorf("nl: routes of %s: %w", name, err)
+	}
+	for _, rt := range routes {
+		if gw, ok := netip.AddrFromSlice(rt.Gw); ok && (rt.Dst == nil || isDefault(rt.Dst)) {
+			out.Gateway = append(out.Gateway, gw.Unmap())
+		}
+	}
+	return out, nil
+}
+
+func isDefault(n *net.IPNet) bool {
+	ones, _ := n.Mask.Size()
+	return ones == 0
+}
