@@ -192,10 +192,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-machine", "q35", "-cpu", "max", "-accel", "tcg,thread=multi",
 		"-smp", strconv.Itoa(cfg.CPUs), "-m", cfg.Memory,
+		// An emulated IOMMU, so that vfio-pci can bind (Debian builds
+		// no VFIO no-IOMMU mode). It must come before the other devices.
+		"-device", "intel-iommu,intremap=off",
 		"-kernel", filepath.Join(verDir, "vmlinuz"), "-initrd", initrd,
-		"-append", "console=ttyS0 quiet panic=-1 oops=panic loglevel=4 rdinit=/init",
+		"-append", "console=ttyS0 quiet panic=-1 oops=panic loglevel=4 rdinit=/init intel_iommu=on iommu=pt",
 		"-serial", "file:" + console,
 		"-virtfs", "local,path=" + share + ",mount_tag=host0,security_model=none,id=host0",
+		// A spare PCI function for driver binding tests (vfio-pci).
+		"-device", "virtio-rng-pci",
 	}
 	qemu := exec.CommandContext(bootCtx, "qemu-system-x86_64", args...)
 	var qout bytes.Buffer

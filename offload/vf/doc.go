@@ -1,0 +1,21 @@
+// Package vf configures SR-IOV virtual functions from the host side: the
+// settings a PF holds for each of its VFs (MAC, VLAN and QoS, spoof check,
+// trust, link state, rate limits), set over rtnetlink on the PF, and the
+// binding of a VF's PCI function to vfio-pci (for a VM) and back to the
+// driver it had, through sysfs.
+//
+//	m := vf.NewManager(vf.Options{Logger: log})         // netlink of this namespace
+//	err := m.Apply("ens1f0np0", 3, vf.Settings{
+//		MAC: mac, VLAN: vf.Ptr(100), SpoofCheck: vf.Ptr(true), Trust: vf.Ptr(false),
+//		LinkState: vf.Ptr(vf.LinkAuto), MaxTxRateMbps: vf.Ptr(uint32(1000)),
+//	})
+//
+//	b := vf.NewBinder(vf.BinderOptions{Logger: log})    // /sys
+//	prev, err := b.BindVFIO("0000:03:00.5")              // remembers nothing: keep prev
+//	err = b.Restore("0000:03:00.5", prev)
+//
+// Apply reads the VF's current state first and changes only what differs,
+// so applying the same settings again does nothing. BindVFIO and Restore are
+// idempotent: binding a function that is already on vfio-pci, or restoring
+// one already on its driver, only makes sure driver_override is right.
+package vf
