@@ -59,8 +59,9 @@ func (d *Discoverer) Discover(ctx context.Context) (*Node, error) {
 			continue
 		}
 		if prev, ok := byDev[nd.devPath]; ok {
-			// Two candidate netdevs on one device: prefer the uplink.
-			if prev.Uplink != nil || !uplink {
+			// Several candidate netdevs on one device (netdevsim with
+			// several ports): prefer an uplink, then the lowest port.
+			if !uplink || (prev.Uplink != nil && prev.Uplink.Port.PF <= nd.port.PF) {
 				continue
 			}
 		} else {
@@ -204,8 +205,10 @@ func (d *Discoverer) fillPF(ctx context.Context, pf *PF, devPath string) error {
 			return pathErr(devPath, "PF device name is not a PCI address", err)
 		}
 		pf.Number = fn
-	} else if pf.Uplink != nil {
-		pf.Number = pf.Uplink.Port.PF
+	} else {
+		// A non-PCI device (netdevsim) is its own only PF: its VF ports
+		// are pf0vfN whatever its uplink port is called (netdevsim: p1).
+		pf.Number = 0
 	}
 	var err error
 	if n, ok, err := readInt(filepath.Join(devPath, "sriov_numvfs")); err != nil {

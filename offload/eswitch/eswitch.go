@@ -101,7 +101,7 @@ type PF struct {
 	// (0000:03:00.0), or "netdevsim" and "netdevsim10".
 	Bus, Device string
 	// Number is the PF number representors use (pf<N>): the PCI function
-	// number for PCI devices, else the uplink's port number.
+	// number for PCI devices, 0 for other devices (netdevsim).
 	Number   int
 	Mode     Mode
 	SwitchID string // phys_switch_id, empty when the device has none

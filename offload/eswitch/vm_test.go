@@ -49,7 +49,7 @@ func TestNetdevsimSwitchdev(t *testing.T) {
 		t.Fatalf("%v (PFs: %+v)", err, node.PFs)
 	}
 	t.Logf("netdevsim PF %s: bus %s device %s port %q switch %s mode %s vfs %d/%d", pf.Netdev, pf.Bus, pf.Device, pf.PortName, pf.SwitchID, pf.Mode, pf.NumVFs, pf.TotalVFs)
-	if pf.DevlinkHandle() != ns.Handle() || pf.Mode != eswitch.ModeLegacy || pf.NumVFs != 0 || pf.SwitchID == "" {
+	if pf.DevlinkHandle() != ns.Handle() || pf.Mode != eswitch.ModeLegacy || pf.NumVFs != 0 || pf.SwitchID == "" || pf.Number != 0 || pf.TotalVFs != -1 {
 		t.Fatalf("PF before: %+v", pf)
 	}
 	if node.Kind != eswitch.NodeNone {
@@ -166,4 +166,55 @@ func TestDevlinkNoEswitch(t *testing.T) {
 		t.Fatal("mode of a missing device")
 	}
 	t.Logf("missing device: %v", err)
+}
+
+// TestNetdevsimTwoPorts: a device with two physical ports (p1, p2) on one
+// switch is one PF (its first port) owning all VF representors.
+func TestNetdevsimTwoPorts(t *testing.T) {
+	guest.Require(t)
+	ctx := context.Background()
+	d := eswitch.New(eswitch.Options{})
+	ns := guest.NewNetdevsim(t, 32, 2)
+	devs := ns.Netdevs(t)
+	t.Cleanup(func() {
+		for _, n := range devs {
+			_ = d.SetMode(ctx, n, eswitch.ModeLegacy)
+			_ = d.SetNumVFs(n, 0)
+			return
+		}
+	})
+	if err := d.SetNumVFs(devs[0], 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetMode(ctx, devs[0], eswitch.ModeSwitchdev); err != nil {
+		t.Fatal(err)
+	}
+	node, err := d.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Problems) != 0 {
+		t.Fatalf("problems: %v", node.Problems)
+	}
+	var pfs []eswitch.PF
+	for _, pf := range node.PFs {
+		if pf.DevlinkHandle() == ns.Handle() {
+			pfs = append(pfs, pf)
+		}
+	}
+	if len(pfs) != 1 {
+		t.Fatalf("%d PFs for %s, want 1: %+v", len(pfs), ns.Handle(), pfs)
+	}
+	pf := pfs[0]
+	if pf.Uplink == nil || pf.PortName != "p1" {
+		t.Errorf("PF %s port %q uplink %+v, want the p1 port", pf.Netdev, pf.PortName, pf.Uplink)
+	}
+	for i := range 3 {
+		if _, err := pf.RepresentorForVF(i); err != nil {
+			t.Error(err)
+		}
+	}
+	if len(pf.Representors) != 3 {
+		t.Errorf("representors = %+v", pf.Representors)
+	}
 }
