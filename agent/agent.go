@@ -135,6 +135,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	fw, err := nl.OpenFirewall(nl.Options{})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer fw.Close()
 	creds, err := clientCreds(cfg)
 	if err != nil {
 		return err
@@ -146,7 +151,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer conn.Close()
 	a := &Agent{cfg: cfg, log: log, client: skiffv1.NewAgentServiceClient(conn), kernel: k,
-		dp: software.New(k, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{})}
+		dp: software.New(k, fw, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{})}
 	a.metrics()
 
 	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)

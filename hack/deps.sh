@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(
   protobuf-compiler   # protoc 3.21.12 for `make generate` and its staleness test
   etcd-server         # a real external etcd for the replica tests
-  iproute2 iputils-ping curl
+  iproute2 iputils-ping curl nftables
 )
 missing=()
 for p in "${pkgs[@]}"; do

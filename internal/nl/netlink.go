@@ -338,3 +338,72 @@ func (k *real) DeleteNeigh(n Neigh) error {
 	}
 	return nil
 }
+
+func (k *real) Addrs(index int) ([]netip.Prefix, error) {
+	l, err := k.byIndex(index)
+	if err != nil {
+		return nil, err
+	}
+	as, err := k.h.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("nl: addresses of %s: %w", l.Attrs().Name, err)
+	}
+	var out []netip.Prefix
+	for _, a := range as {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok || ip.Unmap().IsLinkLocalUnicast() {
+			continue
+		}
+		bits, _ := a.Mask.Size()
+		out = append(out, netip.PrefixFrom(ip.Unmap(), bits))
+	}
+	return out, nil
+}
+
+func addrOf(a netip.Prefix) *netlink.Addr {
+	x := &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}}
+	if a.Addr().Is6() {
+		x.Flags = unix.IFA_F_NODAD
+	}
+	return x
+}
+
+func (k *real) AddAddr(index int, a netip.Prefix) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	if err := k.h.AddrReplace(l, addrOf(a)); err != nil {
+		return fmt.Errorf("nl: add %s to %s: %w", a, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (k *real) DeleteAddr(index int, a netip.Prefix) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	if err := k.h.AddrDel(l, addrOf(a)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("nl: delete %s from %s: %w", a, l.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (k *real) SetMAC(index int, mac string) error {
+	k.w()
+	l, err := k.byIndex(index)
+	if err != nil {
+		return err
+	}
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return fmt.Errorf("nl: mac %q: %w", mac, err)
+	}
+	if err := k.h.LinkSetHardwareAddr(l, hw); err != nil {
+		return fmt.Errorf("nl: set %s mac: %w", l.Attrs().Name, err)
+	}
+	return nil
+}

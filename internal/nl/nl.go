@@ -104,6 +104,11 @@ type Kernel interface {
 	Neighs(index int) ([]Neigh, error)
 	SetNeigh(n Neigh) error
 	DeleteNeigh(n Neigh) error
+	// Addrs lists the addresses of a device (link-local ones excluded).
+	Addrs(index int) ([]netip.Prefix, error)
+	AddAddr(index int, a netip.Prefix) error
+	DeleteAddr(index int, a netip.Prefix) error
+	SetMAC(index int, mac string) error
 	// Writes returns how many changing calls were made.
 	Writes() int
 }

@@ -93,10 +93,20 @@ func TestCNIPlugin(t *testing.T) {
 	pa := add("ctr-a", "blue", "n1", "1.1.0")
 	pb := add("ctr-b", "blue", "n2", "1.0.0")
 	pc := add("ctr-c", "red", "n3", "0.4.0")
+	pd := add("ctr-d", "red", "n1", "1.1.0")
 	testns.Run(t, pa.ns, "ping", "-c", "2", "-W", "2", pb.ip)
-	if _, err := testns.Try(pa.ns, "ping", "-c", "1", "-W", "1", pc.ip); err == nil {
-		t.Fatal("blue pod reached a red pod")
+	// Every pod reaches its gateway, answered by its own node.
+	testns.Run(t, pa.ns, "ping", "-c", "1", "-W", "2", "198.51.100.1")
+	testns.Run(t, pb.ns, "ping", "-c", "1", "-W", "2", "198.51.100.1")
+	testns.Run(t, pc.ns, "ping", "-c", "1", "-W", "2", "203.0.113.1")
+	// Networks are isolated, even on a node that forwards and hosts both.
+	testns.Run(t, c.nodes["n1"].ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	for _, dst := range []string{pc.ip, pd.ip} {
+		if _, err := testns.Try(pa.ns, "ping", "-c", "1", "-W", "1", dst); err == nil {
+			t.Fatalf("blue pod reached red pod %s", dst)
+		}
 	}
+	testns.Run(t, pd.ns, "ping", "-c", "1", "-W", "2", pc.ip)
 
 	// CHECK with the previous result passes; after the address is removed
 	// it fails.
@@ -139,10 +149,12 @@ func TestCNIPlugin(t *testing.T) {
 		}
 		return nil
 	})
-	// n1 had no other endpoint: its host veth goes, and so does the
+	// n1 had no other blue endpoint: its host veth goes, and so does the
 	// network's bridge and VXLAN device, which its plan no longer holds.
 	eventually(t, func() error {
-		if after := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")); after != "lo: eth0" {
+		after := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"))
+		// Left: lo, eth0, and the red network with ctr-d's host veth.
+		if strings.Contains(after, "skb100") || strings.Contains(after, "skv100") || strings.Count(after, "skp") != 1 {
 			return fmt.Errorf("after DEL n1 has %s (before: %s)", after, before)
 		}
 		return nil
@@ -163,8 +175,8 @@ func TestCNIPlugin(t *testing.T) {
 		t.Fatalf("GC: %v", err)
 	}
 	eps := c.mustCtl("get", "endpoints", "--node", "n1")
-	if !strings.Contains(eps, pa2.ip+"/") || strings.Count(eps, "\n") != 2 {
-		t.Fatalf("after GC n1 has:\n%s\nwant only ctr-a", eps)
+	if !strings.Contains(eps, pa2.ip+"/") || !strings.Contains(eps, pd.ip+"/") || strings.Count(eps, "\n") != 3 {
+		t.Fatalf("after GC n1 has:\n%s\nwant ctr-a (blue) and ctr-d (red, another network)", eps)
 	}
 }
 

@@ -39,6 +39,12 @@ func BridgeName(vni uint32) string { return fmt.Sprintf("skb%d", vni) }
 // VXLANName names a network's VXLAN device.
 func VXLANName(vni uint32) string { return fmt.Sprintf("skv%d", vni) }
 
+// GatewayMAC is the MAC of a network's gateway: the same on every node, so
+// that the gateway address answers everywhere with one identity.
+func GatewayMAC(vni uint32) string {
+	return fmt.Sprintf("02:73:6b:%02x:%02x:%02x", byte(vni>>16), byte(vni>>8), byte(vni))
+}
+
 // HostIfName is the name of the host side of a local endpoint's interface
 // (the end of its veth pair, or its tap) that the datapath attaches to the
 // network's bridge.
@@ -59,11 +65,15 @@ func Owned(l nl.Link) bool {
 // Datapath is the software datapath.
 type Datapath struct {
 	k   nl.Kernel
+	fw  *nl.Firewall
 	log *slog.Logger
 }
 
-// New returns a software datapath on k.
-func New(k nl.Kernel, log *slog.Logger) *Datapath { return &Datapath{k: k, log: log} }
+// New returns a software datapath on k. fw keeps tenant networks isolated
+// on a node that forwards; nil leaves nftables alone.
+func New(k nl.Kernel, fw *nl.Firewall, log *slog.Logger) *Datapath {
+	return &Datapath{k: k, fw: fw, log: log}
+}
 
 // Apply implements datapath.Datapath.
 func (d *Datapath) Apply(p plan.Plan) error {
@@ -77,11 +87,18 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	var errs []error
 	want := map[string]bool{}
+	var bridges []string
 	for _, n := range p.Networks {
 		br, vx := BridgeName(n.VNI), VXLANName(n.VNI)
 		want[br], want[vx] = true, true
+		bridges = append(bridges, br)
 		if err := d.network(p, n, byName); err != nil {
 			errs = append(errs, fmt.Errorf("network %s (vni %d): %w", n.Name, n.VNI, err))
+		}
+	}
+	if d.fw != nil {
+		if err := d.fw.SetIsolation(bridges); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	// Delete last: Skiff's bridges and VXLAN devices no plan holds.
@@ -159,6 +176,10 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 			add(d.k.SetMTU(l.Index, mtu))
 		}
 	}
+	if gw := GatewayMAC(n.VNI); br.MAC != gw {
+		add(d.k.SetMAC(br.Index, gw))
+	}
+	add(d.gateways(n, br))
 	if vx.Master != br.Index {
 		add(d.k.SetMaster(vx.Index, br.Index))
 	}
@@ -187,6 +208,37 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 	}
 	add(d.fdb(p, n, vx))
 	add(d.neighs(p, n, br))
+	return errors.Join(errs...)
+}
+
+// gateways puts every subnet's gateway address on the network's bridge, so
+// the gateway answers on every node, and removes addresses no subnet has.
+func (d *Datapath) gateways(n plan.Network, br nl.Link) error {
+	want := map[netip.Prefix]bool{}
+	for _, s := range n.Subnets {
+		if s.Gateway.IsValid() {
+			want[netip.PrefixFrom(s.Gateway, s.CIDR.Bits())] = true
+		}
+	}
+	have, err := d.k.Addrs(br.Index)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	haveSet := map[netip.Prefix]bool{}
+	for _, a := range have {
+		haveSet[a] = true
+	}
+	for a := range want {
+		if !haveSet[a] {
+			errs = append(errs, d.k.AddAddr(br.Index, a))
+		}
+	}
+	for a := range haveSet {
+		if !want[a] {
+			errs = append(errs, d.k.DeleteAddr(br.Index, a))
+		}
+	}
 	return errors.Join(errs...)
 }
 

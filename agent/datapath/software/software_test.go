@@ -21,6 +21,7 @@ func kernelState(t *testing.T, ns string) string {
 	t.Helper()
 	var links []struct {
 		Name     string   `json:"ifname"`
+		MAC      string   `json:"address"`
 		MTU      int      `json:"mtu"`
 		Flags    []string `json:"flags"`
 		Alias    string   `json:"ifalias"`
@@ -46,6 +47,9 @@ func kernelState(t *testing.T, ns string) string {
 			continue
 		}
 		s := fmt.Sprintf("link %s %s mtu %d up=%v alias=%q", l.Name, l.LinkInfo.Kind, l.MTU, slices.Contains(l.Flags, "UP"), l.Alias)
+		if l.LinkInfo.Kind == "bridge" && strings.HasPrefix(l.Alias, "skiff:") {
+			s += " mac " + l.MAC
+		}
 		if l.LinkInfo.Kind == "vxlan" {
 			s += fmt.Sprintf(" vni %d local %s port %d learning=%v", l.LinkInfo.Data.ID, l.LinkInfo.Data.Local, l.LinkInfo.Data.Port, l.LinkInfo.Data.Learning)
 		}
@@ -74,6 +78,21 @@ func kernelState(t *testing.T, ns string) string {
 				lines = append(lines, fmt.Sprintf("fdb %s %s master %s %s", l.Name, f.MAC, f.Master, f.State))
 			}
 		}
+		var addrs []struct {
+			Info []struct {
+				Local  string `json:"local"`
+				Prefix int    `json:"prefixlen"`
+				Scope  string `json:"scope"`
+			} `json:"addr_info"`
+		}
+		testns.JSON(t, ns, &addrs, "ip", "-j", "addr", "show", "dev", l.Name)
+		for _, a := range addrs {
+			for _, i := range a.Info {
+				if i.Scope != "link" {
+					lines = append(lines, fmt.Sprintf("addr %s %s/%d", l.Name, i.Local, i.Prefix))
+				}
+			}
+		}
 		var neigh []struct {
 			Dst   string   `json:"dst"`
 			MAC   string   `json:"lladdr"`
@@ -83,6 +102,13 @@ func kernelState(t *testing.T, ns string) string {
 		for _, n := range neigh {
 			if slices.Contains(n.State, "PERMANENT") {
 				lines = append(lines, fmt.Sprintf("neigh %s %s %s", l.Name, n.Dst, n.MAC))
+			}
+		}
+	}
+	if out, err := testns.Try(ns, "nft", "list", "table", "inet", "skiff"); err == nil {
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasPrefix(l, "type filter") {
+				lines = append(lines, "nft "+l)
 			}
 		}
 	}
@@ -113,14 +139,16 @@ func planWith(nets []plan.Network, remotes ...plan.Remote) plan.Plan {
 }
 
 var (
-	blue = plan.Network{Name: "blue", VNI: 100, MTU: 1450, FloodVTEPs: []netip.Addr{vtep2}}
+	blue = plan.Network{Name: "blue", VNI: 100, MTU: 1450, FloodVTEPs: []netip.Addr{vtep2},
+		Subnets: []plan.Subnet{{Name: "blue-v4", Network: "blue", CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
 	red  = plan.Network{Name: "red", VNI: 200, MTU: 1400, FloodVTEPs: []netip.Addr{vtep2, vtep3}}
 )
 
 const (
-	blueDevs = `link skb100 bridge mtu 1450 up=true alias="skiff:bridge:blue"
+	blueDevs = `addr skb100 198.51.100.1/24
+link skb100 bridge mtu 1450 up=true alias="skiff:bridge:blue" mac 02:73:6b:00:00:64
 link skv100 vxlan mtu 1450 up=true alias="skiff:vxlan:blue" vni 100 local 192.0.2.1 port 4789 learning=false master skb100 port-learning=false neigh-suppress=true`
-	redDevs = `link skb200 bridge mtu 1400 up=true alias="skiff:bridge:red"
+	redDevs = `link skb200 bridge mtu 1400 up=true alias="skiff:bridge:red" mac 02:73:6b:00:00:c8
 link skv200 vxlan mtu 1400 up=true alias="skiff:vxlan:red" vni 200 local 192.0.2.1 port 4789 learning=false master skb200 port-learning=false neigh-suppress=true`
 	foreign = `link br-foreign bridge mtu 1500 up=false alias=""
 link fv0 veth mtu 1500 up=false alias="" master br-foreign port-learning=true neigh-suppress=false
@@ -128,6 +156,15 @@ link fv1 veth mtu 1500 up=false alias=""
 link skforeign bridge mtu 1500 up=false alias=""
 fdb fv0 02:aa:00:00:00:01 master br-foreign static`
 )
+
+// nft renders the isolation rules expected for the given bridges.
+func nft(bridges ...string) string {
+	out := "nft type filter hook forward priority filter; policy accept;"
+	for _, b := range bridges {
+		out += fmt.Sprintf("\nnft iifname %q oifname \"skb*\" oifname != %q drop", b, b)
+	}
+	return out
+}
 
 func lines(parts ...string) string {
 	var all []string
@@ -154,7 +191,12 @@ func TestApplyTransitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := New(k, slog.New(slog.DiscardHandler))
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	dp := New(k, fw, slog.New(slog.DiscardHandler))
 	r1 := remote("r1", "blue", "02:00:00:00:00:01", "198.51.100.5/24", vtep2)
 	r1moved := remote("r1", "blue", "02:00:00:00:00:01", "198.51.100.5/24", vtep3)
 	r2 := remote("r2", "red", "02:00:00:00:00:02", "203.0.113.7/24", vtep3)
@@ -166,17 +208,17 @@ func TestApplyTransitions(t *testing.T) {
 		want string
 	}{
 		{"empty plan", planWith(nil), lines(foreign)},
-		{"network with a remote endpoint", planWith([]plan.Network{blue}, r1), lines(foreign, blueDevs, `
+		{"network with a remote endpoint", planWith([]plan.Network{blue}, r1), lines(foreign, blueDevs, nft("skb100"), `
 fdb skv100 00:00:00:00:00:00 dst 192.0.2.2 permanent
 fdb skv100 02:00:00:00:00:01 dst 192.0.2.2 permanent
 fdb skv100 02:00:00:00:00:01 master skb100 static
 neigh skb100 198.51.100.5 02:00:00:00:00:01`)},
-		{"endpoint moves to another node", planWith([]plan.Network{blue3}, r1moved), lines(foreign, blueDevs, `
+		{"endpoint moves to another node", planWith([]plan.Network{blue3}, r1moved), lines(foreign, blueDevs, nft("skb100"), `
 fdb skv100 00:00:00:00:00:00 dst 192.0.2.3 permanent
 fdb skv100 02:00:00:00:00:01 dst 192.0.2.3 permanent
 fdb skv100 02:00:00:00:00:01 master skb100 static
 neigh skb100 198.51.100.5 02:00:00:00:00:01`)},
-		{"second network", planWith([]plan.Network{blue3, red}, r1moved, r2), lines(foreign, blueDevs, redDevs, `
+		{"second network", planWith([]plan.Network{blue3, red}, r1moved, r2), lines(foreign, blueDevs, redDevs, nft("skb100", "skb200"), `
 fdb skv100 00:00:00:00:00:00 dst 192.0.2.3 permanent
 fdb skv100 02:00:00:00:00:01 dst 192.0.2.3 permanent
 fdb skv100 02:00:00:00:00:01 master skb100 static
@@ -186,7 +228,7 @@ fdb skv200 00:00:00:00:00:00 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 master skb200 static
 neigh skb200 203.0.113.7 02:00:00:00:00:02`)},
-		{"first network deleted", planWith([]plan.Network{red}, r2), lines(foreign, redDevs, `
+		{"first network deleted", planWith([]plan.Network{red}, r2), lines(foreign, redDevs, nft("skb200"), `
 fdb skv200 00:00:00:00:00:00 dst 192.0.2.2 permanent
 fdb skv200 00:00:00:00:00:00 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 dst 192.0.2.3 permanent
@@ -201,12 +243,15 @@ neigh skb200 203.0.113.7 02:00:00:00:00:02`)},
 		if got := kernelState(t, ns); got != s.want {
 			t.Fatalf("%s: kernel holds\n%s\nwant\n%s", s.name, got, s.want)
 		}
-		w := k.Writes()
+		w, fw0 := k.Writes(), fw.Writes()
 		if err := dp.Apply(s.plan); err != nil {
 			t.Fatalf("%s: second apply: %v", s.name, err)
 		}
 		if n := k.Writes() - w; n != 0 {
 			t.Fatalf("%s: applying the same plan again made %d netlink writes, want 0", s.name, n)
+		}
+		if n := fw.Writes() - fw0; n != 0 {
+			t.Fatalf("%s: applying the same plan again made %d nftables transactions, want 0", s.name, n)
 		}
 	}
 }
@@ -219,7 +264,7 @@ func TestApplyRepairsDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := New(k, slog.New(slog.DiscardHandler))
+	dp := New(k, nil, slog.New(slog.DiscardHandler))
 	p := planWith([]plan.Network{blue}, remote("r1", "blue", "02:00:00:00:00:01", "198.51.100.5/24", vtep2))
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
@@ -249,7 +294,7 @@ func TestApplyRefusesForeignNameClash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = New(k, slog.New(slog.DiscardHandler)).Apply(planWith([]plan.Network{blue}))
+	err = New(k, nil, slog.New(slog.DiscardHandler)).Apply(planWith([]plan.Network{blue}))
 	if err == nil || !strings.Contains(err.Error(), "skb100 exists and is not Skiff's") {
 		t.Fatalf("apply over a foreign skb100: %v", err)
 	}
