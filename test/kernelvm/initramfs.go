@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -272,11 +273,18 @@ func buildInitramfs(verDir, version string, modules []string) (string, error) {
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
-	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+	// Concurrent runs may build the same image: write a private file and
+	// rename it into place.
+	f, err := os.CreateTemp(verDir, ".initramfs-*")
+	if err != nil {
 		return "", fmt.Errorf("initramfs: %w", err)
 	}
-	if err := os.Rename(tmp, out); err != nil {
+	_, werr := f.Write(buf.Bytes())
+	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("initramfs: %w", err)
+	}
+	if err := os.Rename(f.Name(), out); err != nil {
 		return "", fmt.Errorf("initramfs: %w", err)
 	}
 	// Older images of this version (other module lists, older tools) are
