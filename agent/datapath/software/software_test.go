@@ -141,7 +141,7 @@ func planWith(nets []plan.Network, remotes ...plan.Remote) plan.Plan {
 var (
 	blue = plan.Network{Name: "blue", VNI: 100, MTU: 1450, FloodVTEPs: []netip.Addr{vtep2},
 		Subnets: []plan.Subnet{{Name: "blue-v4", Network: "blue", CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
-	red  = plan.Network{Name: "red", VNI: 200, MTU: 1400, FloodVTEPs: []netip.Addr{vtep2, vtep3}}
+	red = plan.Network{Name: "red", VNI: 200, MTU: 1400, FloodVTEPs: []netip.Addr{vtep2, vtep3}}
 )
 
 const (
