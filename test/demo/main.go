@@ -3,19 +3,19 @@
 // underlay bridge, each running the real skiff-agent, two tenant networks,
 // pods (namespaces) plumbed by the agents, a connectivity matrix measured
 // with real pings, per-endpoint counters, and a teardown that leaves nothing
-// behind. Run it with `make demo`.
+// behind. Pods are network namespaces given their interface by executing
+// the real skiff-cni binary, the way a container runtime does. Run it with
+// `make demo`.
 package main
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/skiff-sdn/skiff/agent/localapi"
 )
 
 const (
@@ -96,7 +96,10 @@ func run() error {
 			[]string{"ip", "netns", "exec", ul, "ip", "link", "add", fmt.Sprintf("ulp%d", i), "type", "veth", "peer", "name", "eth0", "netns", ns},
 			[]string{"ip", "netns", "exec", ul, "ip", "link", "set", fmt.Sprintf("ulp%d", i), "master", "ul0", "up"},
 			[]string{"ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/24", "dev", "eth0"},
-			[]string{"ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up"})
+			[]string{"ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up"},
+			// Nodes forward, as Kubernetes nodes do: isolation between
+			// networks must hold anyway.
+			[]string{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"})
 	}
 	for _, c := range cmds {
 		if _, err := sh(c...); err != nil {
@@ -161,23 +164,50 @@ func run() error {
 		fmt.Printf("  $ skiffctl %s\n%s", strings.Join(c, " "), indent(out))
 	}
 
-	step("pods: namespaces whose eth0 the node's agent plumbs (the CNI plugin will make this call)")
+	step("pods: namespaces given their eth0 by executing the real skiff-cni, as a container runtime does")
 	pods := []*pod{{name: "blue-a", network: "blue", node: "node1"}, {name: "blue-b", network: "blue", node: "node2"},
 		{name: "blue-c", network: "blue", node: "node3"}, {name: "red-a", network: "red", node: "node1"}, {name: "red-c", network: "red", node: "node3"}}
-	ctx := context.Background()
+	cni := func(command string, p *pod) (string, error) {
+		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"skiff-cni","network":%q,"socket":%q,"labels":{"app":%q}}`,
+			p.network, p.network, sockets[p.node], p.name)
+		cmd := exec.Command(bin + "/skiff-cni")
+		cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+p.name, "CNI_NETNS=/var/run/netns/"+p.ns,
+			"CNI_IFNAME=eth0", "CNI_PATH="+bin, "CNI_ARGS=K8S_POD_NAMESPACE=demo;K8S_POD_NAME="+p.name)
+		cmd.Stdin = strings.NewReader(conf)
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("skiff-cni %s %s: %v: %s", command, p.name, err, out)
+		}
+		return string(out), nil
+	}
 	for _, p := range pods {
 		p.ns = prefix + "pod-" + p.name
 		if _, err := sh("ip", "netns", "add", p.ns); err != nil {
 			return err
 		}
 		t0 := time.Now()
-		r, err := localapi.NewClient(sockets[p.node]).Create(ctx, localapi.CreateRequest{Name: p.name, Network: p.network,
-			NetNS: "/var/run/netns/" + p.ns, IfName: "eth0", Labels: map[string]string{"app": p.name}})
+		out, err := cni("ADD", p)
 		if err != nil {
-			return fmt.Errorf("pod %s: %w", p.name, err)
+			return err
 		}
-		p.ip = strings.Split(r.IPs[0], "/")[0]
-		fmt.Printf("  %-7s on %s: %s %s via %s (ready in %v)\n", p.name, p.node, r.IPs[0], r.MAC, r.Gateways[0], time.Since(t0).Round(time.Millisecond))
+		var r struct {
+			Interfaces []struct{ Mac string }              `json:"interfaces"`
+			IPs        []struct{ Address, Gateway string } `json:"ips"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.IPs) == 0 {
+			return fmt.Errorf("skiff-cni ADD %s printed %q", p.name, out)
+		}
+		p.ip = strings.Split(r.IPs[0].Address, "/")[0]
+		fmt.Printf("  %-7s on %s: %s %s via %s (CNI ADD %v)\n", p.name, p.node, r.IPs[0].Address, r.Interfaces[1].Mac, r.IPs[0].Gateway, time.Since(t0).Round(time.Millisecond))
+	}
+
+	step("every pod reaches its gateway, answered by its own node")
+	for _, p := range pods {
+		gw := map[string]string{"blue": "198.51.100.1", "red": "203.0.113.1"}[p.network]
+		if _, err := in(p.ns, "ping", "-c", "1", "-W", "1", gw); err != nil {
+			return fmt.Errorf("%s cannot reach its gateway %s", p.name, gw)
+		}
+		fmt.Printf("  %-7s -> %s ok\n", p.name, gw)
 	}
 
 	step("connectivity matrix, real pings (same network: reachable; across networks: isolated)")
@@ -216,7 +246,7 @@ func run() error {
 	fmt.Print(indent(out))
 
 	for _, p := range pods {
-		if err := localapi.NewClient(sockets[p.node]).Delete(ctx, p.name); err != nil {
+		if _, err := cni("DEL", p); err != nil {
 			return err
 		}
 	}
