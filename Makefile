@@ -5,7 +5,7 @@ CMDS    := skiff-controller skiff-agent skiffctl skiff-cni
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: all build deps generate test test-unit test-kernel lint demo bench clean
+.PHONY: all build deps generate test test-kernel lint demo bench clean
 
 all: build
 
@@ -22,6 +22,14 @@ generate: deps
 # All tests: unit, privileged and end-to-end (need root), and the kernel VM.
 test: deps build lint
 	$(GO) test -count=1 -timeout 30m ./...
+	$(MAKE) test-kernel
+
+# Tests that need what the host kernel lacks (netdevsim, switchdev, flower),
+# run inside Debian's kernel under qemu (docs/kernelvm.md).
+KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./test/kernelvm/vmtest
+test-kernel:
+	./hack/kernelvm/setup.sh
+	./hack/kernelvm/run.sh $(KERNELVM_PKGS)
 
 lint:
 	$(GO) vet ./...
