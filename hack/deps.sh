@@ -6,6 +6,7 @@ pkgs=(
   protobuf-compiler   # protoc 3.21.12 for `make generate` and its staleness test
   etcd-server         # a real external etcd for the replica tests
   iproute2 iputils-ping curl nftables
+  iperf3              # TCP between pods in the e2e tests and benchmarks
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -42,6 +42,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	// cnitool from the CNI project, built from the module this repository
+	// already depends on.
+	tool := exec.Command("go", "build", "-o", dir+"/cnitool", "github.com/containernetworking/cni/cnitool")
+	tool.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := tool.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building cnitool: %v\n%s", err, out)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
