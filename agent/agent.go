@@ -290,7 +290,7 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 		}
 		// Let a burst of events settle into one reconcile.
 		select {
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		case <-ctx.Done():
 			return
 		}

@@ -46,10 +46,29 @@ func Open(o Options) (Kernel, error) {
 
 func (k *real) Writes() int { return int(k.writes.Load()) }
 
+// dumpRetries bounds how often a dump the kernel interrupted (because the
+// table changed while it was read) is started over.
+const dumpRetries = 20
+
+// dump runs f again while the kernel reports an interrupted dump, whose
+// results may be incomplete.
+func dump[T any](f func() (T, error)) (T, error) {
+	var (
+		v   T
+		err error
+	)
+	for range dumpRetries {
+		if v, err = f(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return v, err
+		}
+	}
+	return v, err
+}
+
 func (k *real) w() { k.writes.Add(1) }
 
 func (k *real) Links() ([]Link, error) {
-	ls, err := k.h.LinkList()
+	ls, err := dump(k.h.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("nl: list links: %w", err)
 	}
@@ -205,7 +224,7 @@ func (k *real) SetPortFlags(index int, f PortFlags) error {
 }
 
 func (k *real) FDB(index int) ([]FDB, error) {
-	ns, err := k.h.NeighList(index, unix.AF_BRIDGE)
+	ns, err := dump(func() ([]netlink.Neigh, error) { return k.h.NeighList(index, unix.AF_BRIDGE) })
 	if err != nil {
 		return nil, fmt.Errorf("nl: fdb of %d: %w", index, err)
 	}
@@ -288,7 +307,7 @@ func (k *real) DeleteFDB(e FDB) error {
 func (k *real) Neighs(index int) ([]Neigh, error) {
 	var out []Neigh
 	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
-		ns, err := k.h.NeighList(index, fam)
+		ns, err := dump(func() ([]netlink.Neigh, error) { return k.h.NeighList(index, fam) })
 		if err != nil {
 			return nil, fmt.Errorf("nl: neighbours of %d: %w", index, err)
 		}
@@ -344,7 +363,7 @@ func (k *real) Addrs(index int) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, err
 	}
-	as, err := k.h.AddrList(l, netlink.FAMILY_ALL)
+	as, err := dump(func() ([]netlink.Addr, error) { return k.h.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("nl: addresses of %s: %w", l.Attrs().Name, err)
 	}

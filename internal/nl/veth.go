@@ -164,7 +164,7 @@ func DeleteByName(k Kernel, name string) error {
 }
 
 func (k *real) Stats() (map[string]Counters, error) {
-	ls, err := k.h.LinkList()
+	ls, err := dump(k.h.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("nl: list links: %w", err)
 	}
@@ -192,7 +192,7 @@ func Inspect(k Kernel, name string) (Iface, error) {
 		return Iface{}, fmt.Errorf("nl: %s: %w", name, err)
 	}
 	out := Iface{Name: name, MAC: l.Attrs().HardwareAddr.String(), MTU: l.Attrs().MTU}
-	addrs, err := r.h.AddrList(l, netlink.FAMILY_ALL)
+	addrs, err := dump(func() ([]netlink.Addr, error) { return r.h.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return Iface{}, fmt.Errorf("nl: addresses of %s: %w", name, err)
 	}
@@ -204,7 +204,7 @@ func Inspect(k Kernel, name string) (Iface, error) {
 		bits, _ := a.Mask.Size()
 		out.Addrs = append(out.Addrs, netip.PrefixFrom(ip.Unmap(), bits))
 	}
-	routes, err := r.h.RouteList(l, netlink.FAMILY_ALL)
+	routes, err := dump(func() ([]netlink.Route, error) { return r.h.RouteList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return Iface{}, fmt.Errorf("nl: routes of %s: %w", name, err)
 	}
