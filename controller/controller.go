@@ -8,13 +8,10 @@ package controller
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -29,6 +26,7 @@ import (
 	"github.com/skiff-sdn/skiff/controller/api"
 	"github.com/skiff-sdn/skiff/controller/etcdserver"
 	"github.com/skiff-sdn/skiff/controller/store"
+	"github.com/skiff-sdn/skiff/internal/tlsconf"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -91,9 +89,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	var opts []grpc.ServerOption
 	if cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != "" {
-		tc, err := serverTLS(cfg)
+		tc, err := tlsconf.Server(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA)
 		if err != nil {
-			return err
+			return fmt.Errorf("controller: %w", err)
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
@@ -128,25 +126,4 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		gs.Stop()
 	}
 	return nil
-}
-
-func serverTLS(cfg Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("controller: --tls-cert/--tls-key: %w", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
-	if cfg.TLSClientCA != "" {
-		pem, err := os.ReadFile(cfg.TLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("controller: --tls-client-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("controller: --tls-client-ca %s: no PEM certificate found", cfg.TLSClientCA)
-		}
-		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return tc, nil
 }

@@ -7,8 +7,6 @@ package ctl
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"os"
@@ -16,10 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/skiff-sdn/skiff/internal/tlsconf"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -66,28 +63,9 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 // client dials the controller. The connection is lazy: an unreachable
 // controller shows up as an error of the first call.
 func (o *options) client() (skiffv1.ManagementServiceClient, func(), error) {
-	creds := insecure.NewCredentials()
-	if o.tlsCA != "" || o.tlsCert != "" || o.tlsKey != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS13}
-		if o.tlsCA != "" {
-			pem, err := os.ReadFile(o.tlsCA)
-			if err != nil {
-				return nil, nil, fmt.Errorf("--tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, nil, fmt.Errorf("--tls-ca %s: no PEM certificate found", o.tlsCA)
-			}
-			tc.RootCAs = pool
-		}
-		if o.tlsCert != "" || o.tlsKey != "" {
-			cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
-			if err != nil {
-				return nil, nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		creds = credentials.NewTLS(tc)
+	creds, err := tlsconf.Client(o.tlsCA, o.tlsCert, o.tlsKey)
+	if err != nil {
+		return nil, nil, err
 	}
 	conn, err := grpc.NewClient(o.controller, grpc.WithTransportCredentials(creds))
 	if err != nil {

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skiff-sdn/skiff/controller"
+	"github.com/skiff-sdn/skiff/internal/logging"
 )
 
 func main() {
@@ -36,11 +36,10 @@ func newCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
+			log, err := logging.New(os.Stderr, logLevel)
+			if err != nil {
+				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			for _, e := range strings.Split(endpoints, ",") {
 				if e = strings.TrimSpace(e); e != "" {
 					cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, e)
