@@ -120,7 +120,7 @@ func TestBadPolicies(t *testing.T) {
 		{head + "  podSelector: {}\n  egress:\n  - to: [{ipBlock: {cidr: 192.0.2.0/24}, podSelector: {}}]\n", "ipBlock cannot be combined"},
 		{head + "  podSelector: {matchExpressions: [{key: app, operator: Sometimes}]}\n", "spec.podSelector"},
 		{head + "  podSelector: {}\n  policyTypes: [Sideways]\n", `spec.policyTypes[0]: "Sideways"`},
-		{head + "  podSelector: {}\n  bogus: 1\n", `unknown field "spec.bogus"`},
+		{head + "  podSelector: {}\n  bogus: 1\n", `unknown field "bogus"`},
 		{"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "want networking.k8s.io/v1 NetworkPolicy"},
 		{"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: Bad_Name}\nspec: {podSelector: {}}\n", "metadata.name"},
 		{"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: ok}\nspec: {podSelector: {}}\n---\nkind: [\n", "document 2"},
