@@ -1,0 +1,290 @@
+package nl
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// PolicyPort is an allowed protocol (unix.IPPROTO_TCP, _UDP, _SCTP) and
+// destination port range; From 0 means every port.
+type PolicyPort struct {
+	Proto    uint8
+	From, To uint16
+}
+
+// PolicyPeer is an allowed peer: a named address set, or a CIDR.
+type PolicyPeer struct {
+	Set  string
+	CIDR netip.Prefix
+}
+
+// PolicyRule allows any of Peers (none: every peer) on any of Ports (none:
+// every port).
+type PolicyRule struct {
+	Peers []PolicyPeer
+	Ports []PolicyPort
+}
+
+// EndpointPolicy is one isolated endpoint: the bridge it is on, its
+// addresses, and what it may receive and send.
+type EndpointPolicy struct {
+	Name            string
+	Bridge          string
+	IPs             []netip.Addr
+	IngressIsolated bool
+	EgressIsolated  bool
+	Ingress, Egress []PolicyRule
+}
+
+// PolicyConfig is the whole policy state of a node.
+type PolicyConfig struct {
+	Sets      map[string][]netip.Addr
+	Endpoints []EndpointPolicy
+}
+
+// NftPolicyTable is the table SetPolicy owns.
+const NftPolicyTable = "skiff-policy"
+
+// SetPolicy makes the node enforce cfg: one table ("inet skiff-policy")
+// rewritten in one atomic transaction, so no packet sees a half-applied
+// policy. Replies of allowed connections pass (conntrack), and so does
+// what concerns no isolated endpoint. Bridged traffic reaches this table
+// through br_netfilter; the caller enables bridge-nf-call-ip(6)tables.
+// It writes nothing when the table already holds cfg (compared through a
+// digest kept in the table's chain comments).
+func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
+	c, err := f.conn()
+	if err != nil {
+		return fmt.Errorf("nl: nftables: %w", err)
+	}
+	digest := cfg.digest()
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: NftPolicyTable}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("nl: nftables: list tables: %w", err)
+	}
+	exists := slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == NftPolicyTable })
+	if exists {
+		if rules, err := c.GetRules(table, &nftables.Chain{Name: "forward", Table: table}); err == nil && len(rules) > 0 && string(rules[0].UserData) == digest {
+			return nil
+		}
+	}
+	if len(cfg.Endpoints) == 0 {
+		if exists {
+			c.DelTable(table)
+			f.writes++
+			if err := c.Flush(); err != nil {
+				return fmt.Errorf("nl: nftables: remove %s: %w", NftPolicyTable, err)
+			}
+		}
+		return nil
+	}
+	c.AddTable(table)
+	if exists {
+		c.DelTable(table)
+		c.AddTable(table)
+	}
+	sets := map[string]*nftables.Set{}
+	for _, name := range slicesSorted(cfg.Sets) {
+		for _, v6 := range []bool{false, true} {
+			s := &nftables.Set{Table: table, Name: setName(name, v6), KeyType: nftables.TypeIPAddr}
+			if v6 {
+				s.KeyType = nftables.TypeIP6Addr
+			}
+			var elems []nftables.SetElement
+			for _, a := range cfg.Sets[name] {
+				if a.Is6() == v6 {
+					elems = append(elems, nftables.SetElement{Key: a.AsSlice()})
+				}
+			}
+			if err := c.AddSet(s, elems); err != nil {
+				return fmt.Errorf("nl: nftables: set %s: %w", name, err)
+			}
+			sets[s.Name] = s
+		}
+	}
+	accept := nftables.ChainPolicyAccept
+	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	// First rule: replies and related traffic pass. Its user data holds
+	// the digest of the whole configuration.
+	c.AddRule(&nftables.Rule{Table: table, Chain: fwd, UserData: []byte(digest), Exprs: []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}})
+	for i, e := range cfg.Endpoints {
+		for _, dir := range []struct {
+			on    bool
+			name  string
+			rules []PolicyRule
+			own   uint32 // offset of the endpoint's own address: daddr (ingress) or saddr (egress)
+			peer  uint32
+		}{{e.IngressIsolated, fmt.Sprintf("in-%d", i), e.Ingress, 16, 12}, {e.EgressIsolated, fmt.Sprintf("out-%d", i), e.Egress, 12, 16}} {
+			if !dir.on {
+				continue
+			}
+			ch := c.AddChain(&nftables.Chain{Name: dir.name, Table: table})
+			for _, ip := range e.IPs {
+				c.AddRule(&nftables.Rule{Table: table, Chain: fwd, Exprs: slices.Concat(
+					iifIs(e.Bridge), l3(ip.Is6()), addrMatch(ip, dir.own),
+					[]expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: dir.name}})})
+			}
+			for _, r := range dir.rules {
+				for _, v6 := range []bool{false, true} {
+					peers := r.Peers
+					if len(peers) == 0 {
+						peers = []PolicyPeer{{}}
+					}
+					for _, p := range peers {
+						if p.CIDR.IsValid() && p.CIDR.Addr().Is6() != v6 {
+							continue
+						}
+						var pe []expr.Any
+						switch {
+						case p.Set != "":
+							pe = []expr.Any{
+								&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: peerOff(dir.peer, v6), Len: addrLen(v6)},
+								&expr.Lookup{SourceRegister: 1, SetName: setName(p.Set, v6), SetID: sets[setName(p.Set, v6)].ID},
+							}
+						case p.CIDR.IsValid():
+							pe = prefixMatch(p.CIDR, peerOff(dir.peer, v6))
+						}
+						ports := r.Ports
+						if len(ports) == 0 {
+							ports = []PolicyPort{{}}
+						}
+						for _, pt := range ports {
+							c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: slices.Concat(
+								l3(v6), pe, portMatch(pt), []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}})})
+						}
+					}
+				}
+			}
+			// ARP never reaches an inet table; ND must pass for IPv6 to work.
+			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: slices.Concat(l3(true),
+				[]expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+					&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+					&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
+					&expr.Verdict{Kind: expr.VerdictReturn}})})
+			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}})
+		}
+	}
+	f.writes++
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nl: nftables: policy: %w", err)
+	}
+	return nil
+}
+
+func slicesSorted(m map[string][]netip.Addr) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func setName(name string, v6 bool) string {
+	if v6 {
+		return name + "-6"
+	}
+	return name + "-4"
+}
+
+func addrLen(v6 bool) uint32 {
+	if v6 {
+		return 16
+	}
+	return 4
+}
+
+// peerOff maps the IPv4 header offsets (12 saddr, 16 daddr) to IPv6's.
+func peerOff(off uint32, v6 bool) uint32 {
+	if !v6 {
+		return off
+	}
+	if off == 12 {
+		return 8
+	}
+	return 24
+}
+
+func iifIs(name string) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)}}
+}
+
+func l3(v6 bool) []expr.Any {
+	proto := []byte{unix.NFPROTO_IPV4}
+	if v6 {
+		proto = []byte{unix.NFPROTO_IPV6}
+	}
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: proto}}
+}
+
+func addrMatch(a netip.Addr, off uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: peerOff(off, a.Is6()), Len: addrLen(a.Is6())},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
+	}
+}
+
+func prefixMatch(p netip.Prefix, off uint32) []expr.Any {
+	n := addrLen(p.Addr().Is6())
+	mask := make([]byte, n)
+	for i := 0; i < p.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Masked().Addr().AsSlice()},
+	}
+}
+
+func portMatch(p PolicyPort) []expr.Any {
+	if p.Proto == 0 {
+		return nil
+	}
+	out := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p.Proto}}}
+	if p.From == 0 {
+		return out
+	}
+	from, to := binary.BigEndian.AppendUint16(nil, p.From), binary.BigEndian.AppendUint16(nil, max(p.To, p.From))
+	return append(out,
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: from, ToData: to})
+}
+
+// digest is a stable text of the configuration.
+func (cfg PolicyConfig) digest() string {
+	var b strings.Builder
+	for _, name := range slicesSorted(cfg.Sets) {
+		fmt.Fprintf(&b, "set %s %v;", name, cfg.Sets[name])
+	}
+	for _, e := range cfg.Endpoints {
+		fmt.Fprintf(&b, "ep %+v;", e)
+	}
+	sum := fnv64(b.String())
+	return fmt.Sprintf("skiff-policy:%016x", sum)
+}
+
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

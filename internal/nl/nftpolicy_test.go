@@ -1,0 +1,115 @@
+package nl_test
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/testns"
+)
+
+// TestPolicyEnforcement builds a node (a namespace with a bridge and three
+// pods) and checks with real TCP and ICMP that SetPolicy allows exactly
+// what it says, that replies pass, and that re-applying writes nothing.
+func TestPolicyEnforcement(t *testing.T) {
+	node := testns.New(t)
+	testns.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
+	testns.Run(t, node, "ip", "link", "set", "skb100", "up")
+	testns.Run(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1")
+	pods := map[string]string{}
+	ips := map[string]string{"a": "198.51.100.11", "b": "198.51.100.12", "c": "198.51.100.13"}
+	for _, p := range []string{"a", "b", "c"} {
+		ns := testns.New(t)
+		pods[p] = ns
+		testns.Run(t, node, "ip", "link", "add", "skp"+p, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		testns.Run(t, node, "ip", "link", "set", "skp"+p, "master", "skb100", "up")
+		testns.Run(t, ns, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
+		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
+	}
+	pid := filepath.Join(t.TempDir(), "iperf.pid")
+	testns.Run(t, pods["c"], "iperf3", "-s", "-D", "-B", ips["c"], "-I", pid)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pid); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(n, syscall.SIGKILL)
+			}
+		}
+	})
+	tcp := func(from string) bool {
+		_, err := testns.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
+		return err == nil
+	}
+	ping := func(from, to string) bool {
+		_, err := testns.Try(pods[from], "ping", "-c", "1", "-W", "1", ips[to])
+		return err == nil
+	}
+	if !tcp("a") || !tcp("b") || !ping("b", "a") {
+		t.Fatal("no connectivity before any policy")
+	}
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	cfg := nl.PolicyConfig{
+		Sets: map[string][]netip.Addr{"web": {netip.MustParseAddr(ips["a"])}},
+		Endpoints: []nl.EndpointPolicy{
+			// c accepts TCP 5201 from the "web" set only.
+			{Name: "c", Bridge: "skb100", IPs: []netip.Addr{netip.MustParseAddr(ips["c"])}, IngressIsolated: true,
+				Ingress: []nl.PolicyRule{{Peers: []nl.PolicyPeer{{Set: "web"}}, Ports: []nl.PolicyPort{{Proto: unix.IPPROTO_TCP, From: 5201, To: 5201}}}}},
+			// b may send nothing new.
+			{Name: "b", Bridge: "skb100", IPs: []netip.Addr{netip.MustParseAddr(ips["b"])}, EgressIsolated: true},
+		},
+	}
+	if err := fw.SetPolicy(cfg); err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"a -> c TCP 5201 (allowed, its replies pass)", tcp("a"), true},
+		{"b -> c TCP 5201 (b not in the set, and b egress-isolated)", tcp("b"), false},
+		{"a -> c ICMP (port not allowed)", ping("a", "c"), false},
+		{"b -> a ICMP (b egress-isolated)", ping("b", "a"), false},
+		{"a -> b ICMP (b's replies pass)", ping("a", "b"), true},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: reachable=%v, want %v", c.name, c.got, c.want)
+		}
+	}
+	w := fw.Writes()
+	if err := fw.SetPolicy(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if fw.Writes() != w {
+		t.Fatalf("re-applying the same policy wrote %d transactions", fw.Writes()-w)
+	}
+	// A wider rule: c accepts everything from a CIDR holding b.
+	cfg.Endpoints[0].Ingress = append(cfg.Endpoints[0].Ingress, nl.PolicyRule{Peers: []nl.PolicyPeer{{CIDR: netip.MustParsePrefix("198.51.100.12/32")}}})
+	cfg.Endpoints = cfg.Endpoints[:1]
+	if err := fw.SetPolicy(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !tcp("b") || !ping("b", "c") || ping("a", "c") {
+		t.Fatalf("after adding the CIDR rule: b tcp %v, b ping %v, a ping %v; want true true false", tcp("b"), ping("b", "c"), ping("a", "c"))
+	}
+	if err := fw.SetPolicy(nl.PolicyConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := testns.Try(node, "nft", "list", "table", "inet", nl.NftPolicyTable); !strings.Contains(out, "No such file") && out != "" {
+		t.Fatalf("policy table left after removing every policy:\n%s", out)
+	}
+	if !ping("a", "c") {
+		t.Fatal("no connectivity after removing the policy")
+	}
+}
