@@ -147,20 +147,22 @@ var kinds = map[string]string{
 	"network": "network", "networks": "network", "net": "network", "nets": "network",
 	"subnet": "subnet", "subnets": "subnet",
 	"endpoint": "endpoint", "endpoints": "endpoint", "ep": "endpoint", "eps": "endpoint",
+	"policy": "policy", "policies": "policy", "netpol": "policy",
+	"namespace": "namespace", "namespaces": "namespace", "ns": "namespace",
 }
 
 func kindOf(s string) (string, error) {
 	k, ok := kinds[s]
 	if !ok {
-		return "", fmt.Errorf("unknown kind %q: want nodes, networks, subnets or endpoints", s)
+		return "", fmt.Errorf("unknown kind %q: want nodes, networks, subnets, endpoints, policies or namespaces", s)
 	}
 	return k, nil
 }
 
 func (o *options) getCmd() *cobra.Command {
-	var out, network, node string
+	var out, network, node, namespace string
 	cmd := &cobra.Command{
-		Use:   "get nodes|networks|subnets|endpoints [NAME]",
+		Use:   "get nodes|networks|subnets|endpoints|policies|namespaces [NAME]",
 		Short: "Show objects (a JSON/YAML array, or one object when NAME is given)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -172,6 +174,25 @@ func (o *options) getCmd() *cobra.Command {
 				return err
 			}
 			return o.call("get "+kind, func(ctx context.Context, m skiffv1.ManagementServiceClient) error {
+				if kind == "policy" || kind == "namespace" {
+					objs, err := listPolicyKinds(ctx, m, kind, namespace)
+					if err != nil {
+						return err
+					}
+					if len(args) == 2 {
+						ns, name := splitPolicyRef(args[1], namespace)
+						for _, x := range objs {
+							if p, ok := x.(*skiffv1.Policy); ok && p.Namespace == ns && p.Name == name {
+								return o.print(out, kind, []object{x}, true)
+							}
+							if n, ok := x.(*skiffv1.Namespace); ok && n.Name == args[1] {
+								return o.print(out, kind, []object{x}, true)
+							}
+						}
+						return fmt.Errorf("%s %q does not exist", kind, args[1])
+					}
+					return o.print(out, kind, objs, false)
+				}
 				if len(args) == 2 {
 					obj, err := getOne(ctx, m, kind, args[1])
 					if err != nil {
@@ -190,12 +211,13 @@ func (o *options) getCmd() *cobra.Command {
 	outputFlag(cmd, &out, "table")
 	cmd.Flags().StringVar(&network, "network", "", "only endpoints/subnets of this network")
 	cmd.Flags().StringVar(&node, "node", "", "only endpoints of this node")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only policies of this namespace (default for NAME: default)")
 	return cmd
 }
 
 func (o *options) deleteCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete network|subnet|endpoint|node NAME",
+		Use:   "delete network|subnet|endpoint|node|policy NAME (policy: NAMESPACE/NAME)",
 		Short: "Delete an object",
 		Args:  exactArgs(2, "KIND NAME"),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -214,6 +236,11 @@ func (o *options) deleteCmd() *cobra.Command {
 					_, err = m.DeleteEndpoint(ctx, r)
 				case "node":
 					_, err = m.DeleteNode(ctx, r)
+				case "policy":
+					ns, name := splitPolicyRef(args[1], "default")
+					_, err = m.DeletePolicy(ctx, &skiffv1.PolicyRef{Namespace: ns, Name: name})
+				default:
+					err = fmt.Errorf("cannot delete a %s", kind)
 				}
 				if err == nil {
 					fmt.Fprintf(o.stdout, "%s/%s deleted\n", kind, args[1])

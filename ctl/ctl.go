@@ -56,7 +56,8 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&o.tlsCA, "tls-ca", "", "CA that signs the controller's certificate (enables TLS)")
 	pf.StringVar(&o.tlsCert, "tls-cert", "", "client certificate for mTLS")
 	pf.StringVar(&o.tlsKey, "tls-key", "", "client key for mTLS")
-	root.AddCommand(o.networkCmd(), o.subnetCmd(), o.endpointCmd(), o.getCmd(), o.deleteCmd(), o.planCmd(), o.watchCmd())
+	root.AddCommand(o.networkCmd(), o.subnetCmd(), o.endpointCmd(), o.getCmd(), o.deleteCmd(), o.planCmd(), o.watchCmd(),
+		o.policyCmd(), o.namespaceCmd())
 	return root
 }
 

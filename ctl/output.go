@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -130,6 +131,23 @@ func printTable(w io.Writer, kind string, objs []object) error {
 			}
 			row(e.Name, e.Network, e.Node, e.Kind, e.Mac, strings.Join(e.Ips, ","), rx, tx)
 		}
+	case "policy":
+		row("NAMESPACE", "NAME", "REVISION")
+		for _, x := range objs {
+			p := x.(*skiffv1.Policy)
+			row(p.Namespace, p.Name, p.Revision)
+		}
+	case "namespace":
+		row("NAME", "LABELS")
+		for _, x := range objs {
+			n := x.(*skiffv1.Namespace)
+			var ls []string
+			for k, v := range n.Labels {
+				ls = append(ls, k+"="+v)
+			}
+			slices.Sort(ls)
+			row(n.Name, strings.Join(ls, ","))
+		}
 	case "node":
 		row("NAME", "UNDERLAY", "MODE", "CONNECTED", "ROLE")
 		for _, x := range objs {
@@ -215,6 +233,28 @@ func list(ctx context.Context, m skiffv1.ManagementServiceClient, kind, network,
 		for _, x := range l.Nodes {
 			out = append(out, x)
 		}
+	}
+	return out, nil
+}
+
+func listPolicyKinds(ctx context.Context, m skiffv1.ManagementServiceClient, kind, namespace string) ([]object, error) {
+	var out []object
+	if kind == "policy" {
+		l, err := m.ListPolicies(ctx, &skiffv1.ListPoliciesRequest{Namespace: namespace})
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range l.Policies {
+			out = append(out, x)
+		}
+		return out, nil
+	}
+	l, err := m.ListNamespaces(ctx, &skiffv1.ListRequest{})
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range l.Namespaces {
+		out = append(out, x)
 	}
 	return out, nil
 }

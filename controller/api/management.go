@@ -257,3 +257,57 @@ func (m *Management) Watch(r *skiffv1.WatchRequest, srv skiffv1.ManagementServic
 	}
 	return grpcError("watch", err)
 }
+
+func (m *Management) ApplyPolicies(ctx context.Context, r *skiffv1.ApplyPoliciesRequest) (*skiffv1.ApplyPoliciesResponse, error) {
+	if err := m.guard(ctx); err != nil {
+		return nil, err
+	}
+	ps, err := m.store.ApplyPolicies(ctx, r.GetDocuments())
+	if err != nil {
+		return nil, grpcError("apply policies", err)
+	}
+	for _, p := range ps {
+		m.log.Info("policy applied", "policy", p.Namespace+"/"+p.Name)
+	}
+	return &skiffv1.ApplyPoliciesResponse{Policies: ps}, nil
+}
+
+func (m *Management) ListPolicies(ctx context.Context, r *skiffv1.ListPoliciesRequest) (*skiffv1.ListPoliciesResponse, error) {
+	if err := m.guard(ctx); err != nil {
+		return nil, err
+	}
+	ps, err := m.store.ListPolicies(ctx, r.GetNamespace())
+	if err != nil {
+		return nil, grpcError("list policies", err)
+	}
+	return &skiffv1.ListPoliciesResponse{Policies: ps}, nil
+}
+
+func (m *Management) DeletePolicy(ctx context.Context, r *skiffv1.PolicyRef) (*skiffv1.DeleteResponse, error) {
+	if err := m.guard(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.store.DeletePolicy(ctx, r.GetNamespace(), r.GetName()); err != nil {
+		return nil, grpcError("delete policy", err)
+	}
+	return &skiffv1.DeleteResponse{}, nil
+}
+
+func (m *Management) SetNamespace(ctx context.Context, r *skiffv1.Namespace) (*skiffv1.Namespace, error) {
+	if err := m.guard(ctx); err != nil {
+		return nil, err
+	}
+	n, err := m.store.SetNamespace(ctx, r)
+	return n, grpcError("set namespace", err)
+}
+
+func (m *Management) ListNamespaces(ctx context.Context, _ *skiffv1.ListRequest) (*skiffv1.ListNamespacesResponse, error) {
+	if err := m.guard(ctx); err != nil {
+		return nil, err
+	}
+	ns, err := m.store.ListNamespaces(ctx)
+	if err != nil {
+		return nil, grpcError("list namespaces", err)
+	}
+	return &skiffv1.ListNamespacesResponse{Namespaces: ns}, nil
+}

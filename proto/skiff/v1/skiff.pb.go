@@ -2564,6 +2564,414 @@ func (*WatchEvent_Endpoint) isWatchEvent_Object() {}
 
 func (*WatchEvent_Node) isWatchEvent_Object() {}
 
+// Policy is a Kubernetes NetworkPolicy (networking.k8s.io/v1), kept as the
+// document it was applied as.
+type Policy struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The NetworkPolicy, as JSON.
+	Document string `protobuf:"bytes,3,opt,name=document,proto3" json:"document,omitempty"`
+	// Output only.
+	Revision      int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Policy) Reset() {
+	*x = Policy{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Policy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Policy) ProtoMessage() {}
+
+func (x *Policy) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Policy.ProtoReflect.Descriptor instead.
+func (*Policy) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Policy) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Policy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Policy) GetDocument() string {
+	if x != nil {
+		return x.Document
+	}
+	return ""
+}
+
+func (x *Policy) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// Namespace carries the labels a namespaceSelector matches.
+type Namespace struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Labels map[string]string      `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Output only.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Namespace) Reset() {
+	*x = Namespace{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Namespace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Namespace) ProtoMessage() {}
+
+func (x *Namespace) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
+func (*Namespace) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Namespace) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Namespace) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Namespace) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type ApplyPoliciesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One or more YAML or JSON documents, each a NetworkPolicy.
+	Documents     string `protobuf:"bytes,1,opt,name=documents,proto3" json:"documents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyPoliciesRequest) Reset() {
+	*x = ApplyPoliciesRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyPoliciesRequest) ProtoMessage() {}
+
+func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ApplyPoliciesRequest) GetDocuments() string {
+	if x != nil {
+		return x.Documents
+	}
+	return ""
+}
+
+type ApplyPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*Policy              `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyPoliciesResponse) Reset() {
+	*x = ApplyPoliciesResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyPoliciesResponse) ProtoMessage() {}
+
+func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+type PolicyRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyRef) Reset() {
+	*x = PolicyRef{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyRef) ProtoMessage() {}
+
+func (x *PolicyRef) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
+func (*PolicyRef) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PolicyRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PolicyRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListPoliciesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: every namespace.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoliciesRequest) Reset() {
+	*x = ListPoliciesRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesRequest) ProtoMessage() {}
+
+func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListPoliciesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*Policy              `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoliciesResponse) Reset() {
+	*x = ListPoliciesResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesResponse) ProtoMessage() {}
+
+func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListPoliciesResponse) GetPolicies() []*Policy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+type ListNamespacesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespaces    []*Namespace           `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNamespacesResponse) Reset() {
+	*x = ListNamespacesResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNamespacesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNamespacesResponse) ProtoMessage() {}
+
+func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
+func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
 var File_skiff_v1_skiff_proto protoreflect.FileDescriptor
 
 const file_skiff_v1_skiff_proto_rawDesc = "" +
@@ -2758,7 +3166,34 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTYPE_PUT\x10\x01\x12\x0f\n" +
 	"\vTYPE_DELETE\x10\x02B\b\n" +
-	"\x06object2\xc4\x03\n" +
+	"\x06object\"r\n" +
+	"\x06Policy\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bdocument\x18\x03 \x01(\tR\bdocument\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\"\xaf\x01\n" +
+	"\tNamespace\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
+	"\x06labels\x18\x02 \x03(\v2\x1f.skiff.v1.Namespace.LabelsEntryR\x06labels\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"4\n" +
+	"\x14ApplyPoliciesRequest\x12\x1c\n" +
+	"\tdocuments\x18\x01 \x01(\tR\tdocuments\"E\n" +
+	"\x15ApplyPoliciesResponse\x12,\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x10.skiff.v1.PolicyR\bpolicies\"=\n" +
+	"\tPolicyRef\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"3\n" +
+	"\x13ListPoliciesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"D\n" +
+	"\x14ListPoliciesResponse\x12,\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x10.skiff.v1.PolicyR\bpolicies\"M\n" +
+	"\x16ListNamespacesResponse\x123\n" +
+	"\n" +
+	"namespaces\x18\x01 \x03(\v2\x13.skiff.v1.NamespaceR\n" +
+	"namespaces2\xc4\x03\n" +
 	"\fAgentService\x12A\n" +
 	"\bRegister\x12\x19.skiff.v1.RegisterRequest\x1a\x1a.skiff.v1.RegisterResponse\x12A\n" +
 	"\n" +
@@ -2766,7 +3201,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\fReportEvents\x12\x1d.skiff.v1.ReportEventsRequest\x1a\x1e.skiff.v1.ReportEventsResponse\x12S\n" +
 	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12E\n" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x12C\n" +
-	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xc6\b\n" +
+	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xab\v\n" +
 	"\x11ManagementService\x12B\n" +
 	"\rCreateNetwork\x12\x1e.skiff.v1.CreateNetworkRequest\x1a\x11.skiff.v1.Network\x125\n" +
 	"\n" +
@@ -2784,7 +3219,12 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\aGetNode\x12\x14.skiff.v1.GetRequest\x1a\x0e.skiff.v1.Node\x12?\n" +
 	"\tListNodes\x12\x15.skiff.v1.ListRequest\x1a\x1b.skiff.v1.ListNodesResponse\x12?\n" +
 	"\n" +
-	"DeleteNode\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x123\n" +
+	"DeleteNode\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12P\n" +
+	"\rApplyPolicies\x12\x1e.skiff.v1.ApplyPoliciesRequest\x1a\x1f.skiff.v1.ApplyPoliciesResponse\x12M\n" +
+	"\fListPolicies\x12\x1d.skiff.v1.ListPoliciesRequest\x1a\x1e.skiff.v1.ListPoliciesResponse\x12=\n" +
+	"\fDeletePolicy\x12\x13.skiff.v1.PolicyRef\x1a\x18.skiff.v1.DeleteResponse\x128\n" +
+	"\fSetNamespace\x12\x13.skiff.v1.Namespace\x1a\x13.skiff.v1.Namespace\x12I\n" +
+	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x123\n" +
 	"\aGetPlan\x12\x18.skiff.v1.GetPlanRequest\x1a\x0e.skiff.v1.Plan\x127\n" +
 	"\x05Watch\x12\x16.skiff.v1.WatchRequest\x1a\x14.skiff.v1.WatchEvent0\x01B3Z1github.com/skiff-sdn/skiff/proto/skiff/v1;skiffv1b\x06proto3"
 
@@ -2801,7 +3241,7 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_skiff_v1_skiff_proto_goTypes = []any{
 	(WatchEvent_Type)(0),           // 0: skiff.v1.WatchEvent.Type
 	(*Network)(nil),                // 1: skiff.v1.Network
@@ -2842,18 +3282,27 @@ var file_skiff_v1_skiff_proto_goTypes = []any{
 	(*GetPlanRequest)(nil),         // 36: skiff.v1.GetPlanRequest
 	(*WatchRequest)(nil),           // 37: skiff.v1.WatchRequest
 	(*WatchEvent)(nil),             // 38: skiff.v1.WatchEvent
-	nil,                            // 39: skiff.v1.Endpoint.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
+	(*Policy)(nil),                 // 39: skiff.v1.Policy
+	(*Namespace)(nil),              // 40: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),   // 41: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 42: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),              // 43: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),    // 44: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 45: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil), // 46: skiff.v1.ListNamespacesResponse
+	nil,                            // 47: skiff.v1.Endpoint.LabelsEntry
+	nil,                            // 48: skiff.v1.Namespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 49: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,  // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	39, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	47, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,  // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	40, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	49, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
 	6,  // 4: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
 	7,  // 5: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
 	8,  // 6: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	40, // 7: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	49, // 7: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
 	3,  // 8: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
 	10, // 9: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
 	5,  // 10: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
@@ -2865,11 +3314,11 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	13, // 16: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
 	9,  // 17: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
 	9,  // 18: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	40, // 19: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	49, // 19: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
 	18, // 20: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
 	4,  // 21: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
 	4,  // 22: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	40, // 23: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	49, // 23: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
 	21, // 24: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
 	22, // 25: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
 	1,  // 26: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
@@ -2884,57 +3333,71 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	3,  // 35: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
 	5,  // 36: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
 	9,  // 37: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	15, // 38: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	17, // 39: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	19, // 40: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	23, // 41: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	31, // 42: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	26, // 43: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	29, // 44: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	25, // 45: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	28, // 46: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	26, // 47: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	30, // 48: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	25, // 49: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	28, // 50: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	26, // 51: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	31, // 52: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	25, // 53: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	28, // 54: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	26, // 55: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	25, // 56: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	28, // 57: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	26, // 58: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	36, // 59: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	37, // 60: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	16, // 61: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	14, // 62: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	20, // 63: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	24, // 64: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	5,  // 65: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	27, // 66: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,  // 67: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,  // 68: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	32, // 69: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	27, // 70: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,  // 71: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,  // 72: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	33, // 73: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	27, // 74: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,  // 75: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,  // 76: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	34, // 77: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	27, // 78: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	9,  // 79: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	35, // 80: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	27, // 81: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	12, // 82: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	38, // 83: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	61, // [61:84] is the sub-list for method output_type
-	38, // [38:61] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	48, // 38: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	39, // 39: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	39, // 40: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	40, // 41: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	15, // 42: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	17, // 43: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	19, // 44: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	23, // 45: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	31, // 46: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	26, // 47: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	29, // 48: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	25, // 49: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	28, // 50: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	26, // 51: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	30, // 52: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	25, // 53: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	28, // 54: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	26, // 55: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	31, // 56: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	25, // 57: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	28, // 58: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	26, // 59: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	25, // 60: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	28, // 61: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	26, // 62: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	41, // 63: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	44, // 64: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	43, // 65: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	40, // 66: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	28, // 67: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	36, // 68: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	37, // 69: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	16, // 70: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	14, // 71: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	20, // 72: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	24, // 73: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	5,  // 74: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	27, // 75: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,  // 76: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,  // 77: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	32, // 78: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	27, // 79: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,  // 80: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,  // 81: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	33, // 82: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	27, // 83: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,  // 84: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,  // 85: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	34, // 86: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	27, // 87: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	9,  // 88: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	35, // 89: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	27, // 90: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	42, // 91: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	45, // 92: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	27, // 93: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	40, // 94: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	46, // 95: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	12, // 96: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	38, // 97: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	70, // [70:98] is the sub-list for method output_type
+	42, // [42:70] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -2960,7 +3423,7 @@ func file_skiff_v1_skiff_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -354,6 +354,11 @@ const (
 	ManagementService_GetNode_FullMethodName        = "/skiff.v1.ManagementService/GetNode"
 	ManagementService_ListNodes_FullMethodName      = "/skiff.v1.ManagementService/ListNodes"
 	ManagementService_DeleteNode_FullMethodName     = "/skiff.v1.ManagementService/DeleteNode"
+	ManagementService_ApplyPolicies_FullMethodName  = "/skiff.v1.ManagementService/ApplyPolicies"
+	ManagementService_ListPolicies_FullMethodName   = "/skiff.v1.ManagementService/ListPolicies"
+	ManagementService_DeletePolicy_FullMethodName   = "/skiff.v1.ManagementService/DeletePolicy"
+	ManagementService_SetNamespace_FullMethodName   = "/skiff.v1.ManagementService/SetNamespace"
+	ManagementService_ListNamespaces_FullMethodName = "/skiff.v1.ManagementService/ListNamespaces"
 	ManagementService_GetPlan_FullMethodName        = "/skiff.v1.ManagementService/GetPlan"
 	ManagementService_Watch_FullMethodName          = "/skiff.v1.ManagementService/Watch"
 )
@@ -383,6 +388,14 @@ type ManagementServiceClient interface {
 	GetNode(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*Node, error)
 	ListNodes(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	DeleteNode(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// ApplyPolicies validates every document, then creates or replaces the
+	// policies in one transaction: all or nothing.
+	ApplyPolicies(ctx context.Context, in *ApplyPoliciesRequest, opts ...grpc.CallOption) (*ApplyPoliciesResponse, error)
+	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
+	DeletePolicy(ctx context.Context, in *PolicyRef, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// SetNamespace creates or replaces a namespace's labels.
+	SetNamespace(ctx context.Context, in *Namespace, opts ...grpc.CallOption) (*Namespace, error)
+	ListNamespaces(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
 	// GetPlan returns the plan a node would receive now.
 	GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*Plan, error)
 	// Watch streams changes to the chosen kinds, starting now.
@@ -547,6 +560,56 @@ func (c *managementServiceClient) DeleteNode(ctx context.Context, in *DeleteRequ
 	return out, nil
 }
 
+func (c *managementServiceClient) ApplyPolicies(ctx context.Context, in *ApplyPoliciesRequest, opts ...grpc.CallOption) (*ApplyPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyPoliciesResponse)
+	err := c.cc.Invoke(ctx, ManagementService_ApplyPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoliciesResponse)
+	err := c.cc.Invoke(ctx, ManagementService_ListPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) DeletePolicy(ctx context.Context, in *PolicyRef, opts ...grpc.CallOption) (*DeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteResponse)
+	err := c.cc.Invoke(ctx, ManagementService_DeletePolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) SetNamespace(ctx context.Context, in *Namespace, opts ...grpc.CallOption) (*Namespace, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Namespace)
+	err := c.cc.Invoke(ctx, ManagementService_SetNamespace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) ListNamespaces(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListNamespacesResponse)
+	err := c.cc.Invoke(ctx, ManagementService_ListNamespaces_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *managementServiceClient) GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*Plan, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Plan)
@@ -601,6 +664,14 @@ type ManagementServiceServer interface {
 	GetNode(context.Context, *GetRequest) (*Node, error)
 	ListNodes(context.Context, *ListRequest) (*ListNodesResponse, error)
 	DeleteNode(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	// ApplyPolicies validates every document, then creates or replaces the
+	// policies in one transaction: all or nothing.
+	ApplyPolicies(context.Context, *ApplyPoliciesRequest) (*ApplyPoliciesResponse, error)
+	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
+	DeletePolicy(context.Context, *PolicyRef) (*DeleteResponse, error)
+	// SetNamespace creates or replaces a namespace's labels.
+	SetNamespace(context.Context, *Namespace) (*Namespace, error)
+	ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error)
 	// GetPlan returns the plan a node would receive now.
 	GetPlan(context.Context, *GetPlanRequest) (*Plan, error)
 	// Watch streams changes to the chosen kinds, starting now.
@@ -659,6 +730,21 @@ func (UnimplementedManagementServiceServer) ListNodes(context.Context, *ListRequ
 }
 func (UnimplementedManagementServiceServer) DeleteNode(context.Context, *DeleteRequest) (*DeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteNode not implemented")
+}
+func (UnimplementedManagementServiceServer) ApplyPolicies(context.Context, *ApplyPoliciesRequest) (*ApplyPoliciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyPolicies not implemented")
+}
+func (UnimplementedManagementServiceServer) ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPolicies not implemented")
+}
+func (UnimplementedManagementServiceServer) DeletePolicy(context.Context, *PolicyRef) (*DeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePolicy not implemented")
+}
+func (UnimplementedManagementServiceServer) SetNamespace(context.Context, *Namespace) (*Namespace, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetNamespace not implemented")
+}
+func (UnimplementedManagementServiceServer) ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListNamespaces not implemented")
 }
 func (UnimplementedManagementServiceServer) GetPlan(context.Context, *GetPlanRequest) (*Plan, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPlan not implemented")
@@ -957,6 +1043,96 @@ func _ManagementService_DeleteNode_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ManagementService_ApplyPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).ApplyPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_ApplyPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).ApplyPolicies(ctx, req.(*ApplyPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_ListPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).ListPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_ListPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).ListPolicies(ctx, req.(*ListPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_DeletePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PolicyRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).DeletePolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_DeletePolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).DeletePolicy(ctx, req.(*PolicyRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_SetNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Namespace)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).SetNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_SetNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).SetNamespace(ctx, req.(*Namespace))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_ListNamespaces_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).ListNamespaces(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_ListNamespaces_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).ListNamespaces(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ManagementService_GetPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetPlanRequest)
 	if err := dec(in); err != nil {
@@ -1052,6 +1228,26 @@ var ManagementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteNode",
 			Handler:    _ManagementService_DeleteNode_Handler,
+		},
+		{
+			MethodName: "ApplyPolicies",
+			Handler:    _ManagementService_ApplyPolicies_Handler,
+		},
+		{
+			MethodName: "ListPolicies",
+			Handler:    _ManagementService_ListPolicies_Handler,
+		},
+		{
+			MethodName: "DeletePolicy",
+			Handler:    _ManagementService_DeletePolicy_Handler,
+		},
+		{
+			MethodName: "SetNamespace",
+			Handler:    _ManagementService_SetNamespace_Handler,
+		},
+		{
+			MethodName: "ListNamespaces",
+			Handler:    _ManagementService_ListNamespaces_Handler,
 		},
 		{
 			MethodName: "GetPlan",
