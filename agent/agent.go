@@ -32,12 +32,14 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/agent/datapath/software"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -46,12 +48,14 @@ const Version = "0.1.0"
 
 // Config configures an agent.
 type Config struct {
-	Controller  string // host:port
-	Node        string
-	Socket      string // local API; empty: none
-	UnderlayIP  string
-	StateDir    string
-	Mode        string // auto or software
+	Controller string // host:port
+	Node       string
+	Socket     string // local API; empty: none
+	UnderlayIP string
+	StateDir   string
+	// Mode is auto, software or offload (see ChooseMode). Until the
+	// offload datapath exists, offload runs the software datapath.
+	Mode        string
 	MetricsAddr string // empty: no metrics server
 	// TLS: CA of the controller's certificate, and this node's client
 	// certificate (common name node:NAME). All empty: plaintext.
@@ -62,6 +66,11 @@ type Config struct {
 	// Resync is the longest time between two reconciles when nothing
 	// happens (default 5m): a safety net, not a poll.
 	Resync time.Duration
+	// SysRoot is where sysfs is mounted ("/sys" when empty).
+	SysRoot string
+	// Rediscover is how long link events about NIC netdevs must settle
+	// before capabilities are discovered again (default 1s).
+	Rediscover time.Duration
 }
 
 // Agent is a running agent.
@@ -85,6 +94,13 @@ type Agent struct {
 	pending []*skiffv1.NodeEvent
 	dropped int
 	links   map[string]bool // non-Skiff links seen, for link-added events
+	devs    map[string]bool // those of links that have a device/ (NICs, VFs, representors)
+
+	disc       *eswitch.Discoverer
+	capsMu     sync.Mutex
+	caps       *skiffv1.NodeCapabilities
+	mode       string // the mode registered (the datapath that runs)
+	rediscover chan struct{}
 
 	reg         *prometheus.Registry
 	revision    prometheus.Gauge
@@ -109,9 +125,9 @@ func (c Config) validate() (netip.Addr, error) {
 		return netip.Addr{}, errors.New("--state-dir is required")
 	}
 	switch c.Mode {
-	case "", "auto", "software":
+	case "", ModeAuto, ModeSoftware, ModeOffload:
 	default:
-		return netip.Addr{}, fmt.Errorf("--mode: %q is not auto or software (offload modes come with the offload datapath)", c.Mode)
+		return netip.Addr{}, fmt.Errorf("--mode: %q is not auto, software or offload", c.Mode)
 	}
 	return ip, nil
 }
@@ -128,6 +144,25 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.StatsInterval <= 0 {
 		cfg.StatsInterval = 10 * time.Second
 	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/sys"
+	}
+	if cfg.Rediscover <= 0 {
+		cfg.Rediscover = time.Second
+	}
+	disc := eswitch.New(eswitch.Options{SysRoot: cfg.SysRoot, Logger: log})
+	caps := DiscoverCapabilities(ctx, disc, log)
+	mode, err := ChooseMode(cfg.Mode, caps)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	log.Info("node capabilities", "role", caps.GetRole(), "pfs", len(caps.GetPfs()), "modes", strings.Join(caps.GetModes(), ","), "kernel", caps.GetKernel())
+	if mode == ModeOffload {
+		log.Warn("mode offload chosen, but the offload datapath is not implemented yet: running the software datapath (registered as mode software; offload stays listed in the capabilities)",
+			"flag", cfg.Mode)
+		mode = ModeSoftware
+	}
+	log.Info("datapath", "mode", mode)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("agent: state dir: %w", err)
 	}
@@ -151,7 +186,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer conn.Close()
 	a := &Agent{cfg: cfg, log: log, client: skiffv1.NewAgentServiceClient(conn), kernel: k,
-		dp: software.New(k, fw, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{})}
+		dp: software.New(k, fw, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
+		disc: disc, caps: caps, mode: mode, rediscover: make(chan struct{}, 1)}
 	a.metrics()
 
 	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)
@@ -182,7 +218,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			}
 		}()
 	}
-	wg.Add(5)
+	wg.Add(6)
+	go func() { defer wg.Done(); a.rediscoverLoop(ctx) }()
 	go func() { defer wg.Done(); a.reportEvents(ctx) }()
 	go func() { defer wg.Done(); a.reportCounters(ctx, cfg.StatsInterval) }()
 	go func() { defer wg.Done(); a.watch(ctx) }()
@@ -219,8 +256,17 @@ func clientCreds(cfg Config) (credentials.TransportCredentials, error) {
 }
 
 func (a *Agent) nodeObject() *skiffv1.Node {
-	return &skiffv1.Node{Name: a.cfg.Node, UnderlayIp: a.under.String(), Mode: "software", AgentVersion: Version,
-		Capabilities: &skiffv1.NodeCapabilities{Role: "none", Modes: []string{"software"}}}
+	a.capsMu.Lock()
+	caps, mode := a.caps, a.mode
+	a.capsMu.Unlock()
+	if mode == "" {
+		mode = ModeSoftware
+	}
+	if caps == nil {
+		caps = Capabilities(nil, "")
+	}
+	return &skiffv1.Node{Name: a.cfg.Node, UnderlayIp: a.under.String(), Mode: mode, AgentVersion: Version,
+		Capabilities: proto.Clone(caps).(*skiffv1.NodeCapabilities)}
 }
 
 func (a *Agent) current() plan.Plan {
@@ -330,10 +376,11 @@ func (a *Agent) reconcile() {
 // it comes back) and reports underlay address changes and new links to the
 // controller.
 func (a *Agent) watch(ctx context.Context) {
-	a.links = map[string]bool{}
+	a.links, a.devs = map[string]bool{}, map[string]bool{}
 	if ls, err := a.kernel.Links(); err == nil {
 		for _, l := range ls {
 			a.links[l.Name] = true
+			a.devs[l.Name] = hasDevice(a.cfg.SysRoot, l.Name)
 		}
 	}
 	for ctx.Err() == nil {
@@ -346,10 +393,17 @@ func (a *Agent) watch(ctx context.Context) {
 				}
 				switch seen := a.links[e.Name]; {
 				case e.Deleted && seen:
+					if a.devs[e.Name] || a.namedInCaps(e.Name) {
+						a.rediscoverSoon()
+					}
 					delete(a.links, e.Name)
+					delete(a.devs, e.Name)
 					a.event("link-removed", e.Name, "")
 				case !e.Deleted && !seen && e.Name != "":
 					a.links[e.Name] = true
+					if a.devs[e.Name] = hasDevice(a.cfg.SysRoot, e.Name); a.devs[e.Name] {
+						a.rediscoverSoon()
+					}
 					a.event("link-added", e.Name, "")
 				}
 			case "neigh":

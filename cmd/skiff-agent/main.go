@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/skiff-sdn/skiff/agent"
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/offload/eswitch"
 )
 
 func main() {
@@ -51,12 +53,46 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.UnderlayIP, "underlay-ip", "", "this node's underlay (VTEP) address")
 	f.StringVar(&cfg.Socket, "socket", localapi.DefaultSocket, "local API socket (root only); empty: off")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/skiff-agent", "where the last plan is kept")
-	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto or software")
+	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto (offload when a switchdev eswitch exists, else software), software or offload")
 	f.DurationVar(&cfg.StatsInterval, "stats-interval", 10*time.Second, "how often counters are sent to the controller")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "address of /metrics and /healthz (empty: off)")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA of the controller's certificate")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's client certificate (CN node:NAME)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "this node's client key")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.AddCommand(capabilitiesCommand())
+	return cmd
+}
+
+// capabilitiesCommand prints what the agent would register as this node's
+// capabilities, without contacting a controller.
+func capabilitiesCommand() *cobra.Command {
+	var out, sysRoot, logLevel string
+	cmd := &cobra.Command{
+		Use:   "capabilities",
+		Short: "Discover this node's PFs, VFs, eswitch modes and representors and print them (no controller needed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out != "json" {
+				return fmt.Errorf("--output %q: want json", out)
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
+			d := eswitch.New(eswitch.Options{SysRoot: sysRoot, Logger: log})
+			caps := agent.DiscoverCapabilities(cmd.Context(), d, log)
+			b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitDefaultValues: true}.Marshal(caps)
+			if err != nil {
+				return fmt.Errorf("capabilities: %w", err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
+			return err
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "json", "output format: json")
+	cmd.Flags().StringVar(&sysRoot, "sys-root", "/sys", "where sysfs is mounted")
+	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	return cmd
 }

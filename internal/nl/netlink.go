@@ -28,15 +28,19 @@ type real struct {
 func Open(o Options) (Kernel, error) {
 	var h *netlink.Handle
 	var err error
+	// Route and netfilter only: the default set adds NETLINK_XFRM, whose
+	// socket fails (EPROTONOSUPPORT) where xfrm_user is not loaded, and
+	// Skiff never uses it.
+	families := []int{unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER}
 	if o.NetNS == "" {
-		h, err = netlink.NewHandle()
+		h, err = netlink.NewHandle(families...)
 	} else {
 		ns, nerr := netns.GetFromPath(o.NetNS)
 		if nerr != nil {
 			return nil, fmt.Errorf("nl: namespace %s: %w", o.NetNS, nerr)
 		}
 		defer ns.Close()
-		h, err = netlink.NewHandleAt(ns)
+		h, err = netlink.NewHandleAt(ns, families...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nl: netlink handle: %w", err)

@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
 )
 
 func discover(t *testing.T, tr *sysTree, dl Devlink) *Node {
 	t.Helper()
-	n, err := New(Options{SysRoot: tr.root, Devlink: dl}).Discover(context.Background())
+	n, err := New(Options{SysRoot: tr.Root, Devlink: dl}).Discover(context.Background())
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}
@@ -146,15 +148,15 @@ func TestLegacyNIC(t *testing.T) {
 	tr := newTree(t)
 	// An Intel E810 in legacy mode: PF netdev without a switch port and
 	// 4 VFs with iavf netdevs; VF 2 bound to vfio-pci (no netdev).
-	pf := tr.pf("0000:5e:00.0", 64, 4, "5e", "iavf", func(i int) string {
+	pf := tr.PF("0000:5e:00.0", 64, 4, "5e", "iavf", func(i int) string {
 		if i == 2 {
 			return ""
 		}
 		return fmt.Sprintf("ens2f0v%d", i)
 	})
-	tr.mkdir("bus/pci/drivers/vfio-pci")
-	tr.relLink(pciParent+"/0000:5e:00.4/driver", "bus/pci/drivers/vfio-pci")
-	tr.netdev(pf, "ens2f0", "", "")
+	tr.Mkdir("bus/pci/drivers/vfio-pci")
+	tr.RelLink(sysfstest.PCIParent+"/0000:5e:00.4/driver", "bus/pci/drivers/vfio-pci")
+	tr.Netdev(pf, "ens2f0", "", "")
 	dl := &fakeDevlink{modes: map[string]Mode{"pci/0000:5e:00.0": ModeLegacy}}
 	n := discover(t, tr, dl)
 	if len(n.Problems) != 0 || n.Kind != NodeNone || len(n.PFs) != 1 {
@@ -177,8 +179,8 @@ func TestLegacyNIC(t *testing.T) {
 func TestVFsWithoutRepresentors(t *testing.T) {
 	tr := newTree(t)
 	// switchdev is reported, but the driver exposes no representors.
-	pf := tr.pf("0000:81:00.0", 16, 3, "81", "ixgbevf", func(i int) string { return fmt.Sprintf("enp129s0f0v%d", i) })
-	tr.netdev(pf, "enp129s0f0", "", "")
+	pf := tr.PF("0000:81:00.0", 16, 3, "81", "ixgbevf", func(i int) string { return fmt.Sprintf("enp129s0f0v%d", i) })
+	tr.Netdev(pf, "enp129s0f0", "", "")
 	dl := &fakeDevlink{modes: map[string]Mode{"pci/0000:81:00.0": ModeSwitchdev}}
 	n := discover(t, tr, dl)
 	if len(n.Problems) != 0 || len(n.PFs) != 1 {
@@ -196,10 +198,10 @@ func TestVFsWithoutRepresentors(t *testing.T) {
 
 func TestNoEswitchAtAll(t *testing.T) {
 	tr := newTree(t)
-	tr.mkdir("devices/virtual/net/lo")
-	tr.relLink("class/net/lo", "devices/virtual/net/lo")
-	dev := tr.pciDev("0000:00:03.0", "virtio-pci")
-	tr.netdev(dev, "eth0", "", "")
+	tr.Mkdir("devices/virtual/net/lo")
+	tr.RelLink("class/net/lo", "devices/virtual/net/lo")
+	dev := tr.PCIDev("0000:00:03.0", "virtio-pci")
+	tr.Netdev(dev, "eth0", "", "")
 	n := discover(t, tr, &fakeDevlink{})
 	if n.Kind != NodeNone || len(n.PFs) != 0 || len(n.Problems) != 0 {
 		t.Errorf("node = %+v", n)
@@ -220,7 +222,7 @@ func problemAt(t *testing.T, n *Node, pathSuffix, reason string) {
 func TestBrokenTrees(t *testing.T) {
 	t.Run("dangling virtfn link", func(t *testing.T) {
 		tr, dl := cx6Switchdev(t)
-		vf := filepath.Join(tr.root, pciParent, "0000:03:00.7")
+		vf := filepath.Join(tr.Root, sysfstest.PCIParent, "0000:03:00.7")
 		if err := os.RemoveAll(vf); err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +236,7 @@ func TestBrokenTrees(t *testing.T) {
 	})
 	t.Run("garbage phys_port_name on a switch port", func(t *testing.T) {
 		tr, dl := cx6Switchdev(t)
-		tr.write(pciParent+"/0000:03:00.0/net/eth4/phys_port_name", "pf0vfX3")
+		tr.Write(sysfstest.PCIParent+"/0000:03:00.0/net/eth4/phys_port_name", "pf0vfX3")
 		n := discover(t, tr, dl)
 		problemAt(t, n, "class/net/eth4/phys_port_name", `"pf0vfX3" is in no known form`)
 		pf := mustPF(t, n, "ens1f0np0")
@@ -250,8 +252,8 @@ func TestBrokenTrees(t *testing.T) {
 	})
 	t.Run("free-form port name without a switch is ignored", func(t *testing.T) {
 		tr := newTree(t)
-		dev := tr.pciDev("0000:00:04.0", "ice")
-		tr.netdev(dev, "eno1", "", "eno1-port")
+		dev := tr.PCIDev("0000:00:04.0", "ice")
+		tr.Netdev(dev, "eno1", "", "eno1-port")
 		n := discover(t, tr, &fakeDevlink{})
 		if len(n.Problems) != 0 || len(n.PFs) != 0 {
 			t.Errorf("node = %+v", n)
@@ -259,10 +261,10 @@ func TestBrokenTrees(t *testing.T) {
 	})
 	t.Run("VF without netdev", func(t *testing.T) {
 		tr, dl := cx6Switchdev(t)
-		if err := os.RemoveAll(filepath.Join(tr.root, pciParent, "0000:03:00.2", "net")); err != nil {
+		if err := os.RemoveAll(filepath.Join(tr.Root, sysfstest.PCIParent, "0000:03:00.2", "net")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Remove(filepath.Join(tr.root, "class/net/ens1f0v0")); err != nil {
+		if err := os.Remove(filepath.Join(tr.Root, "class/net/ens1f0v0")); err != nil {
 			t.Fatal(err)
 		}
 		n := discover(t, tr, dl)
@@ -276,14 +278,14 @@ func TestBrokenTrees(t *testing.T) {
 	})
 	t.Run("netdev with a dangling device link", func(t *testing.T) {
 		tr, dl := cx6Switchdev(t)
-		tr.link("class/net/ghost0", "../../devices/virtual/net/ghost0")
+		tr.Link("class/net/ghost0", "../../devices/virtual/net/ghost0")
 		n := discover(t, tr, dl)
 		problemAt(t, n, "class/net/ghost0", "broken link")
 		mustPF(t, n, "ens1f0np0")
 	})
 	t.Run("device without subsystem", func(t *testing.T) {
 		tr, dl := cx6Switchdev(t)
-		if err := os.Remove(filepath.Join(tr.root, pciParent, "0000:03:00.1", "subsystem")); err != nil {
+		if err := os.Remove(filepath.Join(tr.Root, sysfstest.PCIParent, "0000:03:00.1", "subsystem")); err != nil {
 			t.Fatal(err)
 		}
 		n := discover(t, tr, dl)
@@ -291,14 +293,14 @@ func TestBrokenTrees(t *testing.T) {
 	})
 	t.Run("garbage in sriov_numvfs", func(t *testing.T) {
 		tr, dl := cx6Switchdev(t)
-		tr.write(pciParent+"/0000:03:00.1/sriov_numvfs", "lots")
+		tr.Write(sysfstest.PCIParent+"/0000:03:00.1/sriov_numvfs", "lots")
 		n := discover(t, tr, dl)
 		problemAt(t, n, "0000:03:00.1/sriov_numvfs", `not an integer: "lots"`)
 		mustPF(t, n, "ens1f0np0")
 	})
 	t.Run("representor of an unknown switch", func(t *testing.T) {
 		tr, dl := cx6Switchdev(t)
-		tr.write(pciParent+"/0000:03:00.0/net/eth0/phys_switch_id", "deadbeef")
+		tr.Write(sysfstest.PCIParent+"/0000:03:00.0/net/eth0/phys_switch_id", "deadbeef")
 		n := discover(t, tr, dl)
 		problemAt(t, n, "class/net/eth0/phys_switch_id", "belongs to no PF")
 	})
@@ -312,11 +314,11 @@ func TestBrokenTrees(t *testing.T) {
 
 func TestSetNumVFsGoesThroughZero(t *testing.T) {
 	tr, dl := cx6Switchdev(t)
-	path := filepath.Join(tr.root, pciParent, "0000:03:00.0", "sriov_numvfs")
+	path := filepath.Join(tr.Root, sysfstest.PCIParent, "0000:03:00.0", "sriov_numvfs")
 	// Record every write: replace the attribute with a FIFO-like log is
 	// not possible on a plain file, so check the sequence through a
 	// wrapper that reads the file between steps.
-	d := New(Options{SysRoot: tr.root, Devlink: dl})
+	d := New(Options{SysRoot: tr.Root, Devlink: dl})
 	if err := d.SetNumVFs("ens1f0np0", 8); err != nil {
 		t.Fatalf("same count: %v", err)
 	}
@@ -343,7 +345,7 @@ func TestSetNumVFsGoesThroughZero(t *testing.T) {
 
 func TestSetMode(t *testing.T) {
 	tr, dl := cx6Switchdev(t)
-	d := New(Options{SysRoot: tr.root, Devlink: dl})
+	d := New(Options{SysRoot: tr.Root, Devlink: dl})
 	ctx := context.Background()
 	if err := d.SetMode(ctx, "ens1f1np1", ModeSwitchdev); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,10 @@ import (
 // DefaultCacheDir is where hack/kernelvm/setup.sh caches kernels.
 const DefaultCacheDir = "/var/cache/skiff-kernelvm"
 
+// DefaultBinaries are the project's commands the runner ships into the
+// guest ($SKIFF_BIN) unless told otherwise.
+var DefaultBinaries = []string{"./cmd/skiff-agent", "./cmd/skiff-controller", "./cmd/skiffctl"}
+
 // Config of one VM run.
 type Config struct {
 	CacheDir string // DefaultCacheDir when empty
@@ -28,6 +32,10 @@ type Config struct {
 	Packages []string
 	// TestArgs are passed to every test binary (e.g. -test.run=X).
 	TestArgs []string
+	// Binaries are main packages (./cmd/skiff-agent) built statically
+	// (CGO_ENABLED=0 go build) into the share; tests in the guest find
+	// them in the directory named by $SKIFF_BIN (guest.Bin).
+	Binaries []string
 	// Dir is the module directory go builds in; the working directory
 	// when empty.
 	Dir     string
@@ -147,7 +155,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("kernelvm: %w", err)
 	}
 	defer os.RemoveAll(share)
-	for _, d := range []string{"bin", "out"} {
+	for _, d := range []string{"bin", "out", "skiffbin"} {
 		if err := os.Mkdir(filepath.Join(share, d), 0o755); err != nil {
 			return nil, fmt.Errorf("kernelvm: %w", err)
 		}
@@ -173,6 +181,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 		}
 		names = append(names, name)
+	}
+	if len(cfg.Binaries) > 0 {
+		args := append([]string{"build", "-o", filepath.Join(share, "skiffbin") + "/"}, cfg.Binaries...)
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = cfg.Dir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("kernelvm: go build %s: %w\n%s", strings.Join(cfg.Binaries, " "), err, b)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(share, "tests.list"), []byte(strings.Join(names, "\n")+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("kernelvm: %w", err)

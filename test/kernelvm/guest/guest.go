@@ -5,6 +5,8 @@ package guest
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -22,4 +24,24 @@ func Require(t testing.TB) {
 	if !Inside() {
 		t.Skipf("needs the kernel VM (%s=1): run hack/kernelvm/run.sh with this package", Env)
 	}
+}
+
+// BinEnv names the guest directory holding the project's static binaries
+// (skiff-agent, skiff-controller, skiffctl), built by the harness.
+const BinEnv = "SKIFF_BIN"
+
+// Bin returns the path of the project binary name in $SKIFF_BIN, failing
+// t when it is not there (the harness was run with -bins "" or without
+// that command).
+func Bin(t testing.TB, name string) string {
+	t.Helper()
+	dir := os.Getenv(BinEnv)
+	if dir == "" {
+		t.Fatalf("$%s is not set: run the test through hack/kernelvm/run.sh", BinEnv)
+	}
+	p := filepath.Join(dir, name)
+	if _, err := exec.LookPath(p); err != nil {
+		t.Fatalf("%s: %v (the harness builds ./cmd/%s with -bins)", p, err, name)
+	}
+	return p
 }

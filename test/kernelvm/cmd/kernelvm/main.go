@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm"
@@ -26,6 +27,7 @@ func run() int {
 	timeout := flag.Duration("timeout", 5*time.Minute, "limit for the whole boot")
 	runRE := flag.String("run", "", "only run tests matching this regexp (go test -run)")
 	verbose := flag.Bool("v", false, "show the guest output of passing packages too")
+	bins := flag.String("bins", strings.Join(kernelvm.DefaultBinaries, ","), "comma-separated main packages built statically into $SKIFF_BIN of the guest (empty: none)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: kernelvm [flags] PKG...")
@@ -37,6 +39,11 @@ func run() int {
 	cfg := kernelvm.Config{
 		CacheDir: *cache, Version: *version, Packages: flag.Args(), Timeout: *timeout,
 		Logger: log, Output: os.Stdout, Verbose: *verbose,
+	}
+	for _, b := range strings.Split(*bins, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			cfg.Binaries = append(cfg.Binaries, b)
+		}
 	}
 	if *runRE != "" {
 		cfg.TestArgs = []string{"-test.run=" + *runRE}
