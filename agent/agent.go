@@ -13,8 +13,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,8 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
@@ -39,6 +35,7 @@ import (
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/internal/tlsconf"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
@@ -175,9 +172,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	defer fw.Close()
-	creds, err := clientCreds(cfg)
+	creds, err := tlsconf.Client(cfg.TLSCA, cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
-		return err
+		return fmt.Errorf("agent: %w", err)
 	}
 	conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}))
@@ -227,32 +224,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
 	<-ctx.Done()
 	return nil
-}
-
-func clientCreds(cfg Config) (credentials.TransportCredentials, error) {
-	if cfg.TLSCA == "" && cfg.TLSCert == "" && cfg.TLSKey == "" {
-		return insecure.NewCredentials(), nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS13}
-	if cfg.TLSCA != "" {
-		pem, err := os.ReadFile(cfg.TLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("agent: --tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("agent: --tls-ca %s: no PEM certificate", cfg.TLSCA)
-		}
-		tc.RootCAs = pool
-	}
-	if cfg.TLSCert != "" || cfg.TLSKey != "" {
-		c, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("agent: --tls-cert/--tls-key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{c}
-	}
-	return credentials.NewTLS(tc), nil
 }
 
 func (a *Agent) nodeObject() *skiffv1.Node {

@@ -4,7 +4,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/agent"
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/internal/logging"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 )
 
@@ -37,11 +37,11 @@ func newCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
+			log, err := logging.New(os.Stderr, logLevel)
+			if err != nil {
+				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("node", cfg.Node)
+			log = log.With("node", cfg.Node)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return agent.Run(ctx, cfg, log)
@@ -76,11 +76,10 @@ func capabilitiesCommand() *cobra.Command {
 			if out != "json" {
 				return fmt.Errorf("--output %q: want json", out)
 			}
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
+			log, err := logging.New(cmd.ErrOrStderr(), logLevel)
+			if err != nil {
+				return err
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			d := eswitch.New(eswitch.Options{SysRoot: sysRoot, Logger: log})
 			caps := agent.DiscoverCapabilities(cmd.Context(), d, log)
 			b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitDefaultValues: true}.Marshal(caps)
