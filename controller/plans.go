@@ -9,9 +9,11 @@ import (
 
 	"github.com/skiff-sdn/skiff/controller/api"
 	"github.com/skiff-sdn/skiff/controller/planner"
+	"github.com/skiff-sdn/skiff/controller/policy"
 	"github.com/skiff-sdn/skiff/controller/store"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/internal/planpb"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
 // plannerState converts a store state to the planner's input. Objects that
@@ -41,7 +43,30 @@ func plannerState(st *store.State, log *slog.Logger) planner.State {
 	for _, n := range st.Nodes {
 		out.Nodes = append(out.Nodes, planpb.Node(n))
 	}
+	for _, p := range st.Policies {
+		pol, err := storedPolicy(p)
+		if err != nil {
+			log.Error("skipping stored policy", "err", err)
+			continue
+		}
+		out.Policies = append(out.Policies, pol)
+	}
+	for _, n := range st.Namespaces {
+		out.Namespaces = append(out.Namespaces, planner.NamespaceLabels{Name: n.Name, Labels: n.Labels})
+	}
 	return out
+}
+
+// storedPolicy parses a stored policy's document.
+func storedPolicy(p *skiffv1.Policy) (policy.Policy, error) {
+	ps, err := policy.ParseYAML([]byte(p.GetDocument()))
+	if err != nil {
+		return policy.Policy{}, fmt.Errorf("policy %s/%s: %w", p.GetNamespace(), p.GetName(), err)
+	}
+	if len(ps) != 1 {
+		return policy.Policy{}, fmt.Errorf("policy %s/%s: %d documents stored", p.GetNamespace(), p.GetName(), len(ps))
+	}
+	return ps[0], nil
 }
 
 func plannerChanges(evs []store.Event, log *slog.Logger) []planner.Change {
@@ -69,6 +94,19 @@ func plannerChanges(evs []store.Event, log *slog.Logger) []planner.Change {
 		case e.Node != nil:
 			n := planpb.Node(e.Node)
 			c.Node = &n
+		case e.Policy != nil:
+			if e.Delete {
+				c.Policy = &policy.Policy{Namespace: e.Policy.Namespace, Name: e.Policy.Name}
+				break
+			}
+			pol, err := storedPolicy(e.Policy)
+			if err != nil {
+				log.Error("skipping policy change", "err", err)
+				continue
+			}
+			c.Policy = &pol
+		case e.Namespace != nil:
+			c.Namespace = &planner.NamespaceLabels{Name: e.Namespace.Name, Labels: e.Namespace.Labels}
 		default:
 			continue
 		}

@@ -3,7 +3,7 @@
 # Idempotent: a package already installed is not fetched again.
 set -euo pipefail
 pkgs=(
-  protobuf-compiler   # protoc 3.21.12 for `make generate` and its staleness test
+  protobuf-compiler libprotobuf-dev  # protoc 3.21.12 and its well-known types (timestamp.proto) for `make generate`
   etcd-server         # a real external etcd for the replica tests
   iproute2 iputils-ping curl nftables
   iperf3              # TCP between pods in the e2e tests and benchmarks

@@ -229,7 +229,7 @@ func (m *Management) Watch(r *skiffv1.WatchRequest, srv skiffv1.ManagementServic
 	}
 	err = m.store.Watch(ctx, st.Revision, func(rev int64, evs []store.Event) error {
 		for _, e := range evs {
-			if len(kinds) > 0 && !kinds[e.Kind()] {
+			if e.Policy != nil || e.Namespace != nil || (len(kinds) > 0 && !kinds[e.Kind()]) {
 				continue
 			}
 			we := &skiffv1.WatchEvent{Type: skiffv1.WatchEvent_TYPE_PUT, Revision: rev}

@@ -23,26 +23,31 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/skiff-sdn/skiff/controller/policy"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
 // State is the planner's whole input. Networks carry no subnets or flood
 // list: the planner fills them.
 type State struct {
-	Networks  []plan.Network
-	Subnets   []plan.Subnet
-	Endpoints []plan.Endpoint
-	Nodes     []plan.Node
+	Networks   []plan.Network
+	Subnets    []plan.Subnet
+	Endpoints  []plan.Endpoint
+	Nodes      []plan.Node
+	Policies   []policy.Policy
+	Namespaces []NamespaceLabels
 }
 
 // Change is one object change. Exactly one object is set; on Delete only its
 // Name (and, for subnets, Network) is used.
 type Change struct {
-	Delete   bool
-	Network  *plan.Network
-	Subnet   *plan.Subnet
-	Endpoint *plan.Endpoint
-	Node     *plan.Node
+	Delete    bool
+	Network   *plan.Network
+	Subnet    *plan.Subnet
+	Endpoint  *plan.Endpoint
+	Node      *plan.Node
+	Policy    *policy.Policy   // on Delete, Namespace and Name are used
+	Namespace *NamespaceLabels // on Delete, Name is used
 }
 
 // Options configure a planner.
@@ -74,7 +79,12 @@ type Planner struct {
 	byNode   map[string]map[string]struct{} // node -> endpoint names
 	plans    map[string]*plan.Plan
 	dlog     map[string][]plan.Delta
-	subs     map[string]map[*Subscription]struct{}
+	// Policies by "namespace/name", namespace labels, and the last
+	// successful compilation split by node.
+	policies   map[string]policy.Policy
+	namespaces map[string]map[string]string
+	compiled   map[string]nodePolicy
+	subs       map[string]map[*Subscription]struct{}
 }
 
 // New returns an empty planner at revision 0.
@@ -100,6 +110,9 @@ func (p *Planner) reset() {
 	p.byNode = map[string]map[string]struct{}{}
 	p.plans = map[string]*plan.Plan{}
 	p.dlog = map[string][]plan.Delta{}
+	p.policies = map[string]policy.Policy{}
+	p.namespaces = map[string]map[string]string{}
+	p.compiled = map[string]nodePolicy{}
 }
 
 // Revision returns the store revision the planner has applied.
@@ -170,6 +183,18 @@ func (p *Planner) Load(rev int64, s State) {
 	for _, e := range s.Endpoints {
 		p.putEndpoint(e)
 	}
+	for _, pol := range s.Policies {
+		p.policies[pol.Key()] = pol
+	}
+	for _, n := range s.Namespaces {
+		p.namespaces[n.Name] = n.Labels
+	}
+	if c, ok := p.compile(); ok {
+		p.compiled = c
+	}
+	for node := range p.compiled {
+		p.planOf(node)
+	}
 	p.loadRev = rev
 	for name := range p.nodes {
 		p.planOf(name)
@@ -221,6 +246,9 @@ func (p *Planner) fill(node string, pl *plan.Plan) {
 	for name := range p.byNode[node] {
 		pl.Local[name] = p.eps[name]
 	}
+	np := p.compiled[node]
+	maps.Copy(pl.Policies, np.policies)
+	maps.Copy(pl.Groups, np.groups)
 }
 
 func (p *Planner) setRev(rev int64) {
@@ -331,6 +359,7 @@ func (p *Planner) wantRemote(node, ep string) (plan.Remote, bool) {
 // touched collects, per node, the keys a change may have affected.
 type touched struct {
 	header   bool
+	policy   bool
 	networks map[string]bool
 	eps      map[string]bool // local and remote keys
 }
@@ -366,8 +395,13 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 		return nil
 	}
 	t := touchSet{}
+	policyRelevant := false
 	for _, c := range changes {
 		p.apply(c, t)
+		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil
+	}
+	if policyRelevant && (len(p.policies) > 0 || len(p.compiled) > 0) {
+		p.syncPolicy(t)
 	}
 	var out []plan.Delta
 	for _, node := range slices.Sorted(maps.Keys(t)) {
@@ -381,6 +415,18 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 
 func (p *Planner) apply(c Change, t touchSet) {
 	switch {
+	case c.Policy != nil:
+		if c.Delete {
+			delete(p.policies, c.Policy.Key())
+		} else {
+			p.policies[c.Policy.Key()] = *c.Policy
+		}
+	case c.Namespace != nil:
+		if c.Delete {
+			delete(p.namespaces, c.Namespace.Name)
+		} else {
+			p.namespaces[c.Namespace.Name] = c.Namespace.Labels
+		}
 	case c.Endpoint != nil:
 		name := c.Endpoint.Name
 		old, hadOld := p.eps[name]
@@ -533,6 +579,9 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 		case !okR && hadR:
 			d.RemoveRemote = append(d.RemoveRemote, ep)
 		}
+	}
+	if x.policy {
+		p.policyDelta(node, pl, &d)
 	}
 	if d.Empty() {
 		return plan.Delta{}, false

@@ -15,11 +15,13 @@ import (
 
 // State is every object the planner needs, read at one store revision.
 type State struct {
-	Revision  int64
-	Networks  []*skiffv1.Network
-	Subnets   []*skiffv1.Subnet
-	Endpoints []*skiffv1.Endpoint
-	Nodes     []*skiffv1.Node
+	Revision   int64
+	Networks   []*skiffv1.Network
+	Subnets    []*skiffv1.Subnet
+	Endpoints  []*skiffv1.Endpoint
+	Nodes      []*skiffv1.Node
+	Policies   []*skiffv1.Policy
+	Namespaces []*skiffv1.Namespace
 }
 
 // ErrCompacted is returned by ReadState and Watch when the requested
@@ -56,22 +58,30 @@ func (s *Store) ReadState(ctx context.Context, rev int64) (*State, error) {
 	if st.Nodes, err = list[skiffv1.Node](ctx, s, s.k("nodes")+"/", st.Revision, func(x *skiffv1.Node, r int64) { x.Revision = r }); err != nil {
 		return nil, wrap(err)
 	}
+	if st.Policies, err = list[skiffv1.Policy](ctx, s, s.k("policies")+"/", st.Revision, func(x *skiffv1.Policy, r int64) { x.Revision = r }); err != nil {
+		return nil, wrap(err)
+	}
+	if st.Namespaces, err = list[skiffv1.Namespace](ctx, s, s.k("namespaces")+"/", st.Revision, func(x *skiffv1.Namespace, r int64) { x.Revision = r }); err != nil {
+		return nil, wrap(err)
+	}
 	return st, nil
 }
 
 // Event is one change of an object. On deletes the object is the last
 // stored version.
 type Event struct {
-	Revision int64
-	Delete   bool
-	Network  *skiffv1.Network
-	Subnet   *skiffv1.Subnet
-	Endpoint *skiffv1.Endpoint
-	Node     *skiffv1.Node
+	Revision  int64
+	Delete    bool
+	Network   *skiffv1.Network
+	Subnet    *skiffv1.Subnet
+	Endpoint  *skiffv1.Endpoint
+	Node      *skiffv1.Node
+	Policy    *skiffv1.Policy
+	Namespace *skiffv1.Namespace
 }
 
-// Kind names the kind of the event's object: network, subnet, endpoint or
-// node.
+// Kind names the kind of the event's object: network, subnet, endpoint,
+// node, policy or namespace.
 func (e Event) Kind() string {
 	switch {
 	case e.Network != nil:
@@ -80,6 +90,10 @@ func (e Event) Kind() string {
 		return "subnet"
 	case e.Endpoint != nil:
 		return "endpoint"
+	case e.Policy != nil:
+		return "policy"
+	case e.Namespace != nil:
+		return "namespace"
 	default:
 		return "node"
 	}
@@ -170,6 +184,16 @@ func (s *Store) decodeEvent(ev *clientv3.Event) (Event, bool, error) {
 		e.Node, err = unmarshal[skiffv1.Node](body)
 		if err == nil {
 			e.Node.Revision = e.Revision
+		}
+	case "policies":
+		e.Policy, err = unmarshal[skiffv1.Policy](body)
+		if err == nil {
+			e.Policy.Revision = e.Revision
+		}
+	case "namespaces":
+		e.Namespace, err = unmarshal[skiffv1.Namespace](body)
+		if err == nil {
+			e.Namespace.Revision = e.Revision
 		}
 	default:
 		return e, false, nil

@@ -2,13 +2,17 @@ package nl
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,10 +23,12 @@ type PolicyPort struct {
 	From, To uint16
 }
 
-// PolicyPeer is an allowed peer: a named address set, or a CIDR.
+// PolicyPeer is an allowed peer: a named address set, or a CIDR with
+// exceptions.
 type PolicyPeer struct {
-	Set  string
-	CIDR netip.Prefix
+	Set    string
+	CIDR   netip.Prefix
+	Except []netip.Prefix
 }
 
 // PolicyRule allows any of Peers (none: every peer) on any of Ports (none:
@@ -157,7 +163,12 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 								&expr.Lookup{SourceRegister: 1, SetName: setName(p.Set, v6), SetID: sets[setName(p.Set, v6)].ID},
 							}
 						case p.CIDR.IsValid():
-							pe = prefixMatch(p.CIDR, peerOff(dir.peer, v6))
+							pe = prefixMatch(p.CIDR, peerOff(dir.peer, v6), expr.CmpOpEq)
+							for _, x := range p.Except {
+								if x.Addr().Is6() == v6 {
+									pe = append(pe, prefixMatch(x, peerOff(dir.peer, v6), expr.CmpOpNeq)...)
+								}
+							}
 						}
 						ports := r.Ports
 						if len(ports) == 0 {
@@ -240,7 +251,7 @@ func addrMatch(a netip.Addr, off uint32) []expr.Any {
 	}
 }
 
-func prefixMatch(p netip.Prefix, off uint32) []expr.Any {
+func prefixMatch(p netip.Prefix, off uint32, op expr.CmpOp) []expr.Any {
 	n := addrLen(p.Addr().Is6())
 	mask := make([]byte, n)
 	for i := 0; i < p.Bits(); i++ {
@@ -249,7 +260,7 @@ func prefixMatch(p netip.Prefix, off uint32) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Masked().Addr().AsSlice()},
+		&expr.Cmp{Op: op, Register: 1, Data: p.Masked().Addr().AsSlice()},
 	}
 }
 
@@ -287,4 +298,57 @@ func fnv64(s string) uint64 {
 		h *= 1099511628211
 	}
 	return h
+}
+
+// EnableBridgeNetfilter makes bridged IPv4 and IPv6 traffic traverse the
+// inet hooks (net.bridge.bridge-nf-call-ip{,6}tables = 1) in the
+// firewall's namespace, which policy enforcement needs. It writes only
+// what is not already 1 (Kubernetes nodes usually have it set).
+func (f *Firewall) EnableBridgeNetfilter() error {
+	do := func() error {
+		for _, name := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
+			p := "/proc/sys/net/bridge/" + name
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("nl: %s: %w (is the br_netfilter module loaded?)", p, err)
+			}
+			if strings.TrimSpace(string(b)) == "1" {
+				continue
+			}
+			if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+				return fmt.Errorf("nl: %s: %w", p, err)
+			}
+			f.writes++
+		}
+		return nil
+	}
+	if f.ns < 0 {
+		return do()
+	}
+	// /proc/sys/net follows the calling thread's namespace: switch a locked
+	// thread into the firewall's namespace for the writes.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("nl: current namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(f.ns); err != nil {
+			errc <- fmt.Errorf("nl: enter namespace: %w", err)
+			return
+		}
+		err = do()
+		if rerr := netns.Set(orig); rerr != nil {
+			// The thread is in the wrong namespace: let it die with the
+			// goroutine instead of returning it to the pool.
+			errc <- errors.Join(err, fmt.Errorf("nl: leave namespace: %w", rerr))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
 }

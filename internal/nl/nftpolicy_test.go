@@ -94,8 +94,9 @@ func TestPolicyEnforcement(t *testing.T) {
 	if fw.Writes() != w {
 		t.Fatalf("re-applying the same policy wrote %d transactions", fw.Writes()-w)
 	}
-	// A wider rule: c accepts everything from a CIDR holding b.
-	cfg.Endpoints[0].Ingress = append(cfg.Endpoints[0].Ingress, nl.PolicyRule{Peers: []nl.PolicyPeer{{CIDR: netip.MustParsePrefix("198.51.100.12/32")}}})
+	// A wider rule: c accepts everything from the /24 except a.
+	cfg.Endpoints[0].Ingress = append(cfg.Endpoints[0].Ingress, nl.PolicyRule{Peers: []nl.PolicyPeer{{CIDR: netip.MustParsePrefix("198.51.100.0/24"),
+		Except: []netip.Prefix{netip.MustParsePrefix("198.51.100.11/32")}}}})
 	cfg.Endpoints = cfg.Endpoints[:1]
 	if err := fw.SetPolicy(cfg); err != nil {
 		t.Fatal(err)

@@ -77,6 +77,10 @@ type Plan struct {
 	Networks   map[string]Network
 	Local      map[string]Endpoint
 	Remote     map[string]Remote
+	// Policies of local endpoints, by endpoint name, and the address
+	// groups their rules refer to, by name.
+	Policies map[string]EndpointPolicy
+	Groups   map[string]AddressGroup
 }
 
 // Delta turns the plan at From into the plan at Revision.
@@ -92,11 +96,16 @@ type Delta struct {
 	RemoveLocal    []string
 	UpsertRemote   []Remote
 	RemoveRemote   []string
+	UpsertPolicies []EndpointPolicy
+	RemovePolicies []string
+	UpsertGroups   []AddressGroup
+	RemoveGroups   []string
 }
 
 // New returns an empty plan for node.
 func New(node string) Plan {
-	return Plan{Node: node, Networks: map[string]Network{}, Local: map[string]Endpoint{}, Remote: map[string]Remote{}}
+	return Plan{Node: node, Networks: map[string]Network{}, Local: map[string]Endpoint{}, Remote: map[string]Remote{},
+		Policies: map[string]EndpointPolicy{}, Groups: map[string]AddressGroup{}}
 }
 
 // Equal reports whether two networks are the same.
@@ -126,6 +135,14 @@ func (p Plan) Clone() Plan {
 	c.Networks = maps.Clone(p.Networks)
 	c.Local = maps.Clone(p.Local)
 	c.Remote = maps.Clone(p.Remote)
+	c.Policies = maps.Clone(p.Policies)
+	c.Groups = maps.Clone(p.Groups)
+	if c.Policies == nil {
+		c.Policies = map[string]EndpointPolicy{}
+	}
+	if c.Groups == nil {
+		c.Groups = map[string]AddressGroup{}
+	}
 	if c.Networks == nil {
 		c.Networks = map[string]Network{}
 	}
@@ -143,20 +160,25 @@ func (p Plan) Equal(o Plan) bool {
 	return p.Node == o.Node && p.UnderlayIP == o.UnderlayIP &&
 		maps.EqualFunc(p.Networks, o.Networks, Network.Equal) &&
 		maps.EqualFunc(p.Local, o.Local, Endpoint.Equal) &&
-		maps.EqualFunc(p.Remote, o.Remote, Remote.Equal)
+		maps.EqualFunc(p.Remote, o.Remote, Remote.Equal) &&
+		maps.EqualFunc(p.Policies, o.Policies, EndpointPolicy.Equal) &&
+		maps.EqualFunc(p.Groups, o.Groups, AddressGroup.Equal)
 }
 
 // Empty reports whether d changes nothing.
 func (d Delta) Empty() bool {
 	return d.UnderlayIP == nil && len(d.UpsertNetworks) == 0 && len(d.RemoveNetworks) == 0 &&
 		len(d.UpsertLocal) == 0 && len(d.RemoveLocal) == 0 &&
-		len(d.UpsertRemote) == 0 && len(d.RemoveRemote) == 0
+		len(d.UpsertRemote) == 0 && len(d.RemoveRemote) == 0 &&
+		len(d.UpsertPolicies) == 0 && len(d.RemovePolicies) == 0 &&
+		len(d.UpsertGroups) == 0 && len(d.RemoveGroups) == 0
 }
 
 // Size is the number of items d carries.
 func (d Delta) Size() int {
 	return len(d.UpsertNetworks) + len(d.RemoveNetworks) + len(d.UpsertLocal) +
-		len(d.RemoveLocal) + len(d.UpsertRemote) + len(d.RemoveRemote)
+		len(d.RemoveLocal) + len(d.UpsertRemote) + len(d.RemoveRemote) +
+		len(d.UpsertPolicies) + len(d.RemovePolicies) + len(d.UpsertGroups) + len(d.RemoveGroups)
 }
 
 // Diff returns the delta that turns old into cur. Item lists are sorted by
@@ -170,6 +192,8 @@ func Diff(old, cur Plan) Delta {
 	d.UpsertNetworks, d.RemoveNetworks = diffMap(old.Networks, cur.Networks, Network.Equal)
 	d.UpsertLocal, d.RemoveLocal = diffMap(old.Local, cur.Local, Endpoint.Equal)
 	d.UpsertRemote, d.RemoveRemote = diffMap(old.Remote, cur.Remote, Remote.Equal)
+	d.UpsertPolicies, d.RemovePolicies = diffMap(old.Policies, cur.Policies, EndpointPolicy.Equal)
+	d.UpsertGroups, d.RemoveGroups = diffMap(old.Groups, cur.Groups, AddressGroup.Equal)
 	return d
 }
 
@@ -196,7 +220,7 @@ func (p *Plan) Apply(d Delta) error {
 	if d.From != p.Revision {
 		return fmt.Errorf("plan: delta from revision %d applied to plan at revision %d", d.From, p.Revision)
 	}
-	if p.Networks == nil || p.Local == nil || p.Remote == nil {
+	if p.Networks == nil || p.Local == nil || p.Remote == nil || p.Policies == nil || p.Groups == nil {
 		*p = p.Clone()
 	}
 	if d.UnderlayIP != nil {
@@ -220,6 +244,18 @@ func (p *Plan) Apply(d Delta) error {
 	for _, r := range d.UpsertRemote {
 		p.Remote[r.Name] = r
 	}
+	for _, k := range d.RemovePolicies {
+		delete(p.Policies, k)
+	}
+	for _, e := range d.UpsertPolicies {
+		p.Policies[e.Endpoint] = e
+	}
+	for _, k := range d.RemoveGroups {
+		delete(p.Groups, k)
+	}
+	for _, g := range d.UpsertGroups {
+		p.Groups[g.Name] = g
+	}
 	p.Revision = d.Revision
 	return nil
 }
@@ -240,6 +276,8 @@ func Merge(a, b Delta) (Delta, error) {
 	m.UpsertNetworks, m.RemoveNetworks = mergeItems(a.UpsertNetworks, a.RemoveNetworks, b.UpsertNetworks, b.RemoveNetworks, func(n Network) string { return n.Name })
 	m.UpsertLocal, m.RemoveLocal = mergeItems(a.UpsertLocal, a.RemoveLocal, b.UpsertLocal, b.RemoveLocal, func(e Endpoint) string { return e.Name })
 	m.UpsertRemote, m.RemoveRemote = mergeItems(a.UpsertRemote, a.RemoveRemote, b.UpsertRemote, b.RemoveRemote, func(r Remote) string { return r.Name })
+	m.UpsertPolicies, m.RemovePolicies = mergeItems(a.UpsertPolicies, a.RemovePolicies, b.UpsertPolicies, b.RemovePolicies, func(e EndpointPolicy) string { return e.Endpoint })
+	m.UpsertGroups, m.RemoveGroups = mergeItems(a.UpsertGroups, a.RemoveGroups, b.UpsertGroups, b.RemoveGroups, func(g AddressGroup) string { return g.Name })
 	return m, nil
 }
 

@@ -107,6 +107,12 @@ func PlanPB(p plan.Plan) *skiffv1.Plan {
 	for _, r := range d.UpsertRemote {
 		out.RemoteEndpoints = append(out.RemoteEndpoints, RemotePB(r))
 	}
+	for _, e := range d.UpsertPolicies {
+		out.Policies = append(out.Policies, PolicyPB(e))
+	}
+	for _, g := range d.UpsertGroups {
+		out.Groups = append(out.Groups, GroupPB(g))
+	}
 	return out
 }
 
@@ -121,6 +127,7 @@ func Plan(p *skiffv1.Plan) (plan.Plan, error) {
 	d := &skiffv1.PlanDelta{
 		Node: p.GetNode(), FromRevision: p.GetRevision(), Revision: p.GetRevision(),
 		UpsertNetworks: p.GetNetworks(), UpsertLocal: p.GetLocalEndpoints(), UpsertRemote: p.GetRemoteEndpoints(),
+		UpsertPolicies: p.GetPolicies(), UpsertGroups: p.GetGroups(),
 	}
 	pd, err := Delta(d)
 	if err != nil {
@@ -194,6 +201,13 @@ func DeltaPB(d plan.Delta) *skiffv1.PlanDelta {
 	out := &skiffv1.PlanDelta{
 		Node: d.Node, FromRevision: d.From, Revision: d.Revision,
 		RemoveNetworks: d.RemoveNetworks, RemoveLocal: d.RemoveLocal, RemoveRemote: d.RemoveRemote,
+		RemovePolicies: d.RemovePolicies, RemoveGroups: d.RemoveGroups,
+	}
+	for _, e := range d.UpsertPolicies {
+		out.UpsertPolicies = append(out.UpsertPolicies, PolicyPB(e))
+	}
+	for _, g := range d.UpsertGroups {
+		out.UpsertGroups = append(out.UpsertGroups, GroupPB(g))
 	}
 	if d.UnderlayIP != nil {
 		s := addrString(*d.UnderlayIP)
@@ -216,6 +230,21 @@ func Delta(d *skiffv1.PlanDelta) (plan.Delta, error) {
 	out := plan.Delta{
 		Node: d.GetNode(), From: d.GetFromRevision(), Revision: d.GetRevision(),
 		RemoveNetworks: d.GetRemoveNetworks(), RemoveLocal: d.GetRemoveLocal(), RemoveRemote: d.GetRemoveRemote(),
+		RemovePolicies: d.GetRemovePolicies(), RemoveGroups: d.GetRemoveGroups(),
+	}
+	for _, e := range d.GetUpsertPolicies() {
+		pe, err := Policy(e)
+		if err != nil {
+			return plan.Delta{}, err
+		}
+		out.UpsertPolicies = append(out.UpsertPolicies, pe)
+	}
+	for _, g := range d.GetUpsertGroups() {
+		pg, err := Group(g)
+		if err != nil {
+			return plan.Delta{}, err
+		}
+		out.UpsertGroups = append(out.UpsertGroups, pg)
 	}
 	if d.UnderlayIp != nil {
 		a, err := optAddr(d.GetUnderlayIp())
@@ -280,4 +309,101 @@ func optAddr(s string) (netip.Addr, error) {
 		return netip.Addr{}, nil
 	}
 	return netip.ParseAddr(s)
+}
+
+// PolicyPB converts an endpoint policy to protobuf.
+func PolicyPB(e plan.EndpointPolicy) *skiffv1.EndpointPolicy {
+	rules := func(rs []plan.PolicyRule) []*skiffv1.PolicyRule {
+		var out []*skiffv1.PolicyRule
+		for _, r := range rs {
+			pr := &skiffv1.PolicyRule{}
+			for _, p := range r.Peers {
+				pp := &skiffv1.PolicyPeer{Group: p.Group, Except: prefixStrings(p.Except)}
+				if p.CIDR.IsValid() {
+					pp.Cidr = p.CIDR.String()
+				}
+				pr.Peers = append(pr.Peers, pp)
+			}
+			for _, p := range r.Ports {
+				pr.Ports = append(pr.Ports, &skiffv1.PolicyPort{Protocol: p.Protocol, Port: uint32(p.Port), EndPort: uint32(p.EndPort)})
+			}
+			out = append(out, pr)
+		}
+		return out
+	}
+	return &skiffv1.EndpointPolicy{Endpoint: e.Endpoint, IngressIsolated: e.IngressIsolated, EgressIsolated: e.EgressIsolated,
+		Ingress: rules(e.Ingress), Egress: rules(e.Egress)}
+}
+
+// Policy converts a protobuf endpoint policy to the plan model.
+func Policy(e *skiffv1.EndpointPolicy) (plan.EndpointPolicy, error) {
+	rules := func(dir string, rs []*skiffv1.PolicyRule) ([]plan.PolicyRule, error) {
+		var out []plan.PolicyRule
+		for i, r := range rs {
+			var pr plan.PolicyRule
+			for j, p := range r.GetPeers() {
+				pp := plan.PolicyPeer{Group: p.GetGroup()}
+				if p.GetCidr() != "" {
+					c, err := netip.ParsePrefix(p.GetCidr())
+					if err != nil {
+						return nil, fmt.Errorf("policy of %q: %s[%d].peers[%d].cidr: %w", e.GetEndpoint(), dir, i, j, err)
+					}
+					pp.CIDR = c
+				}
+				ex, err := prefixes(p.GetExcept())
+				if err != nil {
+					return nil, fmt.Errorf("policy of %q: %s[%d].peers[%d].except: %w", e.GetEndpoint(), dir, i, j, err)
+				}
+				pp.Except = ex
+				if (pp.Group == "") == !pp.CIDR.IsValid() {
+					return nil, fmt.Errorf("policy of %q: %s[%d].peers[%d]: exactly one of group and cidr", e.GetEndpoint(), dir, i, j)
+				}
+				pr.Peers = append(pr.Peers, pp)
+			}
+			for j, p := range r.GetPorts() {
+				if p.GetPort() > 65535 || p.GetEndPort() > 65535 || p.GetEndPort() < p.GetPort() {
+					return nil, fmt.Errorf("policy of %q: %s[%d].ports[%d]: bad range %d-%d", e.GetEndpoint(), dir, i, j, p.GetPort(), p.GetEndPort())
+				}
+				switch p.GetProtocol() {
+				case "TCP", "UDP", "SCTP":
+				default:
+					return nil, fmt.Errorf("policy of %q: %s[%d].ports[%d].protocol: %q", e.GetEndpoint(), dir, i, j, p.GetProtocol())
+				}
+				pr.Ports = append(pr.Ports, plan.PolicyPort{Protocol: p.GetProtocol(), Port: uint16(p.GetPort()), EndPort: uint16(p.GetEndPort())})
+			}
+			out = append(out, pr)
+		}
+		return out, nil
+	}
+	in, err := rules("ingress", e.GetIngress())
+	if err != nil {
+		return plan.EndpointPolicy{}, err
+	}
+	eg, err := rules("egress", e.GetEgress())
+	if err != nil {
+		return plan.EndpointPolicy{}, err
+	}
+	return plan.EndpointPolicy{Endpoint: e.GetEndpoint(), IngressIsolated: e.GetIngressIsolated(), EgressIsolated: e.GetEgressIsolated(), Ingress: in, Egress: eg}, nil
+}
+
+// GroupPB converts an address group to protobuf.
+func GroupPB(g plan.AddressGroup) *skiffv1.AddressGroup {
+	out := &skiffv1.AddressGroup{Name: g.Name}
+	for _, a := range g.Members {
+		out.Members = append(out.Members, a.String())
+	}
+	return out
+}
+
+// Group converts a protobuf address group to the plan model.
+func Group(g *skiffv1.AddressGroup) (plan.AddressGroup, error) {
+	out := plan.AddressGroup{Name: g.GetName()}
+	for i, m := range g.GetMembers() {
+		a, err := netip.ParseAddr(m)
+		if err != nil {
+			return plan.AddressGroup{}, fmt.Errorf("group %q: members[%d]: %w", g.GetName(), i, err)
+		}
+		out.Members = append(out.Members, a)
+	}
+	return out, nil
 }

@@ -24,6 +24,22 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv("SKIFF_E2E_LISTEN"); addr != "" {
+		// A TCP server for connection probes: says "ok" and hangs up.
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "listen:", err)
+			os.Exit(1)
+		}
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				os.Exit(1)
+			}
+			_, _ = c.Write([]byte("ok"))
+			c.Close()
+		}
+	}
 	if addr := os.Getenv("SKIFF_E2E_LOADER"); addr != "" {
 		if err := runLoader(addr); err != nil {
 			fmt.Fprintln(os.Stderr, "loader:", err)
@@ -153,4 +169,24 @@ func skiffctl(addr string, args ...string) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	return out.String(), errb.String(), err
+}
+
+// listenIn runs a TCP server on addr inside namespace ns until the test
+// ends: every connection gets "ok".
+func listenIn(t *testing.T, ns, addr string) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
+	cmd.Env = append(os.Environ(), "SKIFF_E2E_LISTEN="+addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// connects reports whether a TCP connection from namespace ns to addr gets
+// the listener's "ok" within a second.
+func connects(ns, ip, port string) bool {
+	out, err := exec.Command("ip", "netns", "exec", ns, "timeout", "1", "bash", "-c",
+		"exec 3<>/dev/tcp/"+ip+"/"+port+"; head -c2 <&3").Output()
+	return err == nil && string(out) == "ok"
 }

@@ -18,8 +18,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
@@ -98,6 +102,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	if d.fw != nil {
 		if err := d.fw.SetIsolation(bridges); err != nil {
+			errs = append(errs, err)
+		}
+		if err := d.policy(p); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -362,4 +369,53 @@ func (d *Datapath) neighs(p plan.Plan, n plan.Network, br nl.Link) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+var protocols = map[string]uint8{"TCP": unix.IPPROTO_TCP, "UDP": unix.IPPROTO_UDP, "SCTP": unix.IPPROTO_SCTP}
+
+// policy enforces the plan's compiled policies in nftables: local
+// endpoints are known by their network's bridge and their addresses.
+func (d *Datapath) policy(p plan.Plan) error {
+	cfg := nl.PolicyConfig{Sets: map[string][]netip.Addr{}}
+	for name, g := range p.Groups {
+		cfg.Sets[name] = g.Members
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Policies)) {
+		ep := p.Policies[name]
+		e, ok := p.Local[name]
+		if !ok {
+			continue
+		}
+		n, ok := p.Networks[e.Network]
+		if !ok {
+			continue
+		}
+		x := nl.EndpointPolicy{Name: name, Bridge: BridgeName(n.VNI), IngressIsolated: ep.IngressIsolated, EgressIsolated: ep.EgressIsolated,
+			Ingress: nlRules(ep.Ingress), Egress: nlRules(ep.Egress)}
+		for _, ip := range e.IPs {
+			x.IPs = append(x.IPs, ip.Addr())
+		}
+		cfg.Endpoints = append(cfg.Endpoints, x)
+	}
+	if len(cfg.Endpoints) > 0 {
+		if err := d.fw.EnableBridgeNetfilter(); err != nil {
+			return err
+		}
+	}
+	return d.fw.SetPolicy(cfg)
+}
+
+func nlRules(rs []plan.PolicyRule) []nl.PolicyRule {
+	var out []nl.PolicyRule
+	for _, r := range rs {
+		var x nl.PolicyRule
+		for _, p := range r.Peers {
+			x.Peers = append(x.Peers, nl.PolicyPeer{Set: p.Group, CIDR: p.CIDR, Except: p.Except})
+		}
+		for _, p := range r.Ports {
+			x.Ports = append(x.Ports, nl.PolicyPort{Proto: protocols[p.Protocol], From: p.Port, To: p.EndPort})
+		}
+		out = append(out, x)
+	}
+	return out
 }

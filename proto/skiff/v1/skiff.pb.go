@@ -78,7 +78,7 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37, 0}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42, 0}
 }
 
 // Network is a tenant L2 overlay identified by its VXLAN network identifier.
@@ -1065,6 +1065,313 @@ func (x *RemoteEndpoint) GetIps() []string {
 	return nil
 }
 
+// PolicyPort is an allowed protocol (TCP, UDP, SCTP) and destination port
+// range; port 0 means every port.
+type PolicyPort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      string                 `protobuf:"bytes,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Port          uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	EndPort       uint32                 `protobuf:"varint,3,opt,name=end_port,json=endPort,proto3" json:"end_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyPort) Reset() {
+	*x = PolicyPort{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyPort) ProtoMessage() {}
+
+func (x *PolicyPort) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyPort.ProtoReflect.Descriptor instead.
+func (*PolicyPort) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PolicyPort) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *PolicyPort) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PolicyPort) GetEndPort() uint32 {
+	if x != nil {
+		return x.EndPort
+	}
+	return 0
+}
+
+// PolicyPeer is an address group by name, or a CIDR with exceptions.
+type PolicyPeer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Cidr          string                 `protobuf:"bytes,2,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	Except        []string               `protobuf:"bytes,3,rep,name=except,proto3" json:"except,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyPeer) Reset() {
+	*x = PolicyPeer{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyPeer) ProtoMessage() {}
+
+func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyPeer.ProtoReflect.Descriptor instead.
+func (*PolicyPeer) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PolicyPeer) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *PolicyPeer) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *PolicyPeer) GetExcept() []string {
+	if x != nil {
+		return x.Except
+	}
+	return nil
+}
+
+// PolicyRule allows any of peers (none: every peer) on any of ports (none:
+// every port).
+type PolicyRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peers         []*PolicyPeer          `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty"`
+	Ports         []*PolicyPort          `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyRule) Reset() {
+	*x = PolicyRule{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyRule) ProtoMessage() {}
+
+func (x *PolicyRule) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
+func (*PolicyRule) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PolicyRule) GetPeers() []*PolicyPeer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *PolicyRule) GetPorts() []*PolicyPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// EndpointPolicy is the compiled policy of one local endpoint.
+type EndpointPolicy struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Endpoint        string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	IngressIsolated bool                   `protobuf:"varint,2,opt,name=ingress_isolated,json=ingressIsolated,proto3" json:"ingress_isolated,omitempty"`
+	EgressIsolated  bool                   `protobuf:"varint,3,opt,name=egress_isolated,json=egressIsolated,proto3" json:"egress_isolated,omitempty"`
+	Ingress         []*PolicyRule          `protobuf:"bytes,4,rep,name=ingress,proto3" json:"ingress,omitempty"`
+	Egress          []*PolicyRule          `protobuf:"bytes,5,rep,name=egress,proto3" json:"egress,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *EndpointPolicy) Reset() {
+	*x = EndpointPolicy{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointPolicy) ProtoMessage() {}
+
+func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointPolicy.ProtoReflect.Descriptor instead.
+func (*EndpointPolicy) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *EndpointPolicy) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *EndpointPolicy) GetIngressIsolated() bool {
+	if x != nil {
+		return x.IngressIsolated
+	}
+	return false
+}
+
+func (x *EndpointPolicy) GetEgressIsolated() bool {
+	if x != nil {
+		return x.EgressIsolated
+	}
+	return false
+}
+
+func (x *EndpointPolicy) GetIngress() []*PolicyRule {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
+func (x *EndpointPolicy) GetEgress() []*PolicyRule {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// AddressGroup is a named set of addresses rules refer to.
+type AddressGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Members       []string               `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddressGroup) Reset() {
+	*x = AddressGroup{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddressGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddressGroup) ProtoMessage() {}
+
+func (x *AddressGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddressGroup.ProtoReflect.Descriptor instead.
+func (*AddressGroup) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AddressGroup) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddressGroup) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 // Plan is the whole desired state of one node at a revision.
 type Plan struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1074,13 +1381,15 @@ type Plan struct {
 	Networks        []*PlanNetwork         `protobuf:"bytes,4,rep,name=networks,proto3" json:"networks,omitempty"`
 	LocalEndpoints  []*Endpoint            `protobuf:"bytes,5,rep,name=local_endpoints,json=localEndpoints,proto3" json:"local_endpoints,omitempty"`
 	RemoteEndpoints []*RemoteEndpoint      `protobuf:"bytes,6,rep,name=remote_endpoints,json=remoteEndpoints,proto3" json:"remote_endpoints,omitempty"`
+	Policies        []*EndpointPolicy      `protobuf:"bytes,7,rep,name=policies,proto3" json:"policies,omitempty"`
+	Groups          []*AddressGroup        `protobuf:"bytes,8,rep,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1401,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1414,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{11}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Plan) GetNode() string {
@@ -1150,6 +1459,20 @@ func (x *Plan) GetRemoteEndpoints() []*RemoteEndpoint {
 	return nil
 }
 
+func (x *Plan) GetPolicies() []*EndpointPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+func (x *Plan) GetGroups() []*AddressGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 // PlanDelta turns the plan at from_revision into the plan at revision.
 // Items are keyed by name: an upsert replaces the item of that name, a
 // remove deletes it.
@@ -1165,13 +1488,17 @@ type PlanDelta struct {
 	RemoveLocal    []string               `protobuf:"bytes,8,rep,name=remove_local,json=removeLocal,proto3" json:"remove_local,omitempty"`
 	UpsertRemote   []*RemoteEndpoint      `protobuf:"bytes,9,rep,name=upsert_remote,json=upsertRemote,proto3" json:"upsert_remote,omitempty"`
 	RemoveRemote   []string               `protobuf:"bytes,10,rep,name=remove_remote,json=removeRemote,proto3" json:"remove_remote,omitempty"`
+	UpsertPolicies []*EndpointPolicy      `protobuf:"bytes,11,rep,name=upsert_policies,json=upsertPolicies,proto3" json:"upsert_policies,omitempty"`
+	RemovePolicies []string               `protobuf:"bytes,12,rep,name=remove_policies,json=removePolicies,proto3" json:"remove_policies,omitempty"`
+	UpsertGroups   []*AddressGroup        `protobuf:"bytes,13,rep,name=upsert_groups,json=upsertGroups,proto3" json:"upsert_groups,omitempty"`
+	RemoveGroups   []string               `protobuf:"bytes,14,rep,name=remove_groups,json=removeGroups,proto3" json:"remove_groups,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PlanDelta) Reset() {
 	*x = PlanDelta{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1510,7 @@ func (x *PlanDelta) String() string {
 func (*PlanDelta) ProtoMessage() {}
 
 func (x *PlanDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1523,7 @@ func (x *PlanDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDelta.ProtoReflect.Descriptor instead.
 func (*PlanDelta) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlanDelta) GetNode() string {
@@ -1269,6 +1596,34 @@ func (x *PlanDelta) GetRemoveRemote() []string {
 	return nil
 }
 
+func (x *PlanDelta) GetUpsertPolicies() []*EndpointPolicy {
+	if x != nil {
+		return x.UpsertPolicies
+	}
+	return nil
+}
+
+func (x *PlanDelta) GetRemovePolicies() []string {
+	if x != nil {
+		return x.RemovePolicies
+	}
+	return nil
+}
+
+func (x *PlanDelta) GetUpsertGroups() []*AddressGroup {
+	if x != nil {
+		return x.UpsertGroups
+	}
+	return nil
+}
+
+func (x *PlanDelta) GetRemoveGroups() []string {
+	if x != nil {
+		return x.RemoveGroups
+	}
+	return nil
+}
+
 // PlanUpdate is one message of a plan stream: a snapshot first (unless the
 // agent resumed), then deltas.
 type PlanUpdate struct {
@@ -1284,7 +1639,7 @@ type PlanUpdate struct {
 
 func (x *PlanUpdate) Reset() {
 	*x = PlanUpdate{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1651,7 @@ func (x *PlanUpdate) String() string {
 func (*PlanUpdate) ProtoMessage() {}
 
 func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1664,7 @@ func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanUpdate.ProtoReflect.Descriptor instead.
 func (*PlanUpdate) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlanUpdate) GetUpdate() isPlanUpdate_Update {
@@ -1362,7 +1717,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1729,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1742,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterRequest) GetNode() *Node {
@@ -1406,7 +1761,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1773,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1786,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -1452,7 +1807,7 @@ type StreamPlanRequest struct {
 
 func (x *StreamPlanRequest) Reset() {
 	*x = StreamPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1819,7 @@ func (x *StreamPlanRequest) String() string {
 func (*StreamPlanRequest) ProtoMessage() {}
 
 func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1832,7 @@ func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPlanRequest.ProtoReflect.Descriptor instead.
 func (*StreamPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StreamPlanRequest) GetNode() string {
@@ -1508,7 +1863,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1875,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1888,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NodeEvent) GetTime() *timestamppb.Timestamp {
@@ -1574,7 +1929,7 @@ type ReportEventsRequest struct {
 
 func (x *ReportEventsRequest) Reset() {
 	*x = ReportEventsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1941,7 @@ func (x *ReportEventsRequest) String() string {
 func (*ReportEventsRequest) ProtoMessage() {}
 
 func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1954,7 @@ func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReportEventsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportEventsRequest) GetNode() string {
@@ -1624,7 +1979,7 @@ type ReportEventsResponse struct {
 
 func (x *ReportEventsResponse) Reset() {
 	*x = ReportEventsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1991,7 @@ func (x *ReportEventsResponse) String() string {
 func (*ReportEventsResponse) ProtoMessage() {}
 
 func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +2004,7 @@ func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReportEventsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
 }
 
 type EndpointCounters struct {
@@ -1662,7 +2017,7 @@ type EndpointCounters struct {
 
 func (x *EndpointCounters) Reset() {
 	*x = EndpointCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +2029,7 @@ func (x *EndpointCounters) String() string {
 func (*EndpointCounters) ProtoMessage() {}
 
 func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +2042,7 @@ func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointCounters.ProtoReflect.Descriptor instead.
 func (*EndpointCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EndpointCounters) GetEndpoint() string {
@@ -1714,7 +2069,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +2081,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +2094,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NetworkCounters) GetNetwork() string {
@@ -1768,7 +2123,7 @@ type ReportCountersRequest struct {
 
 func (x *ReportCountersRequest) Reset() {
 	*x = ReportCountersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2135,7 @@ func (x *ReportCountersRequest) String() string {
 func (*ReportCountersRequest) ProtoMessage() {}
 
 func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2148,7 @@ func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersRequest.ProtoReflect.Descriptor instead.
 func (*ReportCountersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportCountersRequest) GetNode() string {
@@ -1832,7 +2187,7 @@ type ReportCountersResponse struct {
 
 func (x *ReportCountersResponse) Reset() {
 	*x = ReportCountersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2199,7 @@ func (x *ReportCountersResponse) String() string {
 func (*ReportCountersResponse) ProtoMessage() {}
 
 func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2212,7 @@ func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersResponse.ProtoReflect.Descriptor instead.
 func (*ReportCountersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
 }
 
 type GetRequest struct {
@@ -1869,7 +2224,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2236,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2249,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetRequest) GetName() string {
@@ -1913,7 +2268,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2280,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2293,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteRequest) GetName() string {
@@ -1956,7 +2311,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2323,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2336,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
 }
 
 type ListRequest struct {
@@ -1995,7 +2350,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2362,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2375,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListRequest) GetNetwork() string {
@@ -2046,7 +2401,7 @@ type CreateNetworkRequest struct {
 
 func (x *CreateNetworkRequest) Reset() {
 	*x = CreateNetworkRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2413,7 @@ func (x *CreateNetworkRequest) String() string {
 func (*CreateNetworkRequest) ProtoMessage() {}
 
 func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2426,7 @@ func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*CreateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateNetworkRequest) GetNetwork() *Network {
@@ -2090,7 +2445,7 @@ type CreateSubnetRequest struct {
 
 func (x *CreateSubnetRequest) Reset() {
 	*x = CreateSubnetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2457,7 @@ func (x *CreateSubnetRequest) String() string {
 func (*CreateSubnetRequest) ProtoMessage() {}
 
 func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2470,7 @@ func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubnetRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubnetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateSubnetRequest) GetSubnet() *Subnet {
@@ -2134,7 +2489,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2501,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2514,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateEndpointRequest) GetEndpoint() *Endpoint {
@@ -2178,7 +2533,7 @@ type ListNetworksResponse struct {
 
 func (x *ListNetworksResponse) Reset() {
 	*x = ListNetworksResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2545,7 @@ func (x *ListNetworksResponse) String() string {
 func (*ListNetworksResponse) ProtoMessage() {}
 
 func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2558,7 @@ func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNetworksResponse.ProtoReflect.Descriptor instead.
 func (*ListNetworksResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListNetworksResponse) GetNetworks() []*Network {
@@ -2222,7 +2577,7 @@ type ListSubnetsResponse struct {
 
 func (x *ListSubnetsResponse) Reset() {
 	*x = ListSubnetsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2589,7 @@ func (x *ListSubnetsResponse) String() string {
 func (*ListSubnetsResponse) ProtoMessage() {}
 
 func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2602,7 @@ func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubnetsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubnetsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSubnetsResponse) GetSubnets() []*Subnet {
@@ -2266,7 +2621,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2633,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2646,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -2310,7 +2665,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2677,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2690,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2354,7 +2709,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2366,7 +2721,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2379,7 +2734,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetPlanRequest) GetNode() string {
@@ -2399,7 +2754,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2766,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2779,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchRequest) GetKinds() []string {
@@ -2451,7 +2806,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2818,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2831,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -2580,7 +2935,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2947,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2960,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Policy) GetNamespace() string {
@@ -2649,7 +3004,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +3016,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +3029,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Namespace) GetName() string {
@@ -2708,7 +3063,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +3075,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +3088,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ApplyPoliciesRequest) GetDocuments() string {
@@ -2752,7 +3107,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3119,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3132,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -2797,7 +3152,7 @@ type PolicyRef struct {
 
 func (x *PolicyRef) Reset() {
 	*x = PolicyRef{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +3164,7 @@ func (x *PolicyRef) String() string {
 func (*PolicyRef) ProtoMessage() {}
 
 func (x *PolicyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +3177,7 @@ func (x *PolicyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
 func (*PolicyRef) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PolicyRef) GetNamespace() string {
@@ -2849,7 +3204,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +3216,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3229,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListPoliciesRequest) GetNamespace() string {
@@ -2893,7 +3248,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3260,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3273,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -2937,7 +3292,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3304,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3317,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -3071,7 +3426,30 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n" +
 	"\x04vtep\x18\x04 \x01(\tR\x04vtep\x12\x10\n" +
 	"\x03mac\x18\x05 \x01(\tR\x03mac\x12\x10\n" +
-	"\x03ips\x18\x06 \x03(\tR\x03ips\"\x8c\x02\n" +
+	"\x03ips\x18\x06 \x03(\tR\x03ips\"W\n" +
+	"\n" +
+	"PolicyPort\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\tR\bprotocol\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x19\n" +
+	"\bend_port\x18\x03 \x01(\rR\aendPort\"N\n" +
+	"\n" +
+	"PolicyPeer\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04cidr\x18\x02 \x01(\tR\x04cidr\x12\x16\n" +
+	"\x06except\x18\x03 \x03(\tR\x06except\"d\n" +
+	"\n" +
+	"PolicyRule\x12*\n" +
+	"\x05peers\x18\x01 \x03(\v2\x14.skiff.v1.PolicyPeerR\x05peers\x12*\n" +
+	"\x05ports\x18\x02 \x03(\v2\x14.skiff.v1.PolicyPortR\x05ports\"\xde\x01\n" +
+	"\x0eEndpointPolicy\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12)\n" +
+	"\x10ingress_isolated\x18\x02 \x01(\bR\x0fingressIsolated\x12'\n" +
+	"\x0fegress_isolated\x18\x03 \x01(\bR\x0eegressIsolated\x12.\n" +
+	"\aingress\x18\x04 \x03(\v2\x14.skiff.v1.PolicyRuleR\aingress\x12,\n" +
+	"\x06egress\x18\x05 \x03(\v2\x14.skiff.v1.PolicyRuleR\x06egress\"<\n" +
+	"\fAddressGroup\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\"\xf2\x02\n" +
 	"\x04Plan\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1f\n" +
@@ -3079,7 +3457,9 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"underlayIp\x121\n" +
 	"\bnetworks\x18\x04 \x03(\v2\x15.skiff.v1.PlanNetworkR\bnetworks\x12;\n" +
 	"\x0flocal_endpoints\x18\x05 \x03(\v2\x12.skiff.v1.EndpointR\x0elocalEndpoints\x12C\n" +
-	"\x10remote_endpoints\x18\x06 \x03(\v2\x18.skiff.v1.RemoteEndpointR\x0fremoteEndpoints\"\xbd\x03\n" +
+	"\x10remote_endpoints\x18\x06 \x03(\v2\x18.skiff.v1.RemoteEndpointR\x0fremoteEndpoints\x124\n" +
+	"\bpolicies\x18\a \x03(\v2\x18.skiff.v1.EndpointPolicyR\bpolicies\x12.\n" +
+	"\x06groups\x18\b \x03(\v2\x16.skiff.v1.AddressGroupR\x06groups\"\x8b\x05\n" +
 	"\tPlanDelta\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1a\n" +
@@ -3092,7 +3472,11 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\fremove_local\x18\b \x03(\tR\vremoveLocal\x12=\n" +
 	"\rupsert_remote\x18\t \x03(\v2\x18.skiff.v1.RemoteEndpointR\fupsertRemote\x12#\n" +
 	"\rremove_remote\x18\n" +
-	" \x03(\tR\fremoveRemoteB\x0e\n" +
+	" \x03(\tR\fremoveRemote\x12A\n" +
+	"\x0fupsert_policies\x18\v \x03(\v2\x18.skiff.v1.EndpointPolicyR\x0eupsertPolicies\x12'\n" +
+	"\x0fremove_policies\x18\f \x03(\tR\x0eremovePolicies\x12;\n" +
+	"\rupsert_groups\x18\r \x03(\v2\x16.skiff.v1.AddressGroupR\fupsertGroups\x12#\n" +
+	"\rremove_groups\x18\x0e \x03(\tR\fremoveGroupsB\x0e\n" +
 	"\f_underlay_ip\"q\n" +
 	"\n" +
 	"PlanUpdate\x12,\n" +
@@ -3241,7 +3625,7 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_skiff_v1_skiff_proto_goTypes = []any{
 	(WatchEvent_Type)(0),           // 0: skiff.v1.WatchEvent.Type
 	(*Network)(nil),                // 1: skiff.v1.Network
@@ -3255,149 +3639,162 @@ var file_skiff_v1_skiff_proto_goTypes = []any{
 	(*Node)(nil),                   // 9: skiff.v1.Node
 	(*PlanNetwork)(nil),            // 10: skiff.v1.PlanNetwork
 	(*RemoteEndpoint)(nil),         // 11: skiff.v1.RemoteEndpoint
-	(*Plan)(nil),                   // 12: skiff.v1.Plan
-	(*PlanDelta)(nil),              // 13: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),             // 14: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),        // 15: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 16: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),      // 17: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),              // 18: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),    // 19: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),   // 20: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),       // 21: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),        // 22: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),  // 23: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil), // 24: skiff.v1.ReportCountersResponse
-	(*GetRequest)(nil),             // 25: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),          // 26: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 27: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),            // 28: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),   // 29: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),    // 30: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),  // 31: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),   // 32: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),    // 33: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),  // 34: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),      // 35: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),         // 36: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),           // 37: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),             // 38: skiff.v1.WatchEvent
-	(*Policy)(nil),                 // 39: skiff.v1.Policy
-	(*Namespace)(nil),              // 40: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),   // 41: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 42: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),              // 43: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),    // 44: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 45: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil), // 46: skiff.v1.ListNamespacesResponse
-	nil,                            // 47: skiff.v1.Endpoint.LabelsEntry
-	nil,                            // 48: skiff.v1.Namespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 49: google.protobuf.Timestamp
+	(*PolicyPort)(nil),             // 12: skiff.v1.PolicyPort
+	(*PolicyPeer)(nil),             // 13: skiff.v1.PolicyPeer
+	(*PolicyRule)(nil),             // 14: skiff.v1.PolicyRule
+	(*EndpointPolicy)(nil),         // 15: skiff.v1.EndpointPolicy
+	(*AddressGroup)(nil),           // 16: skiff.v1.AddressGroup
+	(*Plan)(nil),                   // 17: skiff.v1.Plan
+	(*PlanDelta)(nil),              // 18: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),             // 19: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),        // 20: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 21: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),      // 22: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),              // 23: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),    // 24: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),   // 25: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),       // 26: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),        // 27: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),  // 28: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil), // 29: skiff.v1.ReportCountersResponse
+	(*GetRequest)(nil),             // 30: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),          // 31: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 32: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),            // 33: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),   // 34: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),    // 35: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),  // 36: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),   // 37: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),    // 38: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),  // 39: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),      // 40: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),         // 41: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),           // 42: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),             // 43: skiff.v1.WatchEvent
+	(*Policy)(nil),                 // 44: skiff.v1.Policy
+	(*Namespace)(nil),              // 45: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),   // 46: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 47: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),              // 48: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),    // 49: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 50: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil), // 51: skiff.v1.ListNamespacesResponse
+	nil,                            // 52: skiff.v1.Endpoint.LabelsEntry
+	nil,                            // 53: skiff.v1.Namespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 54: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,  // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	47, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	52, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,  // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	49, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	54, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
 	6,  // 4: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
 	7,  // 5: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
 	8,  // 6: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	49, // 7: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	54, // 7: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
 	3,  // 8: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
-	10, // 9: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 10: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
-	11, // 11: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
-	10, // 12: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 13: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
-	11, // 14: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
-	12, // 15: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
-	13, // 16: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
-	9,  // 17: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
-	9,  // 18: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	49, // 19: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
-	18, // 20: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
-	4,  // 21: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
-	4,  // 22: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	49, // 23: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
-	21, // 24: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
-	22, // 25: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
-	1,  // 26: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
-	3,  // 27: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
-	5,  // 28: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
-	1,  // 29: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
-	3,  // 30: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
-	5,  // 31: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
-	9,  // 32: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
-	0,  // 33: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
-	1,  // 34: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
-	3,  // 35: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
-	5,  // 36: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
-	9,  // 37: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	48, // 38: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	39, // 39: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	39, // 40: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	40, // 41: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	15, // 42: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	17, // 43: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	19, // 44: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	23, // 45: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	31, // 46: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	26, // 47: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	29, // 48: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	25, // 49: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	28, // 50: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	26, // 51: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	30, // 52: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	25, // 53: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	28, // 54: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	26, // 55: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	31, // 56: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	25, // 57: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	28, // 58: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	26, // 59: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	25, // 60: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	28, // 61: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	26, // 62: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	41, // 63: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	44, // 64: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	43, // 65: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	40, // 66: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	28, // 67: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	36, // 68: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	37, // 69: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	16, // 70: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	14, // 71: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	20, // 72: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	24, // 73: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	5,  // 74: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	27, // 75: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,  // 76: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,  // 77: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	32, // 78: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	27, // 79: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,  // 80: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,  // 81: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	33, // 82: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	27, // 83: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,  // 84: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,  // 85: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	34, // 86: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	27, // 87: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	9,  // 88: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	35, // 89: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	27, // 90: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	42, // 91: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	45, // 92: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	27, // 93: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	40, // 94: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	46, // 95: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	12, // 96: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	38, // 97: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	70, // [70:98] is the sub-list for method output_type
-	42, // [42:70] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	13, // 9: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
+	12, // 10: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
+	14, // 11: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
+	14, // 12: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
+	10, // 13: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
+	5,  // 14: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
+	11, // 15: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
+	15, // 16: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
+	16, // 17: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
+	10, // 18: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
+	5,  // 19: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
+	11, // 20: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
+	15, // 21: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
+	16, // 22: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
+	17, // 23: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
+	18, // 24: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
+	9,  // 25: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
+	9,  // 26: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
+	54, // 27: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	23, // 28: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
+	4,  // 29: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
+	4,  // 30: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
+	54, // 31: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	26, // 32: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
+	27, // 33: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
+	1,  // 34: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
+	3,  // 35: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
+	5,  // 36: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
+	1,  // 37: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
+	3,  // 38: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
+	5,  // 39: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
+	9,  // 40: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
+	0,  // 41: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
+	1,  // 42: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
+	3,  // 43: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
+	5,  // 44: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
+	9,  // 45: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
+	53, // 46: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	44, // 47: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	44, // 48: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	45, // 49: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	20, // 50: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	22, // 51: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	24, // 52: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	28, // 53: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	36, // 54: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	31, // 55: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	34, // 56: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	30, // 57: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	33, // 58: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	31, // 59: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	35, // 60: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	30, // 61: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	33, // 62: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	31, // 63: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	36, // 64: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	30, // 65: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	33, // 66: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	31, // 67: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	30, // 68: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	33, // 69: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	31, // 70: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	46, // 71: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	49, // 72: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	48, // 73: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	45, // 74: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	33, // 75: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	41, // 76: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	42, // 77: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	21, // 78: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	19, // 79: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	25, // 80: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	29, // 81: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	5,  // 82: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	32, // 83: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,  // 84: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,  // 85: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	37, // 86: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	32, // 87: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,  // 88: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,  // 89: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	38, // 90: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	32, // 91: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,  // 92: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,  // 93: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	39, // 94: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	32, // 95: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	9,  // 96: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	40, // 97: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	32, // 98: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	47, // 99: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	50, // 100: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	32, // 101: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	45, // 102: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	51, // 103: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	17, // 104: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	43, // 105: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	78, // [78:106] is the sub-list for method output_type
+	50, // [50:78] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -3406,12 +3803,12 @@ func file_skiff_v1_skiff_proto_init() {
 		return
 	}
 	file_skiff_v1_skiff_proto_msgTypes[4].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[12].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[13].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[17].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[18].OneofWrappers = []any{
 		(*PlanUpdate_Snapshot)(nil),
 		(*PlanUpdate_Delta)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[37].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[42].OneofWrappers = []any{
 		(*WatchEvent_Network)(nil),
 		(*WatchEvent_Subnet)(nil),
 		(*WatchEvent_Endpoint)(nil),
@@ -3423,7 +3820,7 @@ func file_skiff_v1_skiff_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
