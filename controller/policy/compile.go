@@ -239,7 +239,7 @@ func (c *compiler) group(policyNS string, podSel, nsSel *metav1.LabelSelector) (
 	for _, e := range c.eps {
 		inNS := e.Namespace == policyNS
 		if nss != nil {
-			inNS = e.Namespace != "" && nss.Matches(labels.Set(c.ns[e.Namespace]))
+			inNS = e.Namespace != "" && nss.Matches(c.nsLabels(e.Namespace))
 		}
 		if inNS && pods.Matches(labels.Set(e.Labels)) {
 			g.Members = append(g.Members, e.IPs...)
@@ -249,4 +249,20 @@ func (c *compiler) group(policyNS string, podSel, nsSel *metav1.LabelSelector) (
 	g.Members = slices.Compact(g.Members)
 	c.res.Groups[id] = g
 	return id, nil
+}
+
+// NamespaceNameLabel is the label every Kubernetes namespace carries with
+// its own name; namespaceSelector can match it even when the namespace
+// has no other labels.
+const NamespaceNameLabel = "kubernetes.io/metadata.name"
+
+// nsLabels returns a namespace's labels with its implicit name label.
+func (c *compiler) nsLabels(ns string) labels.Set {
+	out := labels.Set{NamespaceNameLabel: ns}
+	for k, v := range c.ns[ns] {
+		if k != NamespaceNameLabel {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -15,6 +15,7 @@ import (
 type Firewall struct {
 	ns     netns.NsHandle
 	writes int
+	policy PolicyWrites
 }
 
 // NftTable and NftIsolationChain name what the Firewall owns.

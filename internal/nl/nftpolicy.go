@@ -1,13 +1,16 @@
 package nl
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/nftables"
@@ -58,13 +61,30 @@ type PolicyConfig struct {
 // NftPolicyTable is the table SetPolicy owns.
 const NftPolicyTable = "skiff-policy"
 
-// SetPolicy makes the node enforce cfg: one table ("inet skiff-policy")
-// rewritten in one atomic transaction, so no packet sees a half-applied
-// policy. Replies of allowed connections pass (conntrack), and so does
-// what concerns no isolated endpoint. Bridged traffic reaches this table
-// through br_netfilter; the caller enables bridge-nf-call-ip(6)tables.
-// It writes nothing when the table already holds cfg (compared through a
-// digest kept in the table's chain comments).
+// PolicyWrites counts what SetPolicy changed: whole-table rewrites (the
+// rules changed) and set elements added or deleted (only group members
+// changed).
+type PolicyWrites struct {
+	Tables   int
+	Elements int
+}
+
+// PolicyWrites returns what SetPolicy has written so far.
+func (f *Firewall) PolicyWrites() PolicyWrites { return f.policy }
+
+// SetPolicy makes the node enforce cfg in one table ("inet
+// skiff-policy"). Replies of allowed connections pass (conntrack), and so
+// does what concerns no isolated endpoint. Bridged traffic reaches this
+// table through br_netfilter; the caller enables
+// bridge-nf-call-ip(6)tables.
+//
+// Every change is one atomic transaction, so no packet sees a
+// half-applied policy. When only the members of address groups differ
+// from what the table holds, only those set elements are added and
+// deleted (rule counters and everything else stay); when the rules
+// differ, the table is replaced whole. It writes nothing when the table
+// already holds cfg. The rules' shape is compared through a digest kept in
+// the first rule's user data; set members are compared with the kernel's.
 func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 	c, err := f.conn()
 	if err != nil {
@@ -77,15 +97,24 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 		return fmt.Errorf("nl: nftables: list tables: %w", err)
 	}
 	exists := slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == NftPolicyTable })
-	if exists {
+	if exists && len(cfg.Endpoints) > 0 {
 		if rules, err := c.GetRules(table, &nftables.Chain{Name: "forward", Table: table}); err == nil && len(rules) > 0 && string(rules[0].UserData) == digest {
-			return nil
+			n, err := f.syncSets(c, table, cfg)
+			if err == nil {
+				if n > 0 {
+					f.writes++
+					f.policy.Elements += n
+				}
+				return nil
+			}
+			// The sets are not what the digest says: rewrite the table.
 		}
 	}
 	if len(cfg.Endpoints) == 0 {
 		if exists {
 			c.DelTable(table)
 			f.writes++
+			f.policy.Tables++
 			if err := c.Flush(); err != nil {
 				return fmt.Errorf("nl: nftables: remove %s: %w", NftPolicyTable, err)
 			}
@@ -104,13 +133,7 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 			if v6 {
 				s.KeyType = nftables.TypeIP6Addr
 			}
-			var elems []nftables.SetElement
-			for _, a := range cfg.Sets[name] {
-				if a.Is6() == v6 {
-					elems = append(elems, nftables.SetElement{Key: a.AsSlice()})
-				}
-			}
-			if err := c.AddSet(s, elems); err != nil {
+			if err := c.AddSet(s, setElements(cfg.Sets[name], v6)); err != nil {
 				return fmt.Errorf("nl: nftables: set %s: %w", name, err)
 			}
 			sets[s.Name] = s
@@ -120,7 +143,7 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	// First rule: replies and related traffic pass. Its user data holds
-	// the digest of the whole configuration.
+	// the digest of the rules.
 	c.AddRule(&nftables.Rule{Table: table, Chain: fwd, UserData: []byte(digest), Exprs: []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
@@ -128,24 +151,30 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	}})
-	for i, e := range cfg.Endpoints {
+	for _, e := range cfg.Endpoints {
 		for _, dir := range []struct {
 			on    bool
 			name  string
 			rules []PolicyRule
-			own   uint32 // offset of the endpoint's own address: daddr (ingress) or saddr (egress)
-			peer  uint32
-		}{{e.IngressIsolated, fmt.Sprintf("in-%d", i), e.Ingress, 16, 12}, {e.EgressIsolated, fmt.Sprintf("out-%d", i), e.Egress, 12, 16}} {
+			// dev matches the endpoint's bridge: the packet leaves
+			// through it (ingress) or came in through it (egress).
+			dev  expr.MetaKey
+			own  uint32 // offset of the endpoint's own address: daddr (ingress) or saddr (egress)
+			peer uint32
+		}{{e.IngressIsolated, PolicyIngress, e.Ingress, expr.MetaKeyOIFNAME, 16, 12}, {e.EgressIsolated, PolicyEgress, e.Egress, expr.MetaKeyIIFNAME, 12, 16}} {
 			if !dir.on {
 				continue
 			}
-			ch := c.AddChain(&nftables.Chain{Name: dir.name, Table: table})
+			chain := dir.name + "-" + e.Name
+			ch := c.AddChain(&nftables.Chain{Name: chain, Table: table})
 			for _, ip := range e.IPs {
 				c.AddRule(&nftables.Rule{Table: table, Chain: fwd, Exprs: slices.Concat(
-					iifIs(e.Bridge), l3(ip.Is6()), addrMatch(ip, dir.own),
-					[]expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: dir.name}})})
+					[]expr.Any{&expr.Meta{Key: dir.dev, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(e.Bridge)}},
+					l3(ip.Is6()), addrMatch(ip, dir.own),
+					[]expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})})
 			}
-			for _, r := range dir.rules {
+			for i, r := range dir.rules {
+				tag := []byte(fmt.Sprintf("%s\x00%s\x00%d", e.Name, dir.name, i))
 				for _, v6 := range []bool{false, true} {
 					peers := r.Peers
 					if len(peers) == 0 {
@@ -175,8 +204,8 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 							ports = []PolicyPort{{}}
 						}
 						for _, pt := range ports {
-							c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: slices.Concat(
-								l3(v6), pe, portMatch(pt), []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}})})
+							c.AddRule(&nftables.Rule{Table: table, Chain: ch, UserData: tag, Exprs: slices.Concat(
+								l3(v6), pe, portMatch(pt), []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictReturn}})})
 						}
 					}
 				}
@@ -188,14 +217,150 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 					&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
 					&expr.Verdict{Kind: expr.VerdictReturn}})})
-			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}})
+			c.AddRule(&nftables.Rule{Table: table, Chain: ch, UserData: []byte(e.Name + "\x00" + dir.name + "\x00drop"),
+				Exprs: []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}})
 		}
 	}
 	f.writes++
+	f.policy.Tables++
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nl: nftables: policy: %w", err)
 	}
 	return nil
+}
+
+// Directions of policy chains and counters.
+const (
+	PolicyIngress = "in"
+	PolicyEgress  = "out"
+)
+
+func setElements(addrs []netip.Addr, v6 bool) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, a := range addrs {
+		if a.Is6() == v6 {
+			out = append(out, nftables.SetElement{Key: a.AsSlice()})
+		}
+	}
+	return out
+}
+
+// syncSets adds and deletes the set elements that differ from cfg, in
+// one transaction, and returns how many it changed. It fails, writing
+// nothing, when a set is missing.
+func (f *Firewall) syncSets(c *nftables.Conn, table *nftables.Table, cfg PolicyConfig) (int, error) {
+	n := 0
+	for _, name := range slicesSorted(cfg.Sets) {
+		for _, v6 := range []bool{false, true} {
+			s, err := c.GetSetByName(table, setName(name, v6))
+			if err != nil {
+				return 0, fmt.Errorf("nl: nftables: set %s: %w", setName(name, v6), err)
+			}
+			have, err := c.GetSetElements(s)
+			if err != nil {
+				return 0, fmt.Errorf("nl: nftables: set %s elements: %w", s.Name, err)
+			}
+			want := setElements(cfg.Sets[name], v6)
+			key := func(e nftables.SetElement) string { return string(e.Key) }
+			in := func(es []nftables.SetElement, k string) bool {
+				return slices.ContainsFunc(es, func(e nftables.SetElement) bool { return key(e) == k })
+			}
+			var add, del []nftables.SetElement
+			for _, e := range want {
+				if !in(have, key(e)) {
+					add = append(add, e)
+				}
+			}
+			for _, e := range have {
+				if !in(want, key(e)) {
+					del = append(del, nftables.SetElement{Key: e.Key})
+				}
+			}
+			if len(add) > 0 {
+				if err := c.SetAddElements(s, add); err != nil {
+					return 0, fmt.Errorf("nl: nftables: set %s: %w", s.Name, err)
+				}
+			}
+			if len(del) > 0 {
+				if err := c.SetDeleteElements(s, del); err != nil {
+					return 0, fmt.Errorf("nl: nftables: set %s: %w", s.Name, err)
+				}
+			}
+			n += len(add) + len(del)
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := c.Flush(); err != nil {
+		return 0, fmt.Errorf("nl: nftables: policy sets: %w", err)
+	}
+	return n, nil
+}
+
+// PolicyCounter is what one compiled rule (or the final drop) of an
+// isolated endpoint has matched since the rules were last rewritten.
+// Only the first packet of a connection is counted: replies and later
+// packets pass as established before any endpoint chain.
+type PolicyCounter struct {
+	Endpoint  string
+	Direction string // PolicyIngress or PolicyEgress
+	Rule      int    // index of the rule in the endpoint's direction; -1 for the drop
+	Packets   uint64
+	Bytes     uint64
+}
+
+// PolicyCounters reads the counters of every endpoint chain, summed per
+// compiled rule (one rule may be several nftables rules: one per peer,
+// port and address family), sorted by endpoint, direction and rule.
+func (f *Firewall) PolicyCounters() ([]PolicyCounter, error) {
+	c, err := f.conn()
+	if err != nil {
+		return nil, fmt.Errorf("nl: nftables: %w", err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: NftPolicyTable}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("nl: nftables: list chains: %w", err)
+	}
+	sum := map[PolicyCounter]PolicyCounter{}
+	for _, ch := range chains {
+		if ch.Table.Name != NftPolicyTable || ch.Name == "forward" {
+			continue
+		}
+		rules, err := c.GetRules(table, ch)
+		if err != nil {
+			return nil, fmt.Errorf("nl: nftables: rules of %s: %w", ch.Name, err)
+		}
+		for _, r := range rules {
+			parts := strings.Split(string(r.UserData), "\x00")
+			if len(parts) != 3 {
+				continue
+			}
+			k := PolicyCounter{Endpoint: parts[0], Direction: parts[1], Rule: -1}
+			if parts[2] != "drop" {
+				i, err := strconv.Atoi(parts[2])
+				if err != nil {
+					continue
+				}
+				k.Rule = i
+			}
+			v := sum[k]
+			v.Endpoint, v.Direction, v.Rule = k.Endpoint, k.Direction, k.Rule
+			for _, e := range r.Exprs {
+				if ct, ok := e.(*expr.Counter); ok {
+					v.Packets += ct.Packets
+					v.Bytes += ct.Bytes
+				}
+			}
+			sum[k] = v
+		}
+	}
+	out := slices.Collect(maps.Values(sum))
+	slices.SortFunc(out, func(a, b PolicyCounter) int {
+		return cmp.Or(cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(a.Direction, b.Direction), cmp.Compare(a.Rule, b.Rule))
+	})
+	return out, nil
 }
 
 func slicesSorted(m map[string][]netip.Addr) []string {
@@ -278,11 +443,11 @@ func portMatch(p PolicyPort) []expr.Any {
 		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: from, ToData: to})
 }
 
-// digest is a stable text of the configuration.
+// digest is a stable text of the configuration's rules and set names.
 func (cfg PolicyConfig) digest() string {
 	var b strings.Builder
 	for _, name := range slicesSorted(cfg.Sets) {
-		fmt.Fprintf(&b, "set %s %v;", name, cfg.Sets[name])
+		fmt.Fprintf(&b, "set %s;", name) // members are compared with the kernel's
 	}
 	for _, e := range cfg.Endpoints {
 		fmt.Fprintf(&b, "ep %+v;", e)

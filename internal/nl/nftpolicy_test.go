@@ -94,10 +94,53 @@ func TestPolicyEnforcement(t *testing.T) {
 	if fw.Writes() != w {
 		t.Fatalf("re-applying the same policy wrote %d transactions", fw.Writes()-w)
 	}
+	// Lift b's egress isolation (the rules change: the table is
+	// rewritten), then let b join the "web" group: only one set element
+	// is added, and b reaches c.
+	cfg.Endpoints = cfg.Endpoints[:1]
+	if err := fw.SetPolicy(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !tcp("a") || tcp("b") {
+		t.Fatal("b is not yet in the group, yet reaches c (or a lost c)")
+	}
+	cfg.Sets["web"] = []netip.Addr{netip.MustParseAddr(ips["a"]), netip.MustParseAddr(ips["b"])}
+	counters, err := fw.PolicyCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed, dropped uint64
+	for _, c := range counters {
+		if c.Endpoint == "c" && c.Direction == nl.PolicyIngress && c.Rule == 0 {
+			allowed = c.Packets
+		}
+		if c.Endpoint == "c" && c.Direction == nl.PolicyIngress && c.Rule == -1 {
+			dropped = c.Packets
+		}
+	}
+	if allowed == 0 || dropped == 0 {
+		t.Fatalf("counters of c's ingress: allowed %d, dropped %d packets; want both > 0 (%+v)", allowed, dropped, counters)
+	}
+	pw := fw.PolicyWrites()
+	if err := fw.SetPolicy(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := fw.PolicyWrites(); got.Tables != pw.Tables || got.Elements != pw.Elements+1 {
+		t.Fatalf("adding b to the group wrote %d tables and %d elements; want 0 and 1", got.Tables-pw.Tables, got.Elements-pw.Elements)
+	}
+	if !tcp("b") {
+		t.Fatal("b joined the group but does not reach c")
+	}
+	after, _ := fw.PolicyCounters()
+	for _, c := range after {
+		if c.Endpoint == "c" && c.Direction == nl.PolicyIngress && c.Rule == 0 && c.Packets <= allowed {
+			t.Fatalf("the allow rule's counter did not survive the set change or did not move: %d then %d", allowed, c.Packets)
+		}
+	}
 	// A wider rule: c accepts everything from the /24 except a.
+	cfg.Sets["web"] = cfg.Sets["web"][:1]
 	cfg.Endpoints[0].Ingress = append(cfg.Endpoints[0].Ingress, nl.PolicyRule{Peers: []nl.PolicyPeer{{CIDR: netip.MustParsePrefix("198.51.100.0/24"),
 		Except: []netip.Prefix{netip.MustParsePrefix("198.51.100.11/32")}}}})
-	cfg.Endpoints = cfg.Endpoints[:1]
 	if err := fw.SetPolicy(cfg); err != nil {
 		t.Fatal(err)
 	}
