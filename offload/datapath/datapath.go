@@ -1,0 +1,355 @@
+// Package datapath is Skiff's offload datapath: the plan executed as
+// tc-flower rules on the representors of a switchdev eswitch, which the NIC
+// runs in hardware where it can.
+//
+// One VXLAN device in external (collect-metadata) mode, learning off, on
+// port 4789 (named skvx, alias "skiff:vxlan:external") carries every VNI.
+// Every representor of a local endpoint and the VXLAN device get a clsact
+// qdisc and the rules that offload/flower compiles; underlay neighbours of
+// remote VTEPs are resolved ahead of time, so that encap rules do not wait
+// in the slow path for ARP.
+//
+//	dp, err := datapath.New(datapath.Options{Logger: log, Representor: reps})
+//	err = dp.Apply(p)
+//	states := dp.Rules() // per endpoint: in hardware, software or refused (+ reason), counters
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+// VXLANName is the name of the external-mode VXLAN device.
+const VXLANName = "skvx"
+
+const (
+	aliasPrefix = "skiff:"
+	vxlanAlias  = aliasPrefix + "vxlan:external"
+)
+
+// Options configures a Datapath.
+type Options struct {
+	Logger *slog.Logger
+	// NetNS is the namespace to work in; zero: the caller's.
+	NetNS netns.NsHandle
+	// Representor names the netdev that stands for a local endpoint on
+	// the eswitch; false when it has none (yet).
+	Representor func(e plan.Endpoint) (string, bool)
+	// TunnelHardware asks for hardware on the VXLAN device's rules too
+	// (a NIC offloads decap from tunnel devices through indirect blocks).
+	TunnelHardware bool
+}
+
+// Datapath is the offload datapath.
+type Datapath struct {
+	opts Options
+	log  *slog.Logger
+	h    *netlink.Handle
+	prog *flower.Programmer
+
+	mu     sync.Mutex
+	states []flower.State
+	linkW  int // link writes
+	probes int // neighbour resolutions asked for
+}
+
+// New opens the netlink sockets of a datapath.
+func New(o Options) (*Datapath, error) {
+	if o.Representor == nil {
+		return nil, errors.New("offload datapath: Representor is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	var h *netlink.Handle
+	var err error
+	if o.NetNS.IsOpen() {
+		h, err = netlink.NewHandleAt(o.NetNS, unix.NETLINK_ROUTE)
+	} else {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offload datapath: netlink: %w", err)
+	}
+	ns := 0
+	if o.NetNS.IsOpen() {
+		ns = int(o.NetNS)
+	}
+	prog, err := flower.Open(ns, o.Logger)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
+	return &Datapath{opts: o, log: o.Logger, h: h, prog: prog}, nil
+}
+
+// Close releases the netlink sockets.
+func (d *Datapath) Close() {
+	d.prog.Close()
+	d.h.Close()
+}
+
+// Writes is the number of netlink writes that changed configuration so
+// far (links, qdiscs, filters).
+func (d *Datapath) Writes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.prog.Writes() + d.linkW
+}
+
+// Probes is the number of underlay neighbour resolutions asked for so far
+// (they change no configuration; a VTEP that does not answer is asked
+// for again at every Apply).
+func (d *Datapath) Probes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.probes
+}
+
+// Rules returns the state of every rule of the last Apply, by the local
+// endpoint it serves ("" for a network's rules).
+func (d *Datapath) Rules() map[string][]flower.State {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string][]flower.State{}
+	for _, s := range d.states {
+		out[s.Rule.Endpoint] = append(out[s.Rule.Endpoint], s)
+	}
+	return out
+}
+
+// Owned reports whether a link is Skiff's.
+func owned(a *netlink.LinkAttrs) bool {
+	return strings.HasPrefix(a.Name, "sk") && strings.HasPrefix(a.Alias, aliasPrefix)
+}
+
+// Apply implements the agent's datapath.Datapath.
+func (d *Datapath) Apply(p plan.Plan) error {
+	links, err := d.h.LinkList()
+	if err != nil {
+		return fmt.Errorf("offload datapath: listing links: %w", err)
+	}
+	byName := map[string]netlink.Link{}
+	for _, l := range links {
+		byName[l.Attrs().Name] = l
+	}
+	reps := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
+		if r, ok := d.opts.Representor(p.Local[name]); ok {
+			if _, exists := byName[r]; exists {
+				reps[name] = r
+			}
+		}
+	}
+	var errs []error
+	rules, err := flower.Compile(p, flower.Input{Reps: reps, VXLAN: VXLANName})
+	if err != nil {
+		return fmt.Errorf("offload datapath: %w", err)
+	}
+	vx, hasVX := byName[VXLANName]
+	if len(rules) > 0 {
+		if vx, err = d.ensureVXLAN(vx, p, mtu(p)); err != nil {
+			return fmt.Errorf("offload datapath: %w", err)
+		}
+		byName[VXLANName], hasVX = vx, true
+	}
+	// Every device that may hold Skiff rules: the VXLAN device, every
+	// switchdev port (a representor whose endpoint left keeps rules until
+	// we remove them) and Skiff's own interfaces.
+	devs := map[string]flower.Device{}
+	for _, l := range links {
+		a := l.Attrs()
+		if a.PhysSwitchID != 0 || (owned(a) && a.Name != VXLANName) {
+			devs[a.Name] = d.device(a)
+		}
+	}
+	for _, r := range reps {
+		devs[r] = d.device(byName[r].Attrs())
+	}
+	if hasVX {
+		dev := flower.Device{Name: VXLANName, Index: vx.Attrs().Index, Hardware: d.opts.TunnelHardware}
+		if !dev.Hardware {
+			dev.Reason = "no switchdev eswitch on this node: tunnel rules are not offered to hardware"
+		}
+		devs[VXLANName] = dev
+	}
+	var withRules []flower.Device
+	seen := map[string]bool{}
+	for _, r := range rules {
+		if !seen[r.Dev] {
+			seen[r.Dev] = true
+			withRules = append(withRules, devs[r.Dev])
+		}
+	}
+	if err := d.prog.EnsureClsact(withRules); err != nil {
+		errs = append(errs, err)
+	}
+	states, err := d.prog.Sync(devs, rules)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.neighbours(p); err != nil {
+		errs = append(errs, err)
+	}
+	d.mu.Lock()
+	d.states = states
+	d.mu.Unlock()
+	// Delete last: the VXLAN device when no rule needs it.
+	if len(rules) == 0 && hasVX && owned(vx.Attrs()) {
+		d.log.Info("removing unneeded device", "link", VXLANName)
+		d.write()
+		if err := d.h.LinkDel(vx); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", VXLANName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) device(a *netlink.LinkAttrs) flower.Device {
+	dev := flower.Device{Name: a.Name, Index: a.Index, Hardware: a.PhysSwitchID != 0}
+	if !dev.Hardware {
+		dev.Reason = a.Name + " is not a switchdev port (no phys_switch_id): hardware not asked"
+	}
+	return dev
+}
+
+func mtu(p plan.Plan) int {
+	m := 0
+	for _, n := range p.Networks {
+		m = max(m, int(n.MTU))
+	}
+	if m == 0 {
+		m = plan.DefaultMTU
+	}
+	return m
+}
+
+func (d *Datapath) write() {
+	d.mu.Lock()
+	d.linkW++
+	d.mu.Unlock()
+}
+
+// ensureVXLAN makes the external-mode VXLAN device exist, up, with the
+// plan's largest MTU. A device of that name that is not Skiff's is an
+// error; a Skiff one with settings that cannot change in place is
+// recreated.
+func (d *Datapath) ensureVXLAN(cur netlink.Link, p plan.Plan, mtu int) (netlink.Link, error) {
+	if cur != nil {
+		if !owned(cur.Attrs()) {
+			return nil, fmt.Errorf("%s exists and is not Skiff's; leaving it alone", VXLANName)
+		}
+		v, ok := cur.(*netlink.Vxlan)
+		if !ok || !v.FlowBased || v.Learning || v.Port != flower.VXLANPort {
+			d.log.Info("recreating device whose settings cannot change in place", "link", VXLANName)
+			d.write()
+			if err := d.h.LinkDel(cur); err != nil {
+				return nil, fmt.Errorf("deleting %s: %w", VXLANName, err)
+			}
+			cur = nil
+		}
+	}
+	if cur == nil {
+		v := &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: VXLANName, MTU: mtu}, FlowBased: true, Learning: false, Port: flower.VXLANPort}
+		d.write()
+		if err := d.h.LinkAdd(v); err != nil {
+			return nil, fmt.Errorf("creating %s (external, port %d): %w", VXLANName, flower.VXLANPort, err)
+		}
+		d.write()
+		if err := d.h.LinkSetAlias(v, vxlanAlias); err != nil {
+			return nil, fmt.Errorf("alias of %s: %w", VXLANName, err)
+		}
+		l, err := d.h.LinkByName(VXLANName)
+		if err != nil {
+			return nil, fmt.Errorf("%s was created but is not listed: %w", VXLANName, err)
+		}
+		cur = l
+	}
+	if cur.Attrs().MTU != mtu {
+		d.write()
+		if err := d.h.LinkSetMTU(cur, mtu); err != nil {
+			return nil, fmt.Errorf("mtu of %s: %w", VXLANName, err)
+		}
+	}
+	if cur.Attrs().Flags&net.FlagUp == 0 {
+		d.write()
+		if err := d.h.LinkSetUp(cur); err != nil {
+			return nil, fmt.Errorf("setting %s up: %w", VXLANName, err)
+		}
+	}
+	return cur, nil
+}
+
+// neighbours asks the kernel to resolve the underlay next hop of every
+// remote VTEP that has no valid neighbour entry (NTF_USE: an ARP probe
+// now, not when the first tunnelled packet needs it), so that encap rules
+// are not held in the slow path by an unresolved neighbour.
+func (d *Datapath) neighbours(p plan.Plan) error {
+	want := map[netip.Addr]bool{}
+	for _, n := range p.Networks {
+		for _, v := range n.FloodVTEPs {
+			want[v] = true
+		}
+	}
+	for _, r := range p.Remote {
+		if _, ok := p.Networks[r.Network]; ok && r.VTEP.IsValid() {
+			want[r.VTEP] = true
+		}
+	}
+	var errs []error
+	cache := map[int][]netlink.Neigh{}
+	for _, v := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
+		routes, err := d.h.RouteGet(v.AsSlice())
+		if err != nil || len(routes) == 0 {
+			errs = append(errs, fmt.Errorf("offload datapath: no underlay route to VTEP %s: %w", v, err))
+			continue
+		}
+		hop, link := v, routes[0].LinkIndex
+		if gw, ok := netip.AddrFromSlice(routes[0].Gw); ok && gw.IsValid() {
+			hop = gw.Unmap()
+		}
+		if routes[0].Type == unix.RTN_LOCAL {
+			continue
+		}
+		ns, ok := cache[link]
+		if !ok {
+			if ns, err = d.h.NeighList(link, unix.AF_INET); err != nil {
+				errs = append(errs, fmt.Errorf("offload datapath: neighbours of link %d: %w", link, err))
+				continue
+			}
+			cache[link] = ns
+		}
+		valid := false
+		for _, n := range ns {
+			if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == hop &&
+				n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT|netlink.NUD_NOARP) != 0 {
+				valid = true
+			}
+		}
+		if valid {
+			continue
+		}
+		d.mu.Lock()
+		d.probes++
+		d.mu.Unlock()
+		err = d.h.NeighSet(&netlink.Neigh{LinkIndex: link, Family: unix.AF_INET, IP: hop.AsSlice(), Flags: netlink.NTF_USE})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: resolving underlay next hop %s of VTEP %s: %w", hop, v, err))
+		}
+	}
+	return errors.Join(errs...)
+}

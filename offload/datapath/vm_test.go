@@ -1,0 +1,318 @@
+package datapath
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/skiff-sdn/skiff/agent/datapath/software"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+)
+
+func sh(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func nsExec(t testing.TB, ns string, args ...string) string {
+	t.Helper()
+	return sh(t, append([]string{"/usr/sbin/ip", "netns", "exec", ns}, args...)...)
+}
+
+// newNS makes a namespace deleted at cleanup and returns its handle.
+func newNS(t testing.TB, name string) netns.NsHandle {
+	t.Helper()
+	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, "/usr/sbin/ip", "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("/usr/sbin/ip", "netns", "del", name).Run() })
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	nsExec(t, name, "/usr/sbin/ip", "link", "set", "lo", "up")
+	return h
+}
+
+// tcFilter is a filter as iproute2 reports it (an observer independent of
+// go-tc).
+type tcFilter struct {
+	Pref    int    `json:"pref"`
+	Kind    string `json:"kind"`
+	Options struct {
+		Handle  uint32 `json:"handle"`
+		InHW    bool   `json:"in_hw"`
+		NotInHW bool   `json:"not_in_hw"`
+		SkipSW  bool   `json:"skip_sw"`
+		Actions []struct {
+			Kind  string `json:"kind"`
+			Stats struct {
+				Packets uint64 `json:"packets"`
+			} `json:"stats"`
+		} `json:"actions"`
+	} `json:"options"`
+}
+
+func filters(t testing.TB, ns, dev string) []tcFilter {
+	t.Helper()
+	var fs []tcFilter
+	out := nsExec(t, ns, "/usr/sbin/tc", "-j", "-s", "filter", "show", "dev", dev, "ingress")
+	if err := json.Unmarshal([]byte(out), &fs); err != nil {
+		t.Fatalf("tc -j: %v\n%s", err, out)
+	}
+	var real []tcFilter
+	for _, f := range fs {
+		if f.Options.Handle != 0 {
+			real = append(real, f)
+		}
+	}
+	return real
+}
+
+func handles(t testing.TB, ns string, devs ...string) []string {
+	var out []string
+	for _, d := range devs {
+		for _, f := range filters(t, ns, d) {
+			out = append(out, fmt.Sprintf("%s/%d/%#x", d, f.Pref, f.Options.Handle))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestApply runs in the kernel VM: a node namespace with two pods (veths
+// standing in for VFs, their host sides as representors) and a netdevsim
+// VF representor as a third endpoint's, an underlay to a peer namespace
+// that plays the remote VTEP. It checks the rules through transitions with
+// iproute2, that a re-apply writes nothing, that drift is repaired, that
+// netdevsim's refusal of skip_sw is kept per rule while the rule runs in
+// software, that real pings go through the local rules (their counters
+// move), and that foreign filters are left alone.
+func TestApply(t *testing.T) {
+	guest.Require(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	node := newNS(t, "skdpnode")
+	newNS(t, "skdppeer")
+	for _, pod := range []string{"skdppa", "skdppb"} {
+		newNS(t, pod)
+	}
+	// netdevsim created from inside the node namespace lives there.
+	nsExec(t, "skdpnode", "/bin/sh", "-c", "echo '41 1' > /sys/bus/netdevsim/new_device")
+	t.Cleanup(func() { _ = os.WriteFile("/sys/bus/netdevsim/del_device", []byte("41"), 0) })
+	time.Sleep(300 * time.Millisecond)
+	nsExec(t, "skdpnode", "/bin/sh", "-c", "echo 1 > /sys/bus/netdevsim/devices/netdevsim41/sriov_numvfs")
+	nsExec(t, "skdpnode", "/usr/sbin/devlink", "dev", "eswitch", "set", "netdevsim/netdevsim41", "mode", "switchdev")
+	time.Sleep(300 * time.Millisecond)
+	var rep string
+	for _, l := range strings.Fields(nsExec(t, "skdpnode", "/bin/sh", "-c", "for d in /sys/class/net/*; do echo $(basename $d)=$(cat $d/phys_port_name 2>/dev/null); done")) {
+		if strings.HasSuffix(l, "=pf0vf0") {
+			rep = strings.TrimSuffix(l, "=pf0vf0")
+		}
+	}
+	if rep == "" {
+		t.Fatal("no pf0vf0 representor")
+	}
+	nsExec(t, "skdpnode", "/usr/sbin/ip", "link", "set", rep, "up")
+
+	// Underlay.
+	sh(t, "/usr/sbin/ip", "link", "add", "skdpu0", "netns", "skdpnode", "type", "veth", "peer", "name", "skdpu1", "netns", "skdppeer")
+	nsExec(t, "skdpnode", "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", "skdpu0")
+	nsExec(t, "skdpnode", "/usr/sbin/ip", "link", "set", "skdpu0", "up")
+	nsExec(t, "skdppeer", "/usr/sbin/ip", "addr", "add", "192.0.2.2/24", "dev", "skdpu1")
+	nsExec(t, "skdppeer", "/usr/sbin/ip", "link", "set", "skdpu1", "up")
+	nsExec(t, "skdpnode", "/usr/sbin/ip", "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
+
+	p := plan.New("n1")
+	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1450, FloodVTEPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}}
+	pods := map[string]string{"a": "skdppa", "b": "skdppb"}
+	for i, name := range []string{"a", "b"} {
+		mac := fmt.Sprintf("02:00:00:00:00:%02x", 10+i)
+		ip := fmt.Sprintf("198.51.100.%d", 10+i)
+		host := software.HostIfName(name)
+		sh(t, "/usr/sbin/ip", "link", "add", host, "netns", "skdpnode", "type", "veth", "peer", "name", "eth0", "netns", pods[name])
+		nsExec(t, "skdpnode", "/usr/sbin/ip", "link", "set", host, "alias", software.HostIfAlias(name), "up")
+		nsExec(t, pods[name], "/usr/sbin/ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
+		nsExec(t, pods[name], "/usr/sbin/ip", "addr", "add", ip+"/24", "dev", "eth0")
+		p.Local[name] = plan.Endpoint{Name: name, Network: "blue", Kind: plan.KindVeth, MAC: mac, IPs: []netip.Prefix{netip.MustParsePrefix(ip + "/24")}, VFIndex: -1}
+	}
+	p.Local["v"] = plan.Endpoint{Name: "v", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0c", IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.12/24")}, VFIndex: 0}
+	p.Remote["r"] = plan.Remote{Name: "r", Network: "blue", VTEP: netip.MustParseAddr("192.0.2.2"), MAC: "02:00:00:00:00:01", IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.1/24")}}
+
+	reps := func(e plan.Endpoint) (string, bool) {
+		if e.Kind == plan.KindVF {
+			return rep, true
+		}
+		return software.HostIfName(e.Name), true
+	}
+	dp, err := New(Options{Logger: log, NetNS: node, Representor: reps, TunnelHardware: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	ha, hb := software.HostIfName("a"), software.HostIfName("b")
+	devs := []string{ha, hb, rep, VXLANName}
+
+	// A foreign filter at one of Skiff's priorities, without Skiff's
+	// cookie, on a representor: it must survive everything.
+	nsExec(t, "skdpnode", "/usr/sbin/tc", "qdisc", "add", "dev", rep, "clsact")
+	nsExec(t, "skdpnode", "/usr/sbin/tc", "filter", "add", "dev", rep, "ingress", "prio", fmt.Sprint(flower.PrioUnicast), "protocol", "all",
+		"flower", "dst_mac", "02:99:99:99:99:99", "action", "drop")
+
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, d := range devs {
+		counts[d] = len(filters(t, "skdpnode", d))
+	}
+	// a, b, v each: 2 local + 1 encap + 2 local ARP + 1 remote ARP + 1 flood = 7;
+	// rep also has the foreign filter. VXLAN: 3 decap + 3 ARP + 1 flood.
+	want := map[string]int{ha: 7, hb: 7, rep: 8, VXLANName: 7}
+	if !maps.Equal(counts, want) {
+		t.Fatalf("filters per device %v, want %v", counts, want)
+	}
+	vx := nsExec(t, "skdpnode", "/usr/sbin/ip", "-d", "link", "show", VXLANName)
+	for _, w := range []string{"external", "nolearning", "dstport 4789", "skiff:vxlan:external", "UP"} {
+		if !strings.Contains(vx, w) {
+			t.Errorf("%s lacks %q:\n%s", VXLANName, w, vx)
+		}
+	}
+
+	// States: netdevsim refuses skip_sw and says why; veths were not
+	// asked; the VXLAN device was asked and refused by the kernel.
+	states := dp.Rules()
+	for _, s := range states["v"] {
+		if s.Rule.Dev != rep {
+			continue
+		}
+		if s.State != flower.StateRefused || !strings.Contains(s.Reason, "only offload of BPF classifiers supported") {
+			t.Errorf("rule on netdevsim %s: state %q reason %q", s.Rule, s.State, s.Reason)
+		}
+	}
+	for _, s := range states["a"] {
+		switch s.Rule.Dev {
+		case ha:
+			if s.State != flower.StateSoftware || !strings.Contains(s.Reason, "not a switchdev port") {
+				t.Errorf("rule on veth %s: state %q reason %q", s.Rule, s.State, s.Reason)
+			}
+		case VXLANName:
+			if s.State != flower.StateRefused || s.Reason == "" {
+				t.Errorf("rule on %s %s: state %q reason %q", VXLANName, s.Rule, s.State, s.Reason)
+			}
+			t.Logf("vxlan rule state %s: %s", s.State, s.Reason)
+		}
+	}
+	for _, f := range filters(t, "skdpnode", rep) {
+		if f.Options.InHW || f.Options.SkipSW || !f.Options.NotInHW {
+			t.Errorf("filter on %s: in_hw %v skip_sw %v not_in_hw %v", rep, f.Options.InHW, f.Options.SkipSW, f.Options.NotInHW)
+		}
+	}
+
+	// Re-apply: nothing written, same handles.
+	before, w0 := handles(t, "skdpnode", devs...), dp.Writes()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if w := dp.Writes() - w0; w != 0 {
+		t.Errorf("re-apply wrote %d times", w)
+	}
+	if after := handles(t, "skdpnode", devs...); !slices.Equal(before, after) {
+		t.Errorf("handles changed on re-apply:\n%v\n%v", before, after)
+	}
+
+	// Real traffic between the two pods goes through the local rules.
+	nsExec(t, "skdppa", "/bin/ping", "-c", "3", "-W", "2", "198.51.100.11")
+	moved := false
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range dp.Rules()["a"] {
+		if s.Rule.Kind == flower.KindLocal && s.Packets >= 3 {
+			moved = true
+		}
+	}
+	if !moved {
+		t.Errorf("the local rule of a did not count the pings: %+v", dp.Rules()["a"])
+	}
+
+	// Drift: someone deletes one of Skiff's filters; the next Apply puts
+	// it back and touches nothing else.
+	f := filters(t, "skdpnode", hb)[0]
+	proto := "all"
+	if f.Pref == int(flower.PrioARP) {
+		proto = "arp"
+	}
+	nsExec(t, "skdpnode", "/usr/sbin/tc", "filter", "del", "dev", hb, "ingress", "prio", fmt.Sprint(f.Pref), "handle", fmt.Sprintf("%#x", f.Options.Handle), "protocol", proto, "flower")
+	w0 = dp.Writes()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if w := dp.Writes() - w0; w != 1 || len(filters(t, "skdpnode", hb)) != 7 {
+		t.Errorf("drift repair wrote %d times; %s has %d filters", w, hb, len(filters(t, "skdpnode", hb)))
+	}
+
+	// Transition: the remote endpoint moves to another VTEP: its encap
+	// and ARP rules are replaced in place (same handles), nothing else.
+	before = handles(t, "skdpnode", devs...)
+	r := p.Remote["r"]
+	r.VTEP = netip.MustParseAddr("203.0.113.2")
+	p.Remote["r"] = r
+	w0 = dp.Writes()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	// 3 endpoints x (encap + ARP) = 6 replacements, plus the 2 that
+	// netdevsim refuses in hardware first.
+	if w := dp.Writes() - w0; w != 8 {
+		t.Errorf("moving a remote endpoint wrote %d times, want 8", w)
+	}
+	if after := handles(t, "skdpnode", devs...); !slices.Equal(before, after) {
+		t.Errorf("handles changed on replace:\n%v\n%v", before, after)
+	}
+	out := nsExec(t, "skdpnode", "/usr/sbin/tc", "filter", "show", "dev", ha, "ingress")
+	if !strings.Contains(out, "dst_ip 203.0.113.2") || strings.Contains(out, "dst_ip 192.0.2.2\n") && strings.Count(out, "dst_ip 192.0.2.2") > 1 {
+		t.Errorf("after the move:\n%s", out)
+	}
+
+	// Transition: endpoint v leaves the plan: its rules go from the
+	// representor (which stays), the foreign filter stays.
+	delete(p.Local, "v")
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	left := filters(t, "skdpnode", rep)
+	if len(left) != 1 || len(left[0].Options.Actions) != 1 || left[0].Options.Actions[0].Kind != "gact" {
+		t.Errorf("%s after v left: %+v", rep, left)
+	}
+	// Everything leaves: the VXLAN device goes too.
+	delete(p.Local, "a")
+	delete(p.Local, "b")
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(filters(t, "skdpnode", ha)); n != 0 {
+		t.Errorf("%s keeps %d filters", ha, n)
+	}
+	if _, err := exec.Command("/usr/sbin/ip", "netns", "exec", "skdpnode", "/usr/sbin/ip", "link", "show", VXLANName).CombinedOutput(); err == nil {
+		t.Errorf("%s still exists", VXLANName)
+	}
+}

@@ -1,0 +1,425 @@
+package flower
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+
+	tc "github.com/florianl/go-tc"
+	"github.com/florianl/go-tc/core"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Filter flags (include/uapi/linux/pkt_cls.h).
+const (
+	flagSkipHW   = 1 << 0
+	flagSkipSW   = 1 << 1
+	flagInHW     = 1 << 2
+	flagNotInHW  = 1 << 3
+	cookieFlags  = 2 // cookie byte: installation flags
+	cookieErrno  = 3 // cookie byte: errno of the hardware refusal
+	cookieRefuse = 1 // cookieFlags bit: the device refused skip_sw
+)
+
+// Rule states.
+const (
+	StateHardware = "hardware" // in the NIC (in_hw)
+	StateSoftware = "software" // in the kernel; hardware was not asked for
+	StateRefused  = "refused"  // the device refused hardware; running in software
+)
+
+// ingress is the parent of filters on a clsact (or ingress) qdisc's ingress.
+var ingress = core.BuildHandle(tc.HandleRoot, tc.HandleMinIngress)
+
+// Device is a netdev whose ingress holds rules, or a rule's mirred target.
+type Device struct {
+	Name  string
+	Index int
+	// Hardware: rules are asked for with skip_sw first. When false,
+	// Reason says why not.
+	Hardware bool
+	Reason   string
+}
+
+// State is a desired rule as the kernel holds it.
+type State struct {
+	Rule    Rule
+	Handle  uint32
+	State   string // StateHardware, StateSoftware, StateRefused; "" when not installed
+	Reason  string // why not in hardware
+	Packets uint64 // tc statistics of the rule's first action
+	Bytes   uint64
+	// Hardware counters, where the NIC reports them.
+	HWPackets, HWBytes uint64
+}
+
+// Programmer installs rule sets with tc over netlink.
+type Programmer struct {
+	tc     *tc.Tc
+	log    *slog.Logger
+	writes int
+	// Refusal messages (with the driver's extack) by rule, kept for as
+	// long as the process lives; after a restart the cookie keeps the
+	// errno.
+	refusals map[string]string
+}
+
+// Open returns a programmer for the network namespace of the caller (netns
+// 0) or of the given namespace file descriptor.
+func Open(netns int, log *slog.Logger) (*Programmer, error) {
+	t, err := tc.Open(&tc.Config{NetNS: netns})
+	if err != nil {
+		return nil, fmt.Errorf("flower: tc netlink: %w", err)
+	}
+	if err := t.SetOption(netlink.ExtendedAcknowledge, true); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("flower: extended acks: %w", err)
+	}
+	return &Programmer{tc: t, log: log, refusals: map[string]string{}}, nil
+}
+
+// Close releases the netlink socket.
+func (p *Programmer) Close() error { return p.tc.Close() }
+
+// Writes is the number of netlink writes made so far.
+func (p *Programmer) Writes() int { return p.writes }
+
+// EnsureClsact gives every device a clsact qdisc unless it already has
+// clsact or ingress (which are never replaced: they may not be Skiff's).
+func (p *Programmer) EnsureClsact(devs []Device) error {
+	qs, err := p.tc.Qdisc().Get()
+	if err != nil {
+		return fmt.Errorf("flower: listing qdiscs: %w", err)
+	}
+	has := map[uint32]bool{}
+	for _, q := range qs {
+		if q.Kind == "clsact" || q.Kind == "ingress" {
+			has[q.Ifindex] = true
+		}
+	}
+	var errs []error
+	for _, d := range devs {
+		if has[uint32(d.Index)] {
+			continue
+		}
+		p.writes++
+		err := p.tc.Qdisc().Add(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(d.Index),
+			Handle: core.BuildHandle(tc.HandleRoot, 0), Parent: tc.HandleIngress}, Attribute: tc.Attribute{Kind: "clsact"}})
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			errs = append(errs, fmt.Errorf("flower: clsact on %s: %w", d.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// installed is one of Skiff's filters as dumped.
+type installed struct {
+	handle, info uint32
+	cookie       []byte
+	flags        uint32
+	pk, by       uint64
+	hwpk, hwby   uint64
+}
+
+func skiffPrio(prio uint16) bool { return prio == PrioARP || prio == PrioUnicast || prio == PrioFlood }
+
+// dump returns Skiff's filters on dev's ingress: at Skiff's priorities,
+// with a cookie that starts with Skiff's mark. Others are never returned,
+// so never touched.
+func (p *Programmer) dump(dev Device) ([]installed, error) {
+	objs, err := p.tc.Filter().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(dev.Index), Parent: ingress})
+	if err != nil {
+		return nil, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
+	}
+	var out []installed
+	for _, o := range objs {
+		if o.Kind != "flower" || o.Flower == nil || o.Flower.Actions == nil || o.Handle == 0 || !skiffPrio(uint16(o.Info>>16)) {
+			continue
+		}
+		acts := *o.Flower.Actions
+		if len(acts) == 0 || acts[0].Cookie == nil || len(*acts[0].Cookie) != cookieLen || !bytes.HasPrefix(*acts[0].Cookie, []byte(magic)) {
+			continue
+		}
+		in := installed{handle: o.Handle, info: o.Info, cookie: *acts[0].Cookie}
+		if o.Flower.Flags != nil {
+			in.flags = *o.Flower.Flags
+		}
+		if s := acts[0].Stats; s != nil {
+			if s.Basic != nil {
+				in.pk, in.by = uint64(s.Basic.Packets), s.Basic.Bytes
+			}
+			if s.BasicHw != nil {
+				in.hwpk, in.hwby = uint64(s.BasicHw.Packets), s.BasicHw.Bytes
+			}
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Sync makes the ingress of every device in devs hold exactly Skiff's rules
+// among rules: missing rules are added (a rule whose match is installed
+// with other actions is replaced in place), then Skiff's rules nobody wants
+// are deleted. Rules on devices not in devs are an error; devices in devs
+// without rules lose their Skiff rules. A device that is not in devs is not
+// looked at. It returns the state of every rule, and every error, joined.
+func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error) {
+	byDev := map[string][]Rule{}
+	for _, r := range rules {
+		byDev[r.Dev] = append(byDev[r.Dev], r)
+	}
+	var errs []error
+	type pending struct {
+		dev Device
+		del []installed
+	}
+	var dels []pending
+	states := map[string]State{}
+	names := make([]string, 0, len(devs))
+	for n := range devs {
+		names = append(names, n)
+	}
+	for n := range byDev {
+		if _, ok := devs[n]; !ok {
+			errs = append(errs, fmt.Errorf("flower: rules for device %s, which is not known", n))
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		dev := devs[name]
+		have, err := p.dump(dev)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		byMatch := map[string]installed{}
+		for _, h := range have {
+			byMatch[string(h.cookie[4:10])] = h
+		}
+		wrote := false
+		keep := map[uint32]bool{}
+		for _, r := range byDev[name] {
+			c := cookieFor(devs, r)
+			h, ok := byMatch[string(c[4:10])]
+			if ok && bytes.Equal(h.cookie[10:], c[10:]) {
+				keep[h.handle] = true
+				states[r.String()] = p.state(r, dev, h)
+				continue
+			}
+			var handle uint32
+			if ok {
+				handle = h.handle // same match, other actions: replace in place
+				keep[h.handle] = true
+			}
+			wrote = true
+			if err := p.install(devs, dev, r, handle, c); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		var del []installed
+		for _, h := range have {
+			if !keep[h.handle] {
+				del = append(del, h)
+			}
+		}
+		if len(del) > 0 {
+			dels = append(dels, pending{dev, del})
+		}
+		if wrote {
+			now, err := p.dump(dev)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			got := map[string]installed{}
+			for _, h := range now {
+				got[string(h.cookie[4:])] = h
+			}
+			for _, r := range byDev[name] {
+				c := cookieFor(devs, r)
+				if h, ok := got[string(c[4:])]; ok {
+					states[r.String()] = p.state(r, dev, h)
+				}
+			}
+		}
+	}
+	// Delete last.
+	for _, d := range dels {
+		for _, h := range d.del {
+			p.writes++
+			err := p.tc.Filter().Delete(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(d.dev.Index), Handle: h.handle, Parent: ingress, Info: h.info},
+				Attribute: tc.Attribute{Kind: "flower"}})
+			if err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("flower: deleting filter %#x prio %d of %s: %w", h.handle, h.info>>16, d.dev.Name, err))
+			}
+		}
+	}
+	out := make([]State, 0, len(rules))
+	for _, r := range rules {
+		s, ok := states[r.String()]
+		if !ok {
+			s = State{Rule: r}
+		}
+		out = append(out, s)
+	}
+	return out, errors.Join(errs...)
+}
+
+// cookieFor is r's cookie with the interface indexes of its mirred targets
+// mixed into the hash of the whole rule, so that a rule pointing at a
+// device that was recreated (same name, new index) is replaced.
+func cookieFor(devs map[string]Device, r Rule) []byte {
+	c := r.Cookie()
+	s := r.String()
+	for _, a := range r.Actions {
+		if a.Dev != "" {
+			s += fmt.Sprintf(" %s=%d", a.Dev, devs[a.Dev].Index)
+		}
+	}
+	all := hash64(s)
+	for i := 0; i < 6; i++ {
+		c[10+i] = byte(all >> (8 * i))
+	}
+	return c
+}
+
+func (p *Programmer) state(r Rule, dev Device, h installed) State {
+	s := State{Rule: r, Handle: h.handle, Packets: h.pk, Bytes: h.by, HWPackets: h.hwpk, HWBytes: h.hwby}
+	switch {
+	case h.flags&flagInHW != 0:
+		s.State = StateHardware
+	case h.cookie[cookieFlags]&cookieRefuse != 0:
+		s.State = StateRefused
+		s.Reason = p.refusals[r.String()]
+		if s.Reason == "" {
+			s.Reason = fmt.Sprintf("%s refused skip_sw: %s (message not kept across agent restarts)", dev.Name, unix.ErrnoName(unix.Errno(h.cookie[cookieErrno])))
+		}
+	default:
+		s.State = StateSoftware
+		s.Reason = dev.Reason
+		if dev.Hardware {
+			s.Reason = "installed in software"
+		}
+	}
+	return s
+}
+
+// install adds r (handle 0) or replaces the filter at handle, asking for
+// hardware first when dev offers it.
+func (p *Programmer) install(devs map[string]Device, dev Device, r Rule, handle uint32, cookie []byte) error {
+	if dev.Hardware {
+		err := p.write(devs, dev, r, handle, flagSkipSW, cookie)
+		if err == nil {
+			delete(p.refusals, r.String())
+			return nil
+		}
+		var errno unix.Errno
+		if !errors.As(err, &errno) {
+			return fmt.Errorf("flower: %s: %w", r.String(), err)
+		}
+		reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
+		var op *netlink.OpError
+		if errors.As(err, &op) && op.Message != "" {
+			reason += ": " + op.Message
+		}
+		p.log.Debug("hardware refused rule; installing it in software", "dev", dev.Name, "rule", r.String(), "reason", reason)
+		p.refusals[r.String()] = reason
+		cookie[cookieFlags] |= cookieRefuse
+		cookie[cookieErrno] = byte(errno)
+	}
+	if err := p.write(devs, dev, r, handle, 0, cookie); err != nil {
+		return fmt.Errorf("flower: %s: %w", r.String(), err)
+	}
+	return nil
+}
+
+func (p *Programmer) write(devs map[string]Device, dev Device, r Rule, handle, flags uint32, cookie []byte) error {
+	obj, err := filterObject(devs, dev, r, handle, flags, cookie)
+	if err != nil {
+		return err
+	}
+	p.writes++
+	if handle != 0 {
+		err = p.tc.Filter().Replace(obj)
+	} else {
+		err = p.tc.Filter().Add(obj)
+	}
+	return err
+}
+
+// filterObject encodes r for go-tc.
+func filterObject(devs map[string]Device, dev Device, r Rule, handle, flags uint32, cookie []byte) (*tc.Object, error) {
+	f := &tc.Flower{Flags: &flags}
+	proto := r.EthType
+	if r.EthType != EthAll {
+		et := r.EthType
+		f.KeyEthType = &et
+	}
+	m := r.Match
+	if m.DstMAC != "" {
+		mac, err := net.ParseMAC(m.DstMAC)
+		if err != nil {
+			return nil, fmt.Errorf("flower: match dst_mac: %w", err)
+		}
+		f.KeyEthDst = &mac
+	}
+	if m.ArpTIP.IsValid() {
+		b := m.ArpTIP.As4()
+		tip := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		op := uint8(1)
+		f.KeyArpTIP, f.KeyArpOp = &tip, &op
+	}
+	if m.EncKeyID != 0 {
+		id := m.EncKeyID
+		f.KeyEncKeyID = &id
+	}
+	if m.EncDst.IsValid() {
+		ip := net.IP(m.EncDst.AsSlice())
+		f.KeyEncIPv4Dst = &ip
+	}
+	if m.EncDstPort != 0 {
+		port := m.EncDstPort
+		f.KeyEncUDPDstPort = &port
+	}
+	acts := make([]*tc.Action, 0, len(r.Actions))
+	for i, a := range r.Actions {
+		var act *tc.Action
+		switch a.Kind {
+		case TunnelSet:
+			src, dst := net.IP(a.Src.AsSlice()), net.IP(a.Dst.AsSlice())
+			id, port := a.VNI, a.DstPort
+			act = &tc.Action{Kind: "tunnel_key", TunnelKey: &tc.TunnelKey{
+				Parms:     &tc.TunnelParms{Action: tc.ActPipe, TunnelKeyAction: 1}, // TCA_TUNNEL_KEY_ACT_SET
+				KeyEncSrc: &src, KeyEncDst: &dst, KeyEncKeyID: &id, KeyEncDstPort: &port}}
+		case TunnelUnset:
+			act = &tc.Action{Kind: "tunnel_key", TunnelKey: &tc.TunnelKey{
+				Parms: &tc.TunnelParms{Action: tc.ActPipe, TunnelKeyAction: 2}}} // TCA_TUNNEL_KEY_ACT_RELEASE
+		case Redirect, Mirror:
+			t, ok := devs[a.Dev]
+			if !ok {
+				return nil, fmt.Errorf("flower: %s: mirred target %s is not a known device", r.String(), a.Dev)
+			}
+			parm := &tc.MirredParam{IfIndex: uint32(t.Index), Action: tc.ActStolen, Eaction: 1} // TCA_EGRESS_REDIR
+			if a.Kind == Mirror {
+				parm.Action, parm.Eaction = tc.ActPipe, 2 // TCA_EGRESS_MIRROR
+			}
+			act = &tc.Action{Kind: "mirred", Mirred: &tc.Mirred{Parms: parm}}
+		default:
+			return nil, fmt.Errorf("flower: %s: action %d: unknown kind %q", r.String(), i, a.Kind)
+		}
+		if i == 0 {
+			c := slices.Clone(cookie)
+			act.Cookie = &c
+		}
+		acts = append(acts, act)
+	}
+	f.Actions = &acts
+	return &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(dev.Index), Handle: handle, Parent: ingress,
+		Info: uint32(r.Prio)<<16 | uint32(htons(proto))}, Attribute: tc.Attribute{Kind: "flower", Flower: f}}, nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -1,0 +1,336 @@
+package flower
+
+import (
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// VXLANPort is the UDP port of the tunnel (IANA), matched on decap and set
+// on encap.
+const VXLANPort = 4789
+
+// Skiff's priorities on a device's ingress. Every Skiff rule has one of
+// them; rules at other priorities are never Skiff's.
+const (
+	PrioARP     uint16 = 0x5300 // ARP requests for known addresses, sent to their owner
+	PrioUnicast uint16 = 0x5301 // unicast by destination MAC: encap, decap, local
+	PrioFlood   uint16 = 0x5302 // broadcast: every local endpoint and remote VTEP of the VNI
+)
+
+// Ethernet types of Skiff's filters.
+const (
+	EthAll uint16 = 0x0003 // ETH_P_ALL
+	EthARP uint16 = 0x0806
+)
+
+// Broadcast is the broadcast MAC.
+const Broadcast = "ff:ff:ff:ff:ff:ff"
+
+// Rule kinds.
+const (
+	KindEncap = "encap"    // representor -> tunnel
+	KindDecap = "decap"    // tunnel -> representor
+	KindLocal = "local"    // representor -> representor on this node
+	KindARP   = "arp"      // ARP request for a known address -> its owner
+	KindFlood = "flood"    // broadcast -> every endpoint of the VNI
+	maxActs   = 32         // TCA_ACT_MAX_PRIO
+	cookieLen = 16         // TC_COOKIE_MAX_SIZE
+	magic     = "\x73\x6b" // "sk", first bytes of every Skiff cookie
+)
+
+// Match is what a rule matches. Zero fields match anything.
+type Match struct {
+	DstMAC string     // destination MAC, lower-case colon form
+	ArpTIP netip.Addr // ARP target address (requests only)
+	// Tunnel metadata (decap, on the VXLAN device).
+	EncKeyID   uint32
+	EncDst     netip.Addr
+	EncDstPort uint16
+}
+
+// Action is one tc action.
+type Action struct {
+	// Kind is one of "tunnel_key set", "tunnel_key unset",
+	// "mirred redirect", "mirred mirror".
+	Kind string
+	// tunnel_key set.
+	VNI      uint32
+	Src, Dst netip.Addr
+	DstPort  uint16
+	// mirred: the egress device.
+	Dev string
+}
+
+// Action kinds.
+const (
+	TunnelSet   = "tunnel_key set"
+	TunnelUnset = "tunnel_key unset"
+	Redirect    = "mirred redirect"
+	Mirror      = "mirred mirror"
+)
+
+// Rule is one flower filter on a device's ingress.
+type Rule struct {
+	Dev      string // the device whose ingress holds the rule
+	Prio     uint16
+	EthType  uint16 // EthAll or EthARP
+	Kind     string
+	Endpoint string // the local endpoint the rule serves; "" for a network's
+	Network  string
+	Match    Match
+	Actions  []Action
+}
+
+func (a Action) String() string {
+	switch a.Kind {
+	case TunnelSet:
+		return fmt.Sprintf("%s id %d src_ip %s dst_ip %s dst_port %d", a.Kind, a.VNI, a.Src, a.Dst, a.DstPort)
+	case TunnelUnset:
+		return a.Kind
+	default:
+		return fmt.Sprintf("%s dev %s", a.Kind, a.Dev)
+	}
+}
+
+func (m Match) String() string {
+	var s []string
+	if m.EncKeyID != 0 {
+		s = append(s, fmt.Sprintf("enc_key_id %d", m.EncKeyID))
+	}
+	if m.EncDst.IsValid() {
+		s = append(s, "enc_dst_ip "+m.EncDst.String())
+	}
+	if m.EncDstPort != 0 {
+		s = append(s, fmt.Sprintf("enc_dst_port %d", m.EncDstPort))
+	}
+	if m.DstMAC != "" {
+		s = append(s, "dst_mac "+m.DstMAC)
+	}
+	if m.ArpTIP.IsValid() {
+		s = append(s, "arp_op request arp_tip "+m.ArpTIP.String())
+	}
+	return strings.Join(s, " ")
+}
+
+// MatchKey identifies a rule's place: two rules with the same MatchKey
+// cannot both be installed (the kernel keeps one filter per key), so one
+// replaces the other.
+func (r Rule) MatchKey() string {
+	return fmt.Sprintf("%s prio %d proto 0x%04x %s", r.Dev, r.Prio, r.EthType, r.Match)
+}
+
+// String is the whole rule in tc's words; equal strings, equal rules.
+func (r Rule) String() string {
+	acts := make([]string, len(r.Actions))
+	for i, a := range r.Actions {
+		acts[i] = a.String()
+	}
+	return r.MatchKey() + " action " + strings.Join(acts, " action ")
+}
+
+// Cookie is what the rule's first action carries: "sk", then a byte of
+// installation flags (set by the programmer), a byte of errno, six bytes of
+// a hash of MatchKey and eight of a hash of String. A rule read back from
+// the kernel is recognised, and compared, by its cookie alone.
+func (r Rule) Cookie() []byte {
+	c := make([]byte, cookieLen)
+	copy(c, magic)
+	mk := hash64(r.MatchKey())
+	all := hash64(r.String())
+	for i := 0; i < 6; i++ {
+		c[4+i] = byte(mk >> (8 * i))
+	}
+	for i := 0; i < 6; i++ {
+		c[10+i] = byte(all >> (8 * i))
+	}
+	return c
+}
+
+func hash64(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// Input is what Compile needs besides the plan.
+type Input struct {
+	// Reps maps a local endpoint to the netdev that stands for it on the
+	// eswitch (its representor). Endpoints without one are not plumbed
+	// yet and get no rules.
+	Reps map[string]string
+	// VXLAN is the external-mode VXLAN device.
+	VXLAN string
+}
+
+// Compile returns the exact rule set of p: sorted by device, priority and
+// match. Bad input is an error naming the field.
+func Compile(p plan.Plan, in Input) ([]Rule, error) {
+	if in.VXLAN == "" {
+		return nil, fmt.Errorf("vxlan: device name required")
+	}
+	if len(p.Networks) > 0 && !p.UnderlayIP.Is4() {
+		return nil, fmt.Errorf("underlayIP: %q is not an IPv4 address", p.UnderlayIP)
+	}
+	type local struct {
+		ep  plan.Endpoint
+		rep string
+	}
+	byNet := map[string][]local{}
+	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
+		e := p.Local[name]
+		rep, ok := in.Reps[name]
+		if !ok || rep == "" {
+			continue
+		}
+		if _, ok := p.Networks[e.Network]; !ok {
+			return nil, fmt.Errorf("local[%s].network: %q is not in the plan", name, e.Network)
+		}
+		if !validMAC(e.MAC) {
+			return nil, fmt.Errorf("local[%s].mac: %q is not a MAC address", name, e.MAC)
+		}
+		byNet[e.Network] = append(byNet[e.Network], local{e, rep})
+	}
+	remotes := map[string][]plan.Remote{}
+	for _, name := range slices.Sorted(maps.Keys(p.Remote)) {
+		r := p.Remote[name]
+		if _, ok := p.Networks[r.Network]; !ok {
+			continue // the planner sends remotes of our networks only
+		}
+		if !validMAC(r.MAC) {
+			return nil, fmt.Errorf("remote[%s].mac: %q is not a MAC address", name, r.MAC)
+		}
+		if !r.VTEP.Is4() {
+			return nil, fmt.Errorf("remote[%s].vtep: %q is not an IPv4 address", name, r.VTEP)
+		}
+		remotes[r.Network] = append(remotes[r.Network], r)
+	}
+	var out []Rule
+	for _, nname := range slices.Sorted(maps.Keys(byNet)) {
+		n := p.Networks[nname]
+		if n.VNI == 0 || n.VNI > 1<<24-1 {
+			return nil, fmt.Errorf("networks[%s].vni: must be 1..16777215, got %d", nname, n.VNI)
+		}
+		locals := byNet[nname]
+		set := func(vtep netip.Addr) Action {
+			return Action{Kind: TunnelSet, VNI: n.VNI, Src: p.UnderlayIP, Dst: vtep, DstPort: VXLANPort}
+		}
+		decap := Match{EncKeyID: n.VNI, EncDst: p.UnderlayIP, EncDstPort: VXLANPort}
+		for _, l := range locals {
+			base := Rule{Dev: l.rep, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast}
+			// To the other local endpoints of the network.
+			for _, o := range locals {
+				if o.ep.Name == l.ep.Name {
+					continue
+				}
+				r := base
+				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, []Action{{Kind: Redirect, Dev: o.rep}}
+				out = append(out, r)
+				for _, ip := range ipv4s(o.ep.IPs) {
+					a := base
+					a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
+					a.Match, a.Actions = Match{ArpTIP: ip}, []Action{{Kind: Redirect, Dev: o.rep}}
+					out = append(out, a)
+				}
+			}
+			// To remote endpoints: encap.
+			for _, rm := range remotes[nname] {
+				r := base
+				r.Kind, r.Match = KindEncap, Match{DstMAC: rm.MAC}
+				r.Actions = []Action{set(rm.VTEP), {Kind: Redirect, Dev: in.VXLAN}}
+				out = append(out, r)
+				for _, ip := range ipv4s(rm.IPs) {
+					a := base
+					a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
+					a.Match, a.Actions = Match{ArpTIP: ip}, []Action{set(rm.VTEP), {Kind: Redirect, Dev: in.VXLAN}}
+					out = append(out, a)
+				}
+			}
+			// Broadcast: mirrored to every other local endpoint and
+			// every remote VTEP, the last copy redirected.
+			var acts []Action
+			for _, o := range locals {
+				if o.ep.Name != l.ep.Name {
+					acts = append(acts, Action{Kind: Mirror, Dev: o.rep})
+				}
+			}
+			for _, v := range n.FloodVTEPs {
+				acts = append(acts, set(v), Action{Kind: Mirror, Dev: in.VXLAN})
+			}
+			if len(acts) > 0 {
+				acts[len(acts)-1].Kind = Redirect
+				if len(acts) > maxActs {
+					return nil, fmt.Errorf("networks[%s].floodVTEPs: broadcast from %s needs %d tc actions, more than the kernel's %d", nname, l.ep.Name, len(acts), maxActs)
+				}
+				f := base
+				f.Prio, f.Kind, f.Match, f.Actions = PrioFlood, KindFlood, Match{DstMAC: Broadcast}, acts
+				out = append(out, f)
+			}
+			// Decap on the VXLAN device, to this endpoint.
+			d := Rule{Dev: in.VXLAN, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindDecap}
+			d.Match = decap
+			d.Match.DstMAC = l.ep.MAC
+			d.Actions = []Action{{Kind: TunnelUnset}, {Kind: Redirect, Dev: l.rep}}
+			out = append(out, d)
+			for _, ip := range ipv4s(l.ep.IPs) {
+				a := d
+				a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
+				a.Match = decap
+				a.Match.ArpTIP = ip
+				out = append(out, a)
+			}
+		}
+		// Broadcast from the tunnel to every local endpoint.
+		acts := []Action{{Kind: TunnelUnset}}
+		for _, l := range locals {
+			acts = append(acts, Action{Kind: Mirror, Dev: l.rep})
+		}
+		acts[len(acts)-1].Kind = Redirect
+		if len(acts) > maxActs {
+			return nil, fmt.Errorf("networks[%s]: broadcast to %d local endpoints needs %d tc actions, more than the kernel's %d", nname, len(locals), len(acts), maxActs)
+		}
+		f := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Prio: PrioFlood, Kind: KindFlood, Actions: acts}
+		f.Match = decap
+		f.Match.DstMAC = Broadcast
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b Rule) int { return strings.Compare(a.String(), b.String()) })
+	for i := 1; i < len(out); i++ {
+		if out[i].MatchKey() == out[i-1].MatchKey() {
+			return nil, fmt.Errorf("two rules for %s: %q (endpoint %s) and %q (endpoint %s); duplicate MAC or IP in the plan",
+				out[i].MatchKey(), out[i-1].String(), out[i-1].Endpoint, out[i].String(), out[i].Endpoint)
+		}
+	}
+	return out, nil
+}
+
+func ipv4s(ps []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
+
+func validMAC(s string) bool {
+	if len(s) != 17 {
+		return false
+	}
+	for i, c := range s {
+		if i%3 == 2 {
+			if c != ':' {
+				return false
+			}
+		} else if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,233 @@
+package flower
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+func pfx(s string) []netip.Prefix { return []netip.Prefix{netip.MustParsePrefix(s)} }
+
+func vteps(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, x := range s {
+		out = append(out, netip.MustParseAddr(x))
+	}
+	return out
+}
+
+// base: node n1 with local endpoints a and b on blue (vni 100), one remote
+// endpoint r1 behind 192.0.2.2.
+func base() (plan.Plan, map[string]string) {
+	p := plan.New("n1")
+	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, FloodVTEPs: vteps("192.0.2.2")}
+	p.Local["a"] = plan.Endpoint{Name: "a", Network: "blue", MAC: "02:00:00:00:00:0a", IPs: pfx("198.51.100.10/24"), VFIndex: -1}
+	p.Local["b"] = plan.Endpoint{Name: "b", Network: "blue", MAC: "02:00:00:00:00:0b", IPs: pfx("198.51.100.11/24"), VFIndex: -1}
+	p.Remote["r1"] = plan.Remote{Name: "r1", Network: "blue", VTEP: netip.MustParseAddr("192.0.2.2"), MAC: "02:00:00:00:00:01", IPs: pfx("198.51.100.1/24")}
+	return p, map[string]string{"a": "repa", "b": "repb"}
+}
+
+// Short names of the long tc words, to keep the tables readable.
+var short = strings.NewReplacer(
+	"tunnel_key set id 100 src_ip 192.0.2.1 dst_ip ", "set:",
+	" dst_port 4789", "",
+	"enc_key_id 100 enc_dst_ip 192.0.2.1 enc_dst_port 4789 ", "decap100 ",
+	" prio 21248 proto 0x0806", " ARP",
+	" prio 21249 proto 0x0003", " UNI",
+	" prio 21250 proto 0x0003", " FLOOD",
+	"arp_op request arp_tip ", "tip ",
+	"mirred redirect dev ", "redirect:",
+	"mirred mirror dev ", "mirror:",
+)
+
+func render(rs []Rule) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, short.Replace(r.String())+" ["+r.Kind+" "+r.Endpoint+"]")
+	}
+	return out
+}
+
+// The rules of base, by hand.
+var baseRules = []string{
+	"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
+	"repa ARP tip 198.51.100.11 action redirect:repb [arp a]",
+	"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repb action set:192.0.2.2 action redirect:skvx [flood a]",
+	"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
+	"repa UNI dst_mac 02:00:00:00:00:0b action redirect:repb [local a]",
+	"repb ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp b]",
+	"repb ARP tip 198.51.100.10 action redirect:repa [arp b]",
+	"repb FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action set:192.0.2.2 action redirect:skvx [flood b]",
+	"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap b]",
+	"repb UNI dst_mac 02:00:00:00:00:0a action redirect:repa [local b]",
+	"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
+	"skvx ARP decap100 tip 198.51.100.11 action tunnel_key unset action redirect:repb [arp b]",
+	"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action mirror:repa action redirect:repb [flood ]",
+	"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
+	"skvx UNI decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action redirect:repb [decap b]",
+}
+
+// without returns rules minus those containing any of the substrings.
+func without(rules []string, subs ...string) []string {
+	return slices.DeleteFunc(slices.Clone(rules), func(r string) bool {
+		for _, s := range subs {
+			if strings.Contains(r, s) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func sorted(rs ...[]string) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestCompileTransitions(t *testing.T) {
+	steps := []struct {
+		name   string
+		change func(p *plan.Plan, reps map[string]string)
+		want   []string
+	}{
+		{"base", func(*plan.Plan, map[string]string) {}, baseRules},
+		{"add remote VTEP with an endpoint", func(p *plan.Plan, _ map[string]string) {
+			n := p.Networks["blue"]
+			n.FloodVTEPs = vteps("192.0.2.2", "192.0.2.3")
+			p.Networks["blue"] = n
+			p.Remote["r2"] = plan.Remote{Name: "r2", Network: "blue", VTEP: netip.MustParseAddr("192.0.2.3"), MAC: "02:00:00:00:00:02", IPs: pfx("198.51.100.2/24")}
+		}, sorted(without(baseRules, "FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror"), []string{
+			"repa ARP tip 198.51.100.2 action set:192.0.2.3 action redirect:skvx [arp a]",
+			"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repb action set:192.0.2.2 action mirror:skvx action set:192.0.2.3 action redirect:skvx [flood a]",
+			"repa UNI dst_mac 02:00:00:00:00:02 action set:192.0.2.3 action redirect:skvx [encap a]",
+			"repb ARP tip 198.51.100.2 action set:192.0.2.3 action redirect:skvx [arp b]",
+			"repb FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action set:192.0.2.2 action mirror:skvx action set:192.0.2.3 action redirect:skvx [flood b]",
+			"repb UNI dst_mac 02:00:00:00:00:02 action set:192.0.2.3 action redirect:skvx [encap b]",
+		})},
+		{"remote endpoint moves to the other VTEP", func(p *plan.Plan, _ map[string]string) {
+			r := p.Remote["r1"]
+			r.VTEP = netip.MustParseAddr("192.0.2.3")
+			p.Remote["r1"] = r
+			n := p.Networks["blue"]
+			n.FloodVTEPs = vteps("192.0.2.3")
+			p.Networks["blue"] = n
+			delete(p.Remote, "r2")
+		}, sorted(without(baseRules, "192.0.2.2"), []string{
+			"repa ARP tip 198.51.100.1 action set:192.0.2.3 action redirect:skvx [arp a]",
+			"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repb action set:192.0.2.3 action redirect:skvx [flood a]",
+			"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.3 action redirect:skvx [encap a]",
+			"repb ARP tip 198.51.100.1 action set:192.0.2.3 action redirect:skvx [arp b]",
+			"repb FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action set:192.0.2.3 action redirect:skvx [flood b]",
+			"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.3 action redirect:skvx [encap b]",
+		})},
+		{"local endpoint b deleted; last remote VTEP removed", func(p *plan.Plan, reps map[string]string) {
+			delete(p.Local, "b")
+			delete(reps, "b")
+			delete(p.Remote, "r1")
+			n := p.Networks["blue"]
+			n.FloodVTEPs = nil
+			p.Networks["blue"] = n
+		}, []string{
+			"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
+			"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repa [flood ]",
+			"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
+		}},
+		{"local endpoint a moves to another representor", func(p *plan.Plan, reps map[string]string) {
+			reps["a"] = "repz"
+		}, []string{
+			"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repz [arp a]",
+			"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repz [flood ]",
+			"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repz [decap a]",
+		}},
+		{"endpoint not plumbed yet: no rules, no network rules", func(p *plan.Plan, reps map[string]string) {
+			delete(reps, "a")
+		}, nil},
+	}
+	p, reps := base()
+	for _, s := range steps {
+		s.change(&p, reps)
+		rs, err := Compile(p, Input{Reps: reps, VXLAN: "skvx"})
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		got := sorted(render(rs))
+		if !slices.Equal(got, s.want) {
+			t.Errorf("%s:\ngot\n  %s\nwant\n  %s", s.name, strings.Join(got, "\n  "), strings.Join(s.want, "\n  "))
+		}
+		// Compile is deterministic.
+		again, _ := Compile(p, Input{Reps: reps, VXLAN: "skvx"})
+		if !slices.Equal(sorted(render(again)), got) {
+			t.Errorf("%s: a second Compile differs", s.name)
+		}
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(p *plan.Plan, in *Input)
+		want   string
+	}{
+		{"no vxlan", func(_ *plan.Plan, in *Input) { in.VXLAN = "" }, "vxlan: device name required"},
+		{"no underlay", func(p *plan.Plan, _ *Input) { p.UnderlayIP = netip.Addr{} }, "underlayIP:"},
+		{"bad local MAC", func(p *plan.Plan, _ *Input) { e := p.Local["a"]; e.MAC = "zz"; p.Local["a"] = e }, `local[a].mac: "zz"`},
+		{"bad remote MAC", func(p *plan.Plan, _ *Input) { r := p.Remote["r1"]; r.MAC = "02:00"; p.Remote["r1"] = r }, `remote[r1].mac: "02:00"`},
+		{"IPv6 VTEP", func(p *plan.Plan, _ *Input) {
+			r := p.Remote["r1"]
+			r.VTEP = netip.MustParseAddr("2001:db8::1")
+			p.Remote["r1"] = r
+		}, "remote[r1].vtep:"},
+		{"bad VNI", func(p *plan.Plan, _ *Input) { n := p.Networks["blue"]; n.VNI = 1 << 24; p.Networks["blue"] = n }, "networks[blue].vni: must be 1..16777215"},
+		{"duplicate MAC", func(p *plan.Plan, _ *Input) { r := p.Remote["r1"]; r.MAC = "02:00:00:00:00:0b"; p.Remote["r1"] = r }, "duplicate MAC or IP"},
+		{"too many VTEPs", func(p *plan.Plan, _ *Input) {
+			n := p.Networks["blue"]
+			for i := range 20 {
+				n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}))
+			}
+			p.Networks["blue"] = n
+		}, "networks[blue].floodVTEPs: broadcast from a needs 43 tc actions"},
+	}
+	for _, c := range cases {
+		p, reps := base()
+		in := Input{Reps: reps, VXLAN: "skvx"}
+		c.change(&p, &in)
+		_, err := Compile(p, in)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestCookie(t *testing.T) {
+	p, reps := base()
+	rs, err := Compile(p, Input{Reps: reps, VXLAN: "skvx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range rs {
+		c := r.Cookie()
+		if len(c) != 16 || string(c[:2]) != "sk" {
+			t.Fatalf("cookie %x of %s", c, r)
+		}
+		if seen[string(c[4:10])] {
+			t.Errorf("two rules share a match hash: %s", r)
+		}
+		seen[string(c[4:10])] = true
+	}
+	// Same match, other actions: same match hash, other rule hash.
+	a, b := rs[0], rs[0]
+	b.Actions = []Action{{Kind: Redirect, Dev: "other"}}
+	ca, cb := a.Cookie(), b.Cookie()
+	if string(ca[4:10]) != string(cb[4:10]) || string(ca[10:]) == string(cb[10:]) {
+		t.Errorf("cookies %x and %x", ca, cb)
+	}
+}
