@@ -23,7 +23,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/skiff-sdn/skiff/controller/api"
+	"github.com/skiff-sdn/skiff/controller/bgp"
 	"github.com/skiff-sdn/skiff/controller/etcdserver"
 	"github.com/skiff-sdn/skiff/controller/store"
 	"github.com/skiff-sdn/skiff/internal/tlsconf"
@@ -45,6 +48,10 @@ type Config struct {
 	// StatusTTL is how long a node stays connected in the store after its
 	// controller vanishes (default 15s).
 	StatusTTL time.Duration
+	// BGP, when set, runs the embedded EVPN speaker.
+	BGP *bgp.Config
+	// MetricsAddr serves Prometheus metrics at /metrics; empty: none.
+	MetricsAddr string
 }
 
 // Run serves until ctx ends, then stops gracefully.
@@ -86,6 +93,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	var speaker *bgp.Speaker
+	if cfg.BGP != nil {
+		if speaker, err = startBGP(ctx, *cfg.BGP, st, pl, reg, log); err != nil {
+			return err
+		}
+		defer speaker.Close()
+	}
+	if cfg.MetricsAddr != "" {
+		if err := serveMetrics(ctx, cfg.MetricsAddr, reg, log); err != nil {
+			return err
+		}
+	}
 
 	var opts []grpc.ServerOption
 	if cfg.TLSCert != "" || cfg.TLSKey != "" || cfg.TLSClientCA != "" {
@@ -102,6 +122,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	servers := api.New(st, pl, log, cfg.StatusTTL)
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
 	skiffv1.RegisterAgentServiceServer(gs, servers.Agent)
+	skiffv1.RegisterBgpServiceServer(gs, &bgp.Service{Speaker: speaker})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 

@@ -57,7 +57,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&o.tlsCert, "tls-cert", "", "client certificate for mTLS")
 	pf.StringVar(&o.tlsKey, "tls-key", "", "client key for mTLS")
 	root.AddCommand(o.networkCmd(), o.subnetCmd(), o.endpointCmd(), o.getCmd(), o.deleteCmd(), o.planCmd(), o.watchCmd(),
-		o.policyCmd(), o.namespaceCmd())
+		o.policyCmd(), o.namespaceCmd(), o.bgpCmd())
 	return root
 }
 

@@ -28,6 +28,7 @@ func newCommand() *cobra.Command {
 		cfg       controller.Config
 		endpoints string
 		logLevel  string
+		bgpFlags  bgpFlags
 	)
 	cmd := &cobra.Command{
 		Use:           "skiff-controller",
@@ -45,6 +46,9 @@ func newCommand() *cobra.Command {
 					cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, e)
 				}
 			}
+			if cfg.BGP, err = bgpFlags.config(cmd); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return controller.Run(ctx, cfg, log)
@@ -58,6 +62,8 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "server key (PEM)")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA that signs client certificates; enables mTLS")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
+	bgpFlags.add(f)
 	cmd.SetContext(context.Background())
 	return cmd
 }

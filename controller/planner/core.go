@@ -85,6 +85,7 @@ type Planner struct {
 	namespaces map[string]map[string]string
 	compiled   map[string]nodePolicy
 	subs       map[string]map[*Subscription]struct{}
+	ext        externals // learned over BGP (external.go)
 }
 
 // New returns an empty planner at revision 0.
@@ -242,6 +243,7 @@ func (p *Planner) fill(node string, pl *plan.Plan) {
 				pl.Remote[ep] = r
 			}
 		}
+		p.fillExternal(node, netName, pl)
 	}
 	for name := range p.byNode[node] {
 		pl.Local[name] = p.eps[name]
@@ -332,6 +334,7 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 			n.FloodVTEPs = append(n.FloodVTEPs, ip)
 		}
 	}
+	p.externalFlood(node, &n)
 	slices.SortFunc(n.FloodVTEPs, func(a, b netip.Addr) int { return a.Compare(b) })
 	return n, true
 }
@@ -342,6 +345,9 @@ func (p *Planner) wantLocal(node, ep string) (plan.Endpoint, bool) {
 }
 
 func (p *Planner) wantRemote(node, ep string) (plan.Remote, bool) {
+	if _, ext := p.ext.vnis[ep]; ext {
+		return p.externalRemote(node, ep)
+	}
 	e, ok := p.eps[ep]
 	if !ok || e.Node == node || !p.member(node, e.Network) {
 		return plan.Remote{}, false
@@ -400,6 +406,7 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 		p.apply(c, t)
 		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil
 	}
+	p.touchExternal(t)
 	if policyRelevant && (len(p.policies) > 0 || len(p.compiled) > 0) {
 		p.syncPolicy(t)
 	}

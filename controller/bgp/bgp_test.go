@@ -1,0 +1,447 @@
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// freePort returns a free TCP port on 127.0.0.1 in the high range.
+func freePort(t testing.TB) int32 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return int32(l.Addr().(*net.TCPAddr).Port)
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	good := Config{ASN: 64512, RouterID: "192.0.2.1", Peers: []Peer{{Address: "192.0.2.2", ASN: 64513}}}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"asn zero", func(c *Config) { c.ASN = 0 }, "asn: 0 is not a usable AS number"},
+		{"asn reserved", func(c *Config) { c.ASN = 65535 }, "asn: 65535"},
+		{"router id garbage", func(c *Config) { c.RouterID = "not-an-ip" }, `routerID: "not-an-ip" is not an IPv4 address`},
+		{"router id v6", func(c *Config) { c.RouterID = "2001:db8::1" }, "routerID: 2001:db8::1 must be a unicast IPv4 address"},
+		{"router id zero", func(c *Config) { c.RouterID = "0.0.0.0" }, "routerID: 0.0.0.0 must be"},
+		{"peer address", func(c *Config) { c.Peers[0].Address = "192.0.2.300" }, `peers[0].address: "192.0.2.300" is not a unicast IP address`},
+		{"duplicate peer", func(c *Config) { c.Peers = append(c.Peers, Peer{Address: "192.0.2.2", ASN: 64514}) }, "peers[1].address: 192.0.2.2 duplicates peers[0]"},
+		{"peer asn", func(c *Config) { c.Peers[0].ASN = 0 }, "peers[0].asn: 0 is not a usable AS number"},
+		{"rr client ebgp", func(c *Config) { c.Peers[0].RouteReflectorClient = true }, "peers[0].routeReflectorClient: only an iBGP peer"},
+		{"multihop", func(c *Config) { c.Peers[0].Multihop = 300 }, "peers[0].multihop: 300 is more than 255"},
+		{"listen port", func(c *Config) { c.ListenPort = 70000 }, "listenPort: 70000 is not a TCP port"},
+		{"network vni", func(c *Config) { c.Networks = []NetworkConfig{{VNI: 0}} }, "networks[0].vni: must be 1..16777215, got 0"},
+		{"network rt", func(c *Config) { c.Networks = []NetworkConfig{{VNI: 5, RouteTarget: "nonsense"}} }, `networks[0].routeTarget: "nonsense"`},
+		{"network rd", func(c *Config) { c.Networks = []NetworkConfig{{VNI: 5, RD: "x:y:z"}} }, `networks[0].rd: "x:y:z"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good
+			c.Peers = slices.Clone(good.Peers)
+			tc.edit(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if _, err := New(context.Background(), c, quiet(), Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParsePeer(t *testing.T) {
+	p, err := ParsePeer("192.0.2.9,64600")
+	if err != nil || p.Address != "192.0.2.9" || p.ASN != 64600 {
+		t.Fatalf("got %+v, %v", p, err)
+	}
+	for _, bad := range []string{"192.0.2.9", "192.0.2.9,x", "192.0.2.9,-1"} {
+		if _, err := ParsePeer(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+var (
+	vtep1 = netip.MustParseAddr("192.0.2.11")
+	vtep2 = netip.MustParseAddr("192.0.2.12")
+	vtep3 = netip.MustParseAddr("192.0.2.13")
+)
+
+func baseState() State {
+	return State{
+		Networks: []Network{{Name: "blue", VNI: 100}, {Name: "red", VNI: 200}},
+		Nodes: []Node{{Name: "n1", VTEP: vtep1, Connected: true}, {Name: "n2", VTEP: vtep2, Connected: true},
+			{Name: "n3", VTEP: vtep3, Connected: true}},
+		Endpoints: []Endpoint{
+			{Name: "a", Network: "blue", Node: "n1", MAC: "02:00:00:00:00:0a", IPs: []netip.Addr{netip.MustParseAddr("198.51.100.10")}},
+			{Name: "b", Network: "blue", Node: "n2", MAC: "02:00:00:00:00:0b", IPs: []netip.Addr{netip.MustParseAddr("198.51.100.11")}},
+			{Name: "c", Network: "red", Node: "n2", MAC: "02:00:00:00:00:0c"},
+		},
+	}
+}
+
+func strs(rs []Route) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.String())
+	}
+	return out
+}
+
+func TestDesired(t *testing.T) {
+	c := Config{ASN: 64512, RouterID: "192.0.2.1"}
+	got := strs(c.Desired(baseState()))
+	want := []string{
+		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0a ip=198.51.100.10 nh=192.0.2.11 rt=64512:100",
+		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0b ip=198.51.100.11 nh=192.0.2.12 rt=64512:100",
+		"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100",
+		"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.12 nh=192.0.2.12 rt=64512:100",
+		"type2 vni=200 rd=192.0.2.1:200 mac=02:00:00:00:00:0c nh=192.0.2.12 rt=64512:200",
+		"type3 vni=200 rd=192.0.2.1:200 orig=192.0.2.12 nh=192.0.2.12 rt=64512:200",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Configured RT/RD, and a VNI too large for a type-1 RD.
+	c.Networks = []NetworkConfig{{VNI: 100, RouteTarget: "65000:7", RD: "198.51.100.1:9"}}
+	s := State{Networks: []Network{{Name: "blue", VNI: 100}, {Name: "big", VNI: 100000}}, Nodes: baseState().Nodes,
+		Endpoints: []Endpoint{{Name: "a", Network: "blue", Node: "n1", MAC: "02:00:00:00:00:0a"}, {Name: "z", Network: "big", Node: "n1", MAC: "02:00:00:00:00:0f"}}}
+	got = strs(c.Desired(s))
+	want = []string{
+		"type2 vni=100 rd=198.51.100.1:9 mac=02:00:00:00:00:0a nh=192.0.2.11 rt=65000:7",
+		"type3 vni=100 rd=198.51.100.1:9 orig=192.0.2.11 nh=192.0.2.11 rt=65000:7",
+		"type2 vni=100000 rd=64512:100000 mac=02:00:00:00:00:0f nh=192.0.2.11 rt=64512:100000",
+		"type3 vni=100000 rd=64512:100000 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100000",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// peer is a plain GoBGP server playing the remote router.
+type peer struct {
+	srv  *server.BgpServer
+	port int32
+}
+
+func startPeer(t testing.TB, asn uint32, routerID string, port int32, skiffPort int32, skiffASN uint32) *peer {
+	t.Helper()
+	srv := server.NewBgpServer(server.LoggerOption(quiet(), new(slog.LevelVar)))
+	go srv.Serve()
+	ctx := context.Background()
+	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{Asn: asn, RouterId: routerID, ListenPort: port, ListenAddresses: []string{"127.0.0.1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+		Conf:      &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: skiffASN},
+		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true}}},
+		Transport: &api.Transport{RemotePort: uint32(skiffPort), PassiveMode: true},
+		Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 1, IdleHoldTimeAfterReset: 1}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &peer{srv: srv, port: port}
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *peer) stop() {
+	if p.srv == nil {
+		return
+	}
+	_ = p.srv.StopBgp(context.Background(), &api.StopBgpRequest{})
+	p.srv.Stop()
+	p.srv = nil
+}
+
+// received lists the routes the peer holds from others.
+func (p *peer) received(t testing.TB) []string {
+	t.Helper()
+	var out []Route
+	err := p.srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: bgp.RF_EVPN}, func(_ bgp.NLRI, paths []*apiutil.Path) {
+		for _, ap := range paths {
+			if r, ok := routeOf(ap); ok && r.Peer.IsValid() {
+				r.Peer, r.Best = netip.Addr{}, false
+				out = append(out, r)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sortRoutes(out)
+	return strs(out)
+}
+
+func waitFor(t testing.TB, what string, timeout time.Duration, f func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, s := f()
+		if ok {
+			return
+		}
+		last = s
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s; last:\n%s", what, last)
+}
+
+// pair starts Skiff's speaker and a peer connected to it over loopback.
+func pair(t testing.TB, opts Options, hold time.Duration) (*Speaker, *peer) {
+	t.Helper()
+	sPort, pPort := freePort(t), freePort(t)
+	cfg := Config{ASN: 64512, RouterID: "192.0.2.1", ListenPort: sPort, ListenAddresses: []string{"127.0.0.1"},
+		Peers: []Peer{{Address: "127.0.0.1", ASN: 64600, Port: uint32(pPort)}}, ImportHoldTime: Duration{hold}}
+	p := startPeer(t, 64600, "192.0.2.100", pPort, sPort, 64512)
+	sp, err := New(context.Background(), cfg, quiet(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sp.Close)
+	waitFor(t, "session established", 20*time.Second, func() (bool, string) {
+		ps, err := sp.Peers(context.Background())
+		if err != nil || len(ps) != 1 {
+			return false, fmt.Sprint(ps, err)
+		}
+		return ps[0].State == "established", ps[0].State
+	})
+	return sp, p
+}
+
+func expectReceived(t *testing.T, p *peer, want []string) {
+	t.Helper()
+	sortStrings := func(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+	want = sortStrings(want)
+	waitFor(t, "the peer's table", 10*time.Second, func() (bool, string) {
+		got := sortStrings(p.received(t))
+		return slices.Equal(got, want), "got:\n" + strings.Join(got, "\n") + "\nwant:\n" + strings.Join(want, "\n")
+	})
+}
+
+func TestPeerReceivesExactRoutesThroughTransitions(t *testing.T) {
+	sp, p := pair(t, Options{}, time.Second)
+	cfg := sp.Config()
+	s := baseState()
+	advertise := func(s State) {
+		t.Helper()
+		if _, _, err := sp.Advertise(cfg.Desired(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advertise(s)
+	expectReceived(t, p, strs(cfg.Desired(s)))
+	// The exact set, spelled out once: the peer sees Skiff's VTEPs as next
+	// hops, not the speaker's address.
+	expectReceived(t, p, []string{
+		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0a ip=198.51.100.10 nh=192.0.2.11 rt=64512:100",
+		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0b ip=198.51.100.11 nh=192.0.2.12 rt=64512:100",
+		"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100",
+		"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.12 nh=192.0.2.12 rt=64512:100",
+		"type2 vni=200 rd=192.0.2.1:200 mac=02:00:00:00:00:0c nh=192.0.2.12 rt=64512:200",
+		"type3 vni=200 rd=192.0.2.1:200 orig=192.0.2.12 nh=192.0.2.12 rt=64512:200",
+	})
+	// Idempotent: the same state changes nothing.
+	if a, w, err := sp.Advertise(cfg.Desired(s)); err != nil || a != 0 || w != 0 {
+		t.Fatalf("second advertise: added %d withdrawn %d err %v", a, w, err)
+	}
+
+	// Endpoint added on n3.
+	s.Endpoints = append(s.Endpoints, Endpoint{Name: "d", Network: "blue", Node: "n3", MAC: "02:00:00:00:00:0d", IPs: []netip.Addr{netip.MustParseAddr("198.51.100.12")}})
+	advertise(s)
+	expectReceived(t, p, strs(cfg.Desired(s)))
+	if !slices.Contains(p.received(t), "type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.13 nh=192.0.2.13 rt=64512:100") {
+		t.Fatal("no type-3 route for n3")
+	}
+
+	// Endpoint a moved from n1 to n3: same NLRI, new next hop; n1 has no
+	// endpoint left in blue, so its type-3 route goes.
+	s.Endpoints[0].Node = "n3"
+	advertise(s)
+	expectReceived(t, p, strs(cfg.Desired(s)))
+	got := p.received(t)
+	if !slices.Contains(got, "type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0a ip=198.51.100.10 nh=192.0.2.13 rt=64512:100") ||
+		slices.Contains(got, "type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100") {
+		t.Fatalf("move not reflected:\n%s", strings.Join(got, "\n"))
+	}
+
+	// Endpoint b deleted.
+	s.Endpoints = slices.DeleteFunc(s.Endpoints, func(e Endpoint) bool { return e.Name == "b" })
+	advertise(s)
+	expectReceived(t, p, strs(cfg.Desired(s)))
+
+	// Node n2 lost (lease expired): its remaining routes (red) go.
+	s.Nodes[1].Connected = false
+	advertise(s)
+	expectReceived(t, p, []string{
+		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0a ip=198.51.100.10 nh=192.0.2.13 rt=64512:100",
+		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0d ip=198.51.100.12 nh=192.0.2.13 rt=64512:100",
+		"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.13 nh=192.0.2.13 rt=64512:100",
+	})
+
+	// Network deleted: everything goes.
+	s.Networks = nil
+	advertise(s)
+	expectReceived(t, p, nil)
+	if n := len(sp.Advertised()); n != 0 {
+		t.Fatalf("%d routes still advertised", n)
+	}
+}
+
+// originate makes the peer advertise a host (type 2) and its VTEP (type 3)
+// on vni, as an FRR VTEP would.
+func (p *peer) originate(t testing.TB, vni uint32, vtep netip.Addr, mac string, ip netip.Addr, withdraw bool) {
+	t.Helper()
+	rd, _ := bgp.NewRouteDistinguisherIPAddressAS(vtep, uint16(vni))
+	rt := bgp.NewTwoOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, 64600, vni, true)
+	ecs := bgp.NewPathAttributeExtendedCommunities([]bgp.ExtendedCommunityInterface{rt, bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN)})
+	t2, _ := bgp.NewEVPNMacIPAdvertisementRoute(rd, bgp.EthernetSegmentIdentifier{}, 0, mac, ip, []uint32{vni})
+	t3, _ := bgp.NewEVPNMulticastEthernetTagRoute(rd, 0, vtep)
+	id, _ := bgp.NewIngressReplTunnelID(vtep)
+	var paths []*apiutil.Path
+	for _, n := range []*bgp.EVPNNLRI{t2, t3} {
+		mp, err := bgp.NewPathAttributeMpReachNLRI(bgp.RF_EVPN, []bgp.PathNLRI{{NLRI: n}}, vtep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(0), mp, ecs}
+		if n == t3 {
+			attrs = append(attrs, bgp.NewPathAttributePmsiTunnel(bgp.PMSI_TUNNEL_TYPE_INGRESS_REPL, false, vni, id))
+		}
+		paths = append(paths, &apiutil.Path{Family: bgp.RF_EVPN, Nlri: n, Attrs: attrs})
+	}
+	var err error
+	if withdraw {
+		err = p.srv.DeletePath(apiutil.DeletePathRequest{Paths: paths})
+	} else {
+		_, err = p.srv.AddPath(apiutil.AddPathRequest{Paths: paths})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// learnedLog records every set handed to OnLearned.
+type learnedLog struct {
+	mu   sync.Mutex
+	sets [][]string
+}
+
+func (l *learnedLog) add(rs []Route) {
+	var s []string
+	for _, r := range rs {
+		s = append(s, fmt.Sprintf("type%d vni=%d mac=%s ip=%s nh=%s", r.Type, r.VNI, r.MAC, r.IP, r.NextHop))
+	}
+	l.mu.Lock()
+	l.sets = append(l.sets, s)
+	l.mu.Unlock()
+}
+
+func (l *learnedLog) last() ([]string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.sets) == 0 {
+		return nil, 0
+	}
+	return l.sets[len(l.sets)-1], len(l.sets)
+}
+
+func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
+	var log learnedLog
+	hold := 8 * time.Second
+	sp, p := pair(t, Options{OnLearned: log.add}, hold)
+	// Skiff advertises its own endpoint; it must not come back as learned.
+	cfg := sp.Config()
+	if _, _, err := sp.Advertise(cfg.Desired(baseState())); err != nil {
+		t.Fatal(err)
+	}
+	ext := netip.MustParseAddr("203.0.113.5")
+	host := netip.MustParseAddr("198.51.100.200")
+	p.originate(t, 100, ext, "02:aa:00:00:00:01", host, false)
+	want := []string{
+		"type2 vni=100 mac=02:aa:00:00:00:01 ip=198.51.100.200 nh=203.0.113.5",
+		"type3 vni=100 mac= ip=203.0.113.5 nh=203.0.113.5",
+	}
+	waitFor(t, "learned routes", 10*time.Second, func() (bool, string) {
+		got, _ := log.last()
+		return slices.Equal(got, want), strings.Join(got, "\n")
+	})
+	if got := strs(sp.Learned()); len(got) != 2 {
+		t.Fatalf("Learned: %v", got)
+	}
+
+	// The peer flaps: its session drops and comes back with the same
+	// routes within the hold time. Nothing is reported in between.
+	_, before := log.last()
+	if err := p.srv.ResetPeer(context.Background(), &api.ResetPeerRequest{Address: "127.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "session down", 10*time.Second, func() (bool, string) {
+		ps, _ := sp.Peers(context.Background())
+		return len(ps) == 1 && ps[0].State != "established", fmt.Sprint(ps)
+	})
+	waitFor(t, "session re-established", 20*time.Second, func() (bool, string) {
+		ps, _ := sp.Peers(context.Background())
+		return len(ps) == 1 && ps[0].State == "established" && len(p.received(t)) > 0, fmt.Sprint(ps)
+	})
+	time.Sleep(hold + time.Second)
+	if got, after := log.last(); after != before || !slices.Equal(got, want) {
+		all, _ := sp.Routes(0)
+		ps, _ := sp.Peers(context.Background())
+		t.Logf("peers %+v", ps)
+		t.Fatalf("flap disturbed the learned set: %d reports before, %d after, last %v; table:\n%s; peer:\n%s", before, after, got, strings.Join(strs(all), "\n"), p.received(t))
+	}
+
+	// An explicit withdrawal on a live session is applied at once.
+	start := time.Now()
+	p.originate(t, 100, ext, "02:aa:00:00:00:01", host, true)
+	waitFor(t, "learned routes withdrawn", 10*time.Second, func() (bool, string) {
+		got, _ := log.last()
+		return len(got) == 0, strings.Join(got, "\n")
+	})
+	if took := time.Since(start); took > hold {
+		t.Fatalf("withdrawal took %v, longer than the hold time", took)
+	}
+
+	// The peer goes away for good: its routes go after the hold time.
+	p.originate(t, 100, ext, "02:aa:00:00:00:01", host, false)
+	waitFor(t, "learned again", 10*time.Second, func() (bool, string) {
+		got, _ := log.last()
+		return slices.Equal(got, want), strings.Join(got, "\n")
+	})
+	p.stop()
+	time.Sleep(hold / 2)
+	if got, _ := log.last(); !slices.Equal(got, want) {
+		t.Fatalf("routes dropped before the hold time: %v", got)
+	}
+	waitFor(t, "routes of the lost peer dropped", 2*hold, func() (bool, string) {
+		got, _ := log.last()
+		return len(got) == 0, strings.Join(got, "\n")
+	})
+}

@@ -1,0 +1,76 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/skiff-sdn/skiff/controller/bgp"
+	"github.com/skiff-sdn/skiff/controller/planner"
+	"github.com/skiff-sdn/skiff/controller/store"
+)
+
+// startBGP starts the EVPN speaker: it advertises what the store calls
+// for and hands the routes learned from peers to the planner.
+func startBGP(ctx context.Context, cfg bgp.Config, st *store.Store, pl plans, reg prometheus.Registerer, log *slog.Logger) (*bgp.Speaker, error) {
+	log = log.With("component", "bgp")
+	onLearned := func(rs []bgp.Route) {
+		ds := pl.SetExternal(externals(rs))
+		log.Info("bgp learned routes", "routes", len(rs), "plansChanged", len(ds))
+	}
+	sp, err := bgp.New(ctx, cfg, log, bgp.Options{OnLearned: onLearned, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	go func() { _ = bgp.Follow(ctx, st, sp, log, time.Second) }()
+	return sp, nil
+}
+
+// externals converts learned type-2 and type-3 routes to the planner's
+// external remote endpoints and flood VTEPs.
+func externals(rs []bgp.Route) []planner.External {
+	var out []planner.External
+	for _, r := range rs {
+		switch r.Type {
+		case bgp.TypeMACIP:
+			e := planner.External{VNI: r.VNI, VTEP: r.NextHop, MAC: r.MAC}
+			if r.IP.IsValid() {
+				e.IPs = []netip.Prefix{netip.PrefixFrom(r.IP, r.IP.BitLen())}
+			}
+			out = append(out, e)
+		case bgp.TypeMulticast:
+			out = append(out, planner.External{VNI: r.VNI, VTEP: r.NextHop})
+		}
+	}
+	return out
+}
+
+// serveMetrics serves reg on addr at /metrics until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("controller: metrics listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	log.Info("metrics serving", "addr", lis.Addr().String())
+	return nil
+}
