@@ -36,6 +36,7 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/internal/tlsconf"
+	offloaddp "github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
@@ -50,8 +51,7 @@ type Config struct {
 	Socket     string // local API; empty: none
 	UnderlayIP string
 	StateDir   string
-	// Mode is auto, software or offload (see ChooseMode). Until the
-	// offload datapath exists, offload runs the software datapath.
+	// Mode is auto, software or offload (see ChooseMode).
 	Mode        string
 	MetricsAddr string // empty: no metrics server
 	// TLS: CA of the controller's certificate, and this node's client
@@ -105,6 +105,8 @@ type Agent struct {
 	applies     *prometheus.CounterVec
 	applySecs   prometheus.Histogram
 	writesTotal prometheus.GaugeFunc
+	off         *offloaddp.Datapath // mode offload
+	fw          *nl.Firewall // policy counters
 }
 
 func (c Config) validate() (netip.Addr, error) {
@@ -154,11 +156,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	log.Info("node capabilities", "role", caps.GetRole(), "pfs", len(caps.GetPfs()), "modes", strings.Join(caps.GetModes(), ","), "kernel", caps.GetKernel())
-	if mode == ModeOffload {
-		log.Warn("mode offload chosen, but the offload datapath is not implemented yet: running the software datapath (registered as mode software; offload stays listed in the capabilities)",
-			"flag", cfg.Mode)
-		mode = ModeSoftware
-	}
 	log.Info("datapath", "mode", mode)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("agent: state dir: %w", err)
@@ -185,7 +182,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	a := &Agent{cfg: cfg, log: log, client: skiffv1.NewAgentServiceClient(conn), kernel: k,
 		dp: software.New(k, fw, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
 		disc: disc, caps: caps, mode: mode, rediscover: make(chan struct{}, 1)}
+	a.fw = fw
 	a.metrics()
+	if mode == ModeOffload {
+		if err := a.useOffload(); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		defer a.off.Close()
+	}
 
 	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)
 	if err != nil {
@@ -407,6 +411,9 @@ func (a *Agent) metrics() {
 	a.writesTotal = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skiff_agent_netlink_writes", Help: "Netlink writes made since start."}, func() float64 { return float64(a.kernel.Writes()) })
 	a.reg.MustRegister(a.revision, a.connected, a.applies, a.applySecs, a.writesTotal,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if a.fw != nil {
+		a.reg.MustRegister(newPolicyCollector(a.fw))
+	}
 }
 
 func (a *Agent) serveMetrics(addr string) (*http.Server, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/agent/datapath/software"
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/offload/flower"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -42,12 +43,22 @@ func (a *Agent) counters() (*skiffv1.ReportCountersRequest, error) {
 		return nil, err
 	}
 	p := a.current()
+	var pol map[string][]*skiffv1.PolicyRuleCounter
+	if a.fw != nil && len(p.Policies) > 0 {
+		if pol, err = policyCounters(a.fw); err != nil {
+			a.log.Warn("reading policy counters", "err", err)
+		}
+	}
+	var rules map[string][]flower.State
+	if a.off != nil {
+		rules = a.off.Rules()
+	}
 	req := &skiffv1.ReportCountersRequest{Node: a.cfg.Node, Time: timestamppb.Now()}
 	for name := range p.Local {
 		if s, ok := stats[software.HostIfName(name)]; ok {
 			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Counters: &skiffv1.Counters{
 				RxPackets: s.TxPackets, RxBytes: s.TxBytes, RxDropped: s.TxDropped,
-				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}})
+				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}, Policy: pol[name], Rules: a.offloadRules(rules, name)})
 		}
 	}
 	for name, n := range p.Networks {

@@ -131,6 +131,8 @@ func (c *counters) fill(eps ...*skiffv1.Endpoint) {
 			if ec.Endpoint == e.Name {
 				e.Counters = ec.Counters
 				e.CountersTime = r.Time
+				e.PolicyCounters = ec.Policy
+				e.OffloadRules = ec.Rules
 			}
 		}
 	}

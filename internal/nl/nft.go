@@ -3,6 +3,7 @@ package nl
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -13,7 +14,10 @@ import (
 // Firewall owns Skiff's nftables table ("inet skiff"). Nothing else in
 // nftables is read or changed.
 type Firewall struct {
-	ns     netns.NsHandle
+	ns netns.NsHandle
+	// mu guards the write counts, which metrics read while the
+	// datapath writes.
+	mu     sync.Mutex
 	writes int
 	policy PolicyWrites
 }
@@ -45,7 +49,11 @@ func (f *Firewall) conn() (*nftables.Conn, error) {
 }
 
 // Writes returns how many transactions changed the table.
-func (f *Firewall) Writes() int { return f.writes }
+func (f *Firewall) Writes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writes
+}
 
 func ifname(s string) []byte {
 	b := make([]byte, unix.IFNAMSIZ)
@@ -60,6 +68,8 @@ func ifname(s string) []byte {
 // and otherwise replaces them in one atomic transaction. An empty list
 // removes the table.
 func (f *Firewall) SetIsolation(bridges []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	c, err := f.conn()
 	if err != nil {
 		return fmt.Errorf("nl: nftables: %w", err)

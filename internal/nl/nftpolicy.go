@@ -70,7 +70,11 @@ type PolicyWrites struct {
 }
 
 // PolicyWrites returns what SetPolicy has written so far.
-func (f *Firewall) PolicyWrites() PolicyWrites { return f.policy }
+func (f *Firewall) PolicyWrites() PolicyWrites {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.policy
+}
 
 // SetPolicy makes the node enforce cfg in one table ("inet
 // skiff-policy"). Replies of allowed connections pass (conntrack), and so
@@ -86,6 +90,8 @@ func (f *Firewall) PolicyWrites() PolicyWrites { return f.policy }
 // already holds cfg. The rules' shape is compared through a digest kept in
 // the first rule's user data; set members are compared with the kernel's.
 func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	c, err := f.conn()
 	if err != nil {
 		return fmt.Errorf("nl: nftables: %w", err)
@@ -470,6 +476,8 @@ func fnv64(s string) uint64 {
 // firewall's namespace, which policy enforcement needs. It writes only
 // what is not already 1 (Kubernetes nodes usually have it set).
 func (f *Firewall) EnableBridgeNetfilter() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	do := func() error {
 		for _, name := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
 			p := "/proc/sys/net/bridge/" + name

@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/internal/testns"
 )
 
@@ -15,7 +18,7 @@ import (
 // skiffctl and checks with real TCP and ICMP between pods (made by the CNI
 // plugin) on two nodes that exactly what it allows passes.
 func TestPolicyEnforcedAcrossNodes(t *testing.T) {
-	c := newCluster(t, "n1", "n2")
+	c := newCluster(t, "n1", "n2", "n3")
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	type pod struct{ ns, ip string }
@@ -75,6 +78,65 @@ spec:
 		if ch.got != ch.want {
 			t.Errorf("%s: reachable=%v, want %v", ch.name, ch.got, ch.want)
 		}
+	}
+	// Visibility: db's rules counted what they allowed and dropped, in
+	// skiffctl and in the agent's metrics.
+	dbName := cni.EndpointName("db", "eth0")
+	eventually(t, func() error {
+		var ep struct {
+			PolicyCounters []struct {
+				Direction, Verdict string
+				Rule               int
+				Packets            string
+			} `json:"policyCounters"`
+		}
+		if err := json.Unmarshal([]byte(c.mustCtl("get", "endpoint", dbName, "-o", "json")), &ep); err != nil {
+			return err
+		}
+		var allow, drop bool
+		for _, pc := range ep.PolicyCounters {
+			allow = allow || (pc.Direction == "ingress" && pc.Rule == 0 && pc.Verdict == "allow" && pc.Packets != "" && pc.Packets != "0")
+			drop = drop || (pc.Direction == "ingress" && pc.Rule == -1 && pc.Verdict == "drop" && pc.Packets != "" && pc.Packets != "0")
+		}
+		if !allow || !drop {
+			return fmt.Errorf("db's policy counters lack allowed and dropped packets: %+v", ep.PolicyCounters)
+		}
+		return nil
+	})
+	metric := func(node, name string) int {
+		out := testns.Run(t, c.ul, "curl", "-sf", "http://"+c.nodes[node].ip+":9100/metrics")
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, name+" ") {
+				n, _ := strconv.Atoi(strings.Fields(l)[1])
+				return n
+			}
+		}
+		return -1
+	}
+	if m := metric("n2", `skiff_agent_policy_packets_total{direction="ingress",endpoint="`+dbName+`",rule="-1",verdict="drop"}`); m <= 0 {
+		t.Errorf("n2's metrics show %d dropped packets for db", m)
+	}
+	// Minimal updates: a new web pod on n1 joins the group db's rule
+	// refers to. n2 adds exactly one set element and rewrites no rule;
+	// n1 and n3 hold no isolated endpoint and write nothing to a policy.
+	elems := func(n string) int { return metric(n, `skiff_agent_policy_writes_total{kind="element"}`) }
+	tables := func(n string) int { return metric(n, `skiff_agent_policy_writes_total{kind="table"}`) }
+	e2, t2, t1 := elems("n2"), tables("n2"), tables("n1")
+	web2 := add("web2", "n1", "web")
+	eventually(t, func() error {
+		if !tcp(web2) {
+			return fmt.Errorf("the new web pod does not reach db")
+		}
+		return nil
+	})
+	if d := elems("n2") - e2; d != 1 {
+		t.Errorf("n2 changed %d set elements for one new group member; want 1", d)
+	}
+	if d := tables("n2") - t2; d != 0 {
+		t.Errorf("n2 rewrote its policy table %d times for a group change; want 0", d)
+	}
+	if tables("n1") != t1 || elems("n1") != 0 {
+		t.Errorf("n1, which isolates nothing, wrote to the policy table")
 	}
 	c.mustCtl("delete", "policy", "default/db-from-web")
 	eventually(t, func() error {

@@ -78,7 +78,7 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42, 0}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44, 0}
 }
 
 // Network is a tenant L2 overlay identified by its VXLAN network identifier.
@@ -412,8 +412,14 @@ type Endpoint struct {
 	// Output only.
 	Revision int64 `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Output only: latest counters reported by the endpoint's node.
-	Counters      *Counters              `protobuf:"bytes,13,opt,name=counters,proto3" json:"counters,omitempty"`
-	CountersTime  *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=counters_time,json=countersTime,proto3" json:"counters_time,omitempty"`
+	Counters     *Counters              `protobuf:"bytes,13,opt,name=counters,proto3" json:"counters,omitempty"`
+	CountersTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=counters_time,json=countersTime,proto3" json:"counters_time,omitempty"`
+	// Output only: latest per-rule policy counters reported by the
+	// endpoint's node (only for endpoints a policy isolates).
+	PolicyCounters []*PolicyRuleCounter `protobuf:"bytes,20,rep,name=policy_counters,json=policyCounters,proto3" json:"policy_counters,omitempty"`
+	// Output only: the tc-flower rules that serve the endpoint on an
+	// offload node, with their state, as its node last reported them.
+	OffloadRules  []*OffloadRule `protobuf:"bytes,21,rep,name=offload_rules,json=offloadRules,proto3" json:"offload_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -546,6 +552,229 @@ func (x *Endpoint) GetCountersTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Endpoint) GetPolicyCounters() []*PolicyRuleCounter {
+	if x != nil {
+		return x.PolicyCounters
+	}
+	return nil
+}
+
+func (x *Endpoint) GetOffloadRules() []*OffloadRule {
+	if x != nil {
+		return x.OffloadRules
+	}
+	return nil
+}
+
+// OffloadRule is one tc-flower rule of the offload datapath.
+type OffloadRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The netdev whose ingress holds the rule (a representor, or the VXLAN
+	// device for decap).
+	Device string `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
+	// encap | decap | local | arp | flood
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The rule in tc's words (match and actions).
+	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
+	// hardware (in the NIC), software (hardware not asked: the device has
+	// no offload), refused (the device refused hardware; the rule runs in
+	// software), or "" (not installed).
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the rule is not in hardware (the driver's message for refused).
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Handle uint32 `protobuf:"varint,6,opt,name=handle,proto3" json:"handle,omitempty"`
+	// tc statistics of the rule; hw_ the NIC's share where offloaded.
+	Packets       uint64 `protobuf:"varint,7,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes         uint64 `protobuf:"varint,8,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	HwPackets     uint64 `protobuf:"varint,9,opt,name=hw_packets,json=hwPackets,proto3" json:"hw_packets,omitempty"`
+	HwBytes       uint64 `protobuf:"varint,10,opt,name=hw_bytes,json=hwBytes,proto3" json:"hw_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffloadRule) Reset() {
+	*x = OffloadRule{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffloadRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffloadRule) ProtoMessage() {}
+
+func (x *OffloadRule) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffloadRule.ProtoReflect.Descriptor instead.
+func (*OffloadRule) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OffloadRule) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *OffloadRule) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *OffloadRule) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *OffloadRule) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *OffloadRule) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *OffloadRule) GetHandle() uint32 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *OffloadRule) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *OffloadRule) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *OffloadRule) GetHwPackets() uint64 {
+	if x != nil {
+		return x.HwPackets
+	}
+	return 0
+}
+
+func (x *OffloadRule) GetHwBytes() uint64 {
+	if x != nil {
+		return x.HwBytes
+	}
+	return 0
+}
+
+// PolicyRuleCounter is what one compiled policy rule of an endpoint (or
+// its default deny, rule -1) matched: connections are counted by their
+// first packet, since established traffic passes before any rule.
+type PolicyRuleCounter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "ingress" or "egress".
+	Direction string `protobuf:"bytes,1,opt,name=direction,proto3" json:"direction,omitempty"`
+	// Index of the rule among the endpoint's rules of that direction, in
+	// the order of the plan; -1 is the default deny.
+	Rule int32 `protobuf:"varint,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	// "allow" or "drop".
+	Verdict       string `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Packets       uint64 `protobuf:"varint,4,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes         uint64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyRuleCounter) Reset() {
+	*x = PolicyRuleCounter{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyRuleCounter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyRuleCounter) ProtoMessage() {}
+
+func (x *PolicyRuleCounter) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyRuleCounter.ProtoReflect.Descriptor instead.
+func (*PolicyRuleCounter) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PolicyRuleCounter) GetDirection() string {
+	if x != nil {
+		return x.Direction
+	}
+	return ""
+}
+
+func (x *PolicyRuleCounter) GetRule() int32 {
+	if x != nil {
+		return x.Rule
+	}
+	return 0
+}
+
+func (x *PolicyRuleCounter) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *PolicyRuleCounter) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *PolicyRuleCounter) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // VirtualFunction describes one VF of a PF as discovered on a node.
 type VirtualFunction struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -560,7 +789,7 @@ type VirtualFunction struct {
 
 func (x *VirtualFunction) Reset() {
 	*x = VirtualFunction{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +801,7 @@ func (x *VirtualFunction) String() string {
 func (*VirtualFunction) ProtoMessage() {}
 
 func (x *VirtualFunction) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +814,7 @@ func (x *VirtualFunction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualFunction.ProtoReflect.Descriptor instead.
 func (*VirtualFunction) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{5}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VirtualFunction) GetIndex() uint32 {
@@ -641,7 +870,7 @@ type PhysicalFunction struct {
 
 func (x *PhysicalFunction) Reset() {
 	*x = PhysicalFunction{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +882,7 @@ func (x *PhysicalFunction) String() string {
 func (*PhysicalFunction) ProtoMessage() {}
 
 func (x *PhysicalFunction) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +895,7 @@ func (x *PhysicalFunction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhysicalFunction.ProtoReflect.Descriptor instead.
 func (*PhysicalFunction) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{6}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PhysicalFunction) GetName() string {
@@ -740,7 +969,7 @@ type NodeCapabilities struct {
 
 func (x *NodeCapabilities) Reset() {
 	*x = NodeCapabilities{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -752,7 +981,7 @@ func (x *NodeCapabilities) String() string {
 func (*NodeCapabilities) ProtoMessage() {}
 
 func (x *NodeCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -765,7 +994,7 @@ func (x *NodeCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCapabilities.ProtoReflect.Descriptor instead.
 func (*NodeCapabilities) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{7}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeCapabilities) GetRole() string {
@@ -818,7 +1047,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1059,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1072,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{8}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Node) GetName() string {
@@ -917,7 +1146,7 @@ type PlanNetwork struct {
 
 func (x *PlanNetwork) Reset() {
 	*x = PlanNetwork{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1158,7 @@ func (x *PlanNetwork) String() string {
 func (*PlanNetwork) ProtoMessage() {}
 
 func (x *PlanNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1171,7 @@ func (x *PlanNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanNetwork.ProtoReflect.Descriptor instead.
 func (*PlanNetwork) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{9}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlanNetwork) GetName() string {
@@ -995,7 +1224,7 @@ type RemoteEndpoint struct {
 
 func (x *RemoteEndpoint) Reset() {
 	*x = RemoteEndpoint{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1236,7 @@ func (x *RemoteEndpoint) String() string {
 func (*RemoteEndpoint) ProtoMessage() {}
 
 func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1249,7 @@ func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteEndpoint.ProtoReflect.Descriptor instead.
 func (*RemoteEndpoint) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{10}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoteEndpoint) GetName() string {
@@ -1078,7 +1307,7 @@ type PolicyPort struct {
 
 func (x *PolicyPort) Reset() {
 	*x = PolicyPort{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1319,7 @@ func (x *PolicyPort) String() string {
 func (*PolicyPort) ProtoMessage() {}
 
 func (x *PolicyPort) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1332,7 @@ func (x *PolicyPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPort.ProtoReflect.Descriptor instead.
 func (*PolicyPort) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{11}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PolicyPort) GetProtocol() string {
@@ -1139,7 +1368,7 @@ type PolicyPeer struct {
 
 func (x *PolicyPeer) Reset() {
 	*x = PolicyPeer{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1380,7 @@ func (x *PolicyPeer) String() string {
 func (*PolicyPeer) ProtoMessage() {}
 
 func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1393,7 @@ func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPeer.ProtoReflect.Descriptor instead.
 func (*PolicyPeer) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PolicyPeer) GetGroup() string {
@@ -1200,7 +1429,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1441,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1454,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PolicyRule) GetPeers() []*PolicyPeer {
@@ -1256,7 +1485,7 @@ type EndpointPolicy struct {
 
 func (x *EndpointPolicy) Reset() {
 	*x = EndpointPolicy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1497,7 @@ func (x *EndpointPolicy) String() string {
 func (*EndpointPolicy) ProtoMessage() {}
 
 func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1510,7 @@ func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPolicy.ProtoReflect.Descriptor instead.
 func (*EndpointPolicy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EndpointPolicy) GetEndpoint() string {
@@ -1330,7 +1559,7 @@ type AddressGroup struct {
 
 func (x *AddressGroup) Reset() {
 	*x = AddressGroup{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1571,7 @@ func (x *AddressGroup) String() string {
 func (*AddressGroup) ProtoMessage() {}
 
 func (x *AddressGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1584,7 @@ func (x *AddressGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddressGroup.ProtoReflect.Descriptor instead.
 func (*AddressGroup) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddressGroup) GetName() string {
@@ -1389,7 +1618,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1630,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1643,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Plan) GetNode() string {
@@ -1498,7 +1727,7 @@ type PlanDelta struct {
 
 func (x *PlanDelta) Reset() {
 	*x = PlanDelta{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1739,7 @@ func (x *PlanDelta) String() string {
 func (*PlanDelta) ProtoMessage() {}
 
 func (x *PlanDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1752,7 @@ func (x *PlanDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDelta.ProtoReflect.Descriptor instead.
 func (*PlanDelta) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PlanDelta) GetNode() string {
@@ -1639,7 +1868,7 @@ type PlanUpdate struct {
 
 func (x *PlanUpdate) Reset() {
 	*x = PlanUpdate{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1880,7 @@ func (x *PlanUpdate) String() string {
 func (*PlanUpdate) ProtoMessage() {}
 
 func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1893,7 @@ func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanUpdate.ProtoReflect.Descriptor instead.
 func (*PlanUpdate) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlanUpdate) GetUpdate() isPlanUpdate_Update {
@@ -1717,7 +1946,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1958,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1971,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterRequest) GetNode() *Node {
@@ -1761,7 +1990,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +2002,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +2015,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -1807,7 +2036,7 @@ type StreamPlanRequest struct {
 
 func (x *StreamPlanRequest) Reset() {
 	*x = StreamPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2048,7 @@ func (x *StreamPlanRequest) String() string {
 func (*StreamPlanRequest) ProtoMessage() {}
 
 func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2061,7 @@ func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPlanRequest.ProtoReflect.Descriptor instead.
 func (*StreamPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StreamPlanRequest) GetNode() string {
@@ -1863,7 +2092,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +2104,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +2117,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeEvent) GetTime() *timestamppb.Timestamp {
@@ -1929,7 +2158,7 @@ type ReportEventsRequest struct {
 
 func (x *ReportEventsRequest) Reset() {
 	*x = ReportEventsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2170,7 @@ func (x *ReportEventsRequest) String() string {
 func (*ReportEventsRequest) ProtoMessage() {}
 
 func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2183,7 @@ func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReportEventsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReportEventsRequest) GetNode() string {
@@ -1979,7 +2208,7 @@ type ReportEventsResponse struct {
 
 func (x *ReportEventsResponse) Reset() {
 	*x = ReportEventsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2220,7 @@ func (x *ReportEventsResponse) String() string {
 func (*ReportEventsResponse) ProtoMessage() {}
 
 func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,20 +2233,22 @@ func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReportEventsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
 }
 
 type EndpointCounters struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoint      string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	Counters      *Counters              `protobuf:"bytes,2,opt,name=counters,proto3" json:"counters,omitempty"`
+	Rules         []*OffloadRule         `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
+	Policy        []*PolicyRuleCounter   `protobuf:"bytes,4,rep,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EndpointCounters) Reset() {
 	*x = EndpointCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2260,7 @@ func (x *EndpointCounters) String() string {
 func (*EndpointCounters) ProtoMessage() {}
 
 func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2273,7 @@ func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointCounters.ProtoReflect.Descriptor instead.
 func (*EndpointCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EndpointCounters) GetEndpoint() string {
@@ -2059,6 +2290,20 @@ func (x *EndpointCounters) GetCounters() *Counters {
 	return nil
 }
 
+func (x *EndpointCounters) GetRules() []*OffloadRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *EndpointCounters) GetPolicy() []*PolicyRuleCounter {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
 type NetworkCounters struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Network       string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
@@ -2069,7 +2314,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2326,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2339,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NetworkCounters) GetNetwork() string {
@@ -2123,7 +2368,7 @@ type ReportCountersRequest struct {
 
 func (x *ReportCountersRequest) Reset() {
 	*x = ReportCountersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2380,7 @@ func (x *ReportCountersRequest) String() string {
 func (*ReportCountersRequest) ProtoMessage() {}
 
 func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2393,7 @@ func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersRequest.ProtoReflect.Descriptor instead.
 func (*ReportCountersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportCountersRequest) GetNode() string {
@@ -2187,7 +2432,7 @@ type ReportCountersResponse struct {
 
 func (x *ReportCountersResponse) Reset() {
 	*x = ReportCountersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2444,7 @@ func (x *ReportCountersResponse) String() string {
 func (*ReportCountersResponse) ProtoMessage() {}
 
 func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2457,7 @@ func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersResponse.ProtoReflect.Descriptor instead.
 func (*ReportCountersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
 }
 
 type GetRequest struct {
@@ -2224,7 +2469,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2481,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2494,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetRequest) GetName() string {
@@ -2268,7 +2513,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2525,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2538,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteRequest) GetName() string {
@@ -2311,7 +2556,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2568,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2581,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
 }
 
 type ListRequest struct {
@@ -2350,7 +2595,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2607,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2620,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRequest) GetNetwork() string {
@@ -2401,7 +2646,7 @@ type CreateNetworkRequest struct {
 
 func (x *CreateNetworkRequest) Reset() {
 	*x = CreateNetworkRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2658,7 @@ func (x *CreateNetworkRequest) String() string {
 func (*CreateNetworkRequest) ProtoMessage() {}
 
 func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2671,7 @@ func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*CreateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateNetworkRequest) GetNetwork() *Network {
@@ -2445,7 +2690,7 @@ type CreateSubnetRequest struct {
 
 func (x *CreateSubnetRequest) Reset() {
 	*x = CreateSubnetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2702,7 @@ func (x *CreateSubnetRequest) String() string {
 func (*CreateSubnetRequest) ProtoMessage() {}
 
 func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2715,7 @@ func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubnetRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubnetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateSubnetRequest) GetSubnet() *Subnet {
@@ -2489,7 +2734,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2746,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2759,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateEndpointRequest) GetEndpoint() *Endpoint {
@@ -2533,7 +2778,7 @@ type ListNetworksResponse struct {
 
 func (x *ListNetworksResponse) Reset() {
 	*x = ListNetworksResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2790,7 @@ func (x *ListNetworksResponse) String() string {
 func (*ListNetworksResponse) ProtoMessage() {}
 
 func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2803,7 @@ func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNetworksResponse.ProtoReflect.Descriptor instead.
 func (*ListNetworksResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListNetworksResponse) GetNetworks() []*Network {
@@ -2577,7 +2822,7 @@ type ListSubnetsResponse struct {
 
 func (x *ListSubnetsResponse) Reset() {
 	*x = ListSubnetsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2834,7 @@ func (x *ListSubnetsResponse) String() string {
 func (*ListSubnetsResponse) ProtoMessage() {}
 
 func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2847,7 @@ func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubnetsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubnetsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListSubnetsResponse) GetSubnets() []*Subnet {
@@ -2621,7 +2866,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2878,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2891,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -2665,7 +2910,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2922,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2935,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2709,7 +2954,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2966,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2979,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPlanRequest) GetNode() string {
@@ -2754,7 +2999,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +3011,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +3024,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchRequest) GetKinds() []string {
@@ -2806,7 +3051,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3063,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3076,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -2935,7 +3180,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3192,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3205,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Policy) GetNamespace() string {
@@ -3004,7 +3249,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3261,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3274,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Namespace) GetName() string {
@@ -3063,7 +3308,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3320,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3333,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ApplyPoliciesRequest) GetDocuments() string {
@@ -3107,7 +3352,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3364,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3377,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -3152,7 +3397,7 @@ type PolicyRef struct {
 
 func (x *PolicyRef) Reset() {
 	*x = PolicyRef{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3409,7 @@ func (x *PolicyRef) String() string {
 func (*PolicyRef) ProtoMessage() {}
 
 func (x *PolicyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3422,7 @@ func (x *PolicyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
 func (*PolicyRef) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PolicyRef) GetNamespace() string {
@@ -3204,7 +3449,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3461,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3474,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListPoliciesRequest) GetNamespace() string {
@@ -3248,7 +3493,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3505,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3518,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -3292,7 +3537,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3549,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3562,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -3360,7 +3605,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"tx_packets\x18\x04 \x01(\x04R\ttxPackets\x12\x19\n" +
 	"\btx_bytes\x18\x05 \x01(\x04R\atxBytes\x12\x1d\n" +
 	"\n" +
-	"tx_dropped\x18\x06 \x01(\x04R\ttxDropped\"\xf5\x03\n" +
+	"tx_dropped\x18\x06 \x01(\x04R\ttxDropped\"\xf7\x04\n" +
 	"\bEndpoint\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +
@@ -3376,11 +3621,32 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\bvf_index\x18\v \x01(\x05H\x00R\avfIndex\x88\x01\x01\x12\x1a\n" +
 	"\brevision\x18\f \x01(\x03R\brevision\x12.\n" +
 	"\bcounters\x18\r \x01(\v2\x12.skiff.v1.CountersR\bcounters\x12?\n" +
-	"\rcounters_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fcountersTime\x1a9\n" +
+	"\rcounters_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fcountersTime\x12D\n" +
+	"\x0fpolicy_counters\x18\x14 \x03(\v2\x1b.skiff.v1.PolicyRuleCounterR\x0epolicyCounters\x12:\n" +
+	"\roffload_rules\x18\x15 \x03(\v2\x15.skiff.v1.OffloadRuleR\foffloadRules\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
-	"\t_vf_index\"\x9a\x01\n" +
+	"\t_vf_index\"\xfd\x01\n" +
+	"\vOffloadRule\x12\x16\n" +
+	"\x06device\x18\x01 \x01(\tR\x06device\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06handle\x18\x06 \x01(\rR\x06handle\x12\x18\n" +
+	"\apackets\x18\a \x01(\x04R\apackets\x12\x14\n" +
+	"\x05bytes\x18\b \x01(\x04R\x05bytes\x12\x1d\n" +
+	"\n" +
+	"hw_packets\x18\t \x01(\x04R\thwPackets\x12\x19\n" +
+	"\bhw_bytes\x18\n" +
+	" \x01(\x04R\ahwBytes\"\x8f\x01\n" +
+	"\x11PolicyRuleCounter\x12\x1c\n" +
+	"\tdirection\x18\x01 \x01(\tR\tdirection\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\x05R\x04rule\x12\x18\n" +
+	"\averdict\x18\x03 \x01(\tR\averdict\x12\x18\n" +
+	"\apackets\x18\x04 \x01(\x04R\apackets\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x04R\x05bytes\"\x9a\x01\n" +
 	"\x0fVirtualFunction\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1f\n" +
 	"\vpci_address\x18\x02 \x01(\tR\n" +
@@ -3498,10 +3764,12 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x13ReportEventsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12+\n" +
 	"\x06events\x18\x02 \x03(\v2\x13.skiff.v1.NodeEventR\x06events\"\x16\n" +
-	"\x14ReportEventsResponse\"^\n" +
+	"\x14ReportEventsResponse\"\xc0\x01\n" +
 	"\x10EndpointCounters\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12.\n" +
-	"\bcounters\x18\x02 \x01(\v2\x12.skiff.v1.CountersR\bcounters\"[\n" +
+	"\bcounters\x18\x02 \x01(\v2\x12.skiff.v1.CountersR\bcounters\x12+\n" +
+	"\x05rules\x18\x03 \x03(\v2\x15.skiff.v1.OffloadRuleR\x05rules\x123\n" +
+	"\x06policy\x18\x04 \x03(\v2\x1b.skiff.v1.PolicyRuleCounterR\x06policy\"[\n" +
 	"\x0fNetworkCounters\x12\x18\n" +
 	"\anetwork\x18\x01 \x01(\tR\anetwork\x12.\n" +
 	"\bcounters\x18\x02 \x01(\v2\x12.skiff.v1.CountersR\bcounters\"\xcc\x01\n" +
@@ -3625,7 +3893,7 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_skiff_v1_skiff_proto_goTypes = []any{
 	(WatchEvent_Type)(0),           // 0: skiff.v1.WatchEvent.Type
 	(*Network)(nil),                // 1: skiff.v1.Network
@@ -3633,168 +3901,174 @@ var file_skiff_v1_skiff_proto_goTypes = []any{
 	(*Subnet)(nil),                 // 3: skiff.v1.Subnet
 	(*Counters)(nil),               // 4: skiff.v1.Counters
 	(*Endpoint)(nil),               // 5: skiff.v1.Endpoint
-	(*VirtualFunction)(nil),        // 6: skiff.v1.VirtualFunction
-	(*PhysicalFunction)(nil),       // 7: skiff.v1.PhysicalFunction
-	(*NodeCapabilities)(nil),       // 8: skiff.v1.NodeCapabilities
-	(*Node)(nil),                   // 9: skiff.v1.Node
-	(*PlanNetwork)(nil),            // 10: skiff.v1.PlanNetwork
-	(*RemoteEndpoint)(nil),         // 11: skiff.v1.RemoteEndpoint
-	(*PolicyPort)(nil),             // 12: skiff.v1.PolicyPort
-	(*PolicyPeer)(nil),             // 13: skiff.v1.PolicyPeer
-	(*PolicyRule)(nil),             // 14: skiff.v1.PolicyRule
-	(*EndpointPolicy)(nil),         // 15: skiff.v1.EndpointPolicy
-	(*AddressGroup)(nil),           // 16: skiff.v1.AddressGroup
-	(*Plan)(nil),                   // 17: skiff.v1.Plan
-	(*PlanDelta)(nil),              // 18: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),             // 19: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),        // 20: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 21: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),      // 22: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),              // 23: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),    // 24: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),   // 25: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),       // 26: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),        // 27: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),  // 28: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil), // 29: skiff.v1.ReportCountersResponse
-	(*GetRequest)(nil),             // 30: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),          // 31: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 32: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),            // 33: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),   // 34: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),    // 35: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),  // 36: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),   // 37: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),    // 38: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),  // 39: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),      // 40: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),         // 41: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),           // 42: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),             // 43: skiff.v1.WatchEvent
-	(*Policy)(nil),                 // 44: skiff.v1.Policy
-	(*Namespace)(nil),              // 45: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),   // 46: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 47: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),              // 48: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),    // 49: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 50: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil), // 51: skiff.v1.ListNamespacesResponse
-	nil,                            // 52: skiff.v1.Endpoint.LabelsEntry
-	nil,                            // 53: skiff.v1.Namespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 54: google.protobuf.Timestamp
+	(*OffloadRule)(nil),            // 6: skiff.v1.OffloadRule
+	(*PolicyRuleCounter)(nil),      // 7: skiff.v1.PolicyRuleCounter
+	(*VirtualFunction)(nil),        // 8: skiff.v1.VirtualFunction
+	(*PhysicalFunction)(nil),       // 9: skiff.v1.PhysicalFunction
+	(*NodeCapabilities)(nil),       // 10: skiff.v1.NodeCapabilities
+	(*Node)(nil),                   // 11: skiff.v1.Node
+	(*PlanNetwork)(nil),            // 12: skiff.v1.PlanNetwork
+	(*RemoteEndpoint)(nil),         // 13: skiff.v1.RemoteEndpoint
+	(*PolicyPort)(nil),             // 14: skiff.v1.PolicyPort
+	(*PolicyPeer)(nil),             // 15: skiff.v1.PolicyPeer
+	(*PolicyRule)(nil),             // 16: skiff.v1.PolicyRule
+	(*EndpointPolicy)(nil),         // 17: skiff.v1.EndpointPolicy
+	(*AddressGroup)(nil),           // 18: skiff.v1.AddressGroup
+	(*Plan)(nil),                   // 19: skiff.v1.Plan
+	(*PlanDelta)(nil),              // 20: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),             // 21: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),        // 22: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 23: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),      // 24: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),              // 25: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),    // 26: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),   // 27: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),       // 28: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),        // 29: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),  // 30: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil), // 31: skiff.v1.ReportCountersResponse
+	(*GetRequest)(nil),             // 32: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),          // 33: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 34: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),            // 35: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),   // 36: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),    // 37: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),  // 38: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),   // 39: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),    // 40: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),  // 41: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),      // 42: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),         // 43: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),           // 44: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),             // 45: skiff.v1.WatchEvent
+	(*Policy)(nil),                 // 46: skiff.v1.Policy
+	(*Namespace)(nil),              // 47: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),   // 48: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 49: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),              // 50: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),    // 51: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 52: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil), // 53: skiff.v1.ListNamespacesResponse
+	nil,                            // 54: skiff.v1.Endpoint.LabelsEntry
+	nil,                            // 55: skiff.v1.Namespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 56: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,  // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	52, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	54, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,  // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	54, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
-	6,  // 4: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
-	7,  // 5: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
-	8,  // 6: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	54, // 7: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	3,  // 8: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
-	13, // 9: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
-	12, // 10: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
-	14, // 11: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
-	14, // 12: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
-	10, // 13: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 14: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
-	11, // 15: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
-	15, // 16: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
-	16, // 17: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
-	10, // 18: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 19: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
-	11, // 20: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
-	15, // 21: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
-	16, // 22: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
-	17, // 23: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
-	18, // 24: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
-	9,  // 25: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
-	9,  // 26: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	54, // 27: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
-	23, // 28: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
-	4,  // 29: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
-	4,  // 30: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	54, // 31: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
-	26, // 32: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
-	27, // 33: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
-	1,  // 34: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
-	3,  // 35: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
-	5,  // 36: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
-	1,  // 37: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
-	3,  // 38: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
-	5,  // 39: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
-	9,  // 40: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
-	0,  // 41: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
-	1,  // 42: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
-	3,  // 43: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
-	5,  // 44: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
-	9,  // 45: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	53, // 46: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	44, // 47: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	44, // 48: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	45, // 49: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	20, // 50: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	22, // 51: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	24, // 52: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	28, // 53: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	36, // 54: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	31, // 55: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	34, // 56: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	30, // 57: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	33, // 58: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	31, // 59: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	35, // 60: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	30, // 61: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	33, // 62: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	31, // 63: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	36, // 64: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	30, // 65: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	33, // 66: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	31, // 67: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	30, // 68: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	33, // 69: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	31, // 70: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	46, // 71: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	49, // 72: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	48, // 73: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	45, // 74: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	33, // 75: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	41, // 76: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	42, // 77: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	21, // 78: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	19, // 79: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	25, // 80: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	29, // 81: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	5,  // 82: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	32, // 83: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,  // 84: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,  // 85: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	37, // 86: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	32, // 87: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,  // 88: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,  // 89: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	38, // 90: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	32, // 91: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,  // 92: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,  // 93: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	39, // 94: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	32, // 95: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	9,  // 96: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	40, // 97: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	32, // 98: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	47, // 99: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	50, // 100: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	32, // 101: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	45, // 102: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	51, // 103: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	17, // 104: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	43, // 105: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	78, // [78:106] is the sub-list for method output_type
-	50, // [50:78] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	56, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	7,  // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
+	6,  // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
+	8,  // 6: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
+	9,  // 7: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
+	10, // 8: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
+	56, // 9: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	3,  // 10: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
+	15, // 11: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
+	14, // 12: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
+	16, // 13: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
+	16, // 14: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
+	12, // 15: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
+	5,  // 16: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
+	13, // 17: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
+	17, // 18: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
+	18, // 19: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
+	12, // 20: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
+	5,  // 21: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
+	13, // 22: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
+	17, // 23: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
+	18, // 24: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
+	19, // 25: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
+	20, // 26: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
+	11, // 27: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
+	11, // 28: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
+	56, // 29: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 30: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
+	4,  // 31: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
+	6,  // 32: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
+	7,  // 33: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
+	4,  // 34: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
+	56, // 35: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	28, // 36: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
+	29, // 37: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
+	1,  // 38: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
+	3,  // 39: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
+	5,  // 40: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
+	1,  // 41: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
+	3,  // 42: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
+	5,  // 43: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
+	11, // 44: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
+	0,  // 45: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
+	1,  // 46: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
+	3,  // 47: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
+	5,  // 48: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
+	11, // 49: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
+	55, // 50: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	46, // 51: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	46, // 52: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	47, // 53: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	22, // 54: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	24, // 55: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	26, // 56: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	30, // 57: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	38, // 58: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	33, // 59: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	36, // 60: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	32, // 61: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	35, // 62: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	33, // 63: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	37, // 64: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	32, // 65: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	35, // 66: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	33, // 67: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	38, // 68: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	32, // 69: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	35, // 70: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	33, // 71: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	32, // 72: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	35, // 73: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	33, // 74: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	48, // 75: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	51, // 76: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	50, // 77: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	47, // 78: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	35, // 79: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	43, // 80: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	44, // 81: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	23, // 82: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	21, // 83: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	27, // 84: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	31, // 85: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	5,  // 86: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	34, // 87: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,  // 88: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,  // 89: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	39, // 90: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	34, // 91: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,  // 92: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,  // 93: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	40, // 94: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	34, // 95: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,  // 96: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,  // 97: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	41, // 98: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	34, // 99: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	11, // 100: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	42, // 101: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	34, // 102: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	49, // 103: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	52, // 104: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	34, // 105: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	47, // 106: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	53, // 107: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	19, // 108: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	45, // 109: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	82, // [82:110] is the sub-list for method output_type
+	54, // [54:82] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -3803,12 +4077,12 @@ func file_skiff_v1_skiff_proto_init() {
 		return
 	}
 	file_skiff_v1_skiff_proto_msgTypes[4].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[17].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[18].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[19].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[20].OneofWrappers = []any{
 		(*PlanUpdate_Snapshot)(nil),
 		(*PlanUpdate_Delta)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[42].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[44].OneofWrappers = []any{
 		(*WatchEvent_Network)(nil),
 		(*WatchEvent_Subnet)(nil),
 		(*WatchEvent_Endpoint)(nil),
@@ -3820,7 +4094,7 @@ func file_skiff_v1_skiff_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
