@@ -267,7 +267,7 @@ func (s *Speaker) path(r Route) (*apiutil.Path, error) {
 // Peers returns the sessions, sorted by address.
 func (s *Speaker) Peers(ctx context.Context) ([]PeerStatus, error) {
 	var out []PeerStatus
-	err := s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+	err := s.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
 		ps := PeerStatus{Address: p.GetConf().GetNeighborAddress(), ASN: p.GetConf().GetPeerAsn(),
 			State: strings.ToLower(strings.TrimPrefix(p.GetState().GetSessionState().String(), "SESSION_STATE_"))}
 		if t := p.GetTimers().GetState().GetUptime(); t != nil && ps.State == "established" {
