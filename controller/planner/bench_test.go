@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/skiff-sdn/skiff/controller/policy"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
@@ -81,4 +82,83 @@ func BenchmarkEndpointAdd(b *testing.B) {
 		p.Update(rev, []Change{{Endpoint: &e, Delete: true}})
 	}
 	b.ReportMetric(float64(touched), "nodes-touched")
+}
+
+// policyClusterState is clusterState with every endpoint in one of 100
+// namespaces (by network) and labelled with one of 20 apps, and 10,000
+// policies: 100 per namespace, each isolating one app and allowing two
+// apps of its namespace and one app of every namespace of a team.
+func policyClusterState(b *testing.B) State {
+	s := clusterState()
+	for i := range s.Endpoints {
+		e := &s.Endpoints[i]
+		var w int
+		_, _ = fmt.Sscanf(e.Network, "net-%d", &w)
+		e.Namespace = fmt.Sprintf("ns%d", w%100)
+		e.Labels = map[string]string{"app": fmt.Sprintf("app%d", (i/7)%20)}
+	}
+	for n := range 100 {
+		s.Namespaces = append(s.Namespaces, NamespaceLabels{Name: fmt.Sprintf("ns%d", n), Labels: map[string]string{"team": fmt.Sprintf("t%d", n%10)}})
+	}
+	var y string
+	for n := range 100 {
+		for j := range 100 {
+			y += fmt.Sprintf(`---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p%d, namespace: ns%d}
+spec:
+  podSelector: {matchLabels: {app: app%d}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: app%d}}}, {podSelector: {matchLabels: {app: app%d}}}, {namespaceSelector: {matchLabels: {team: t%d}}, podSelector: {matchLabels: {app: app%d}}}]
+    ports: [{port: 80}, {protocol: UDP, port: 53}]
+`, j, n, j%20, (j+1)%20, (j+2)%20, j%10, (j+3)%20)
+		}
+	}
+	pols, err := policy.ParseYAML([]byte(y))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Policies = pols
+	return s
+}
+
+// BenchmarkPolicyLoad builds every plan of the 1,000-node cluster with
+// 10,000 policies over its 100,000 endpoints.
+func BenchmarkPolicyLoad(b *testing.B) {
+	s := policyClusterState(b)
+	var p *Planner
+	for b.Loop() {
+		p = New(slog.New(slog.DiscardHandler), Options{})
+		p.Load(1, s)
+	}
+	rules := 0
+	for _, pl := range p.plans {
+		rules += len(pl.Policies)
+	}
+	b.ReportMetric(float64(rules), "isolated-endpoints")
+}
+
+// BenchmarkPolicyLabelChange changes one endpoint's label in that
+// cluster: the time to compute the deltas of every node concerned (its
+// own, for its rules, and those holding a group it leaves or joins).
+func BenchmarkPolicyLabelChange(b *testing.B) {
+	s := policyClusterState(b)
+	p := New(slog.New(slog.DiscardHandler), Options{})
+	p.Load(1, s)
+	e := s.Endpoints[4321]
+	rev := int64(1)
+	touched, groups := 0, 0
+	for b.Loop() {
+		rev++
+		e.Labels = map[string]string{"app": fmt.Sprintf("app%d", rev%20)}
+		ds := p.Update(rev, []Change{{Endpoint: &e}})
+		touched = len(ds)
+		groups = 0
+		for _, d := range ds {
+			groups += len(d.UpsertGroups)
+		}
+	}
+	b.ReportMetric(float64(touched), "nodes-touched")
+	b.ReportMetric(float64(groups), "group-upserts")
 }

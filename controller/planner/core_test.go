@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiff-sdn/skiff/controller/policy"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
@@ -178,10 +179,42 @@ func applyState(s State, cs []Change) State {
 			if !c.Delete {
 				s.Subnets = append(s.Subnets, *c.Subnet)
 			}
+		case c.Policy != nil:
+			s.Policies = slices.DeleteFunc(slices.Clone(s.Policies), func(p policy.Policy) bool { return p.Key() == c.Policy.Key() })
+			if !c.Delete {
+				s.Policies = append(s.Policies, *c.Policy)
+			}
+		case c.Namespace != nil:
+			s.Namespaces = slices.DeleteFunc(slices.Clone(s.Namespaces), func(n NamespaceLabels) bool { return n.Name == c.Namespace.Name })
+			if !c.Delete {
+				s.Namespaces = append(s.Namespaces, *c.Namespace)
+			}
 		}
 	}
 	return s
 }
+
+var randomPolicies = func() []policy.Policy {
+	ps, err := policy.ParseYAML([]byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db, namespace: p}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress: [{from: [{podSelector: {matchLabels: {app: web}}}, {namespaceSelector: {matchLabels: {env: prod}}}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: q}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress: [{to: [{namespaceSelector: {}, podSelector: {matchLabels: {app: db}}}], ports: [{port: 5432}]}]
+`))
+	if err != nil {
+		panic(err)
+	}
+	return ps
+}()
 
 func TestRandomChangesMatchFullBuild(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
@@ -196,9 +229,18 @@ func TestRandomChangesMatchFullBuild(t *testing.T) {
 	}
 	for i := range 3000 {
 		var c Change
-		switch k := r.IntN(10); {
+		switch k := r.IntN(11); {
+		case k == 10:
+			if r.IntN(3) == 0 {
+				n := NamespaceLabels{Name: []string{"p", "q"}[r.IntN(2)], Labels: map[string]string{"env": []string{"prod", "dev"}[r.IntN(2)]}}
+				c = Change{Namespace: &n, Delete: r.IntN(3) == 0}
+				break
+			}
+			pol := randomPolicies[r.IntN(len(randomPolicies))]
+			c = Change{Policy: &pol, Delete: r.IntN(3) == 0}
 		case k < 6:
 			e := ep(fmt.Sprintf("e%d", r.IntN(15)), nets[r.IntN(3)], nodes[r.IntN(5)], byte(r.IntN(200)))
+			e.Namespace, e.Labels = []string{"p", "q", ""}[r.IntN(3)], map[string]string{"app": []string{"web", "db"}[r.IntN(2)]}
 			c = Change{Endpoint: &e, Delete: r.IntN(3) == 0}
 		case k < 8:
 			n := node(nodes[r.IntN(5)], byte(r.IntN(4)+1)) // shared VTEPs happen

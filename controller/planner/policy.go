@@ -20,47 +20,74 @@ type nodePolicy struct {
 	groups   map[string]plan.AddressGroup
 }
 
-// compile compiles every policy against every endpoint and splits the
-// result by node. ok is false when compilation failed (the caller keeps
-// what plans hold: a bad policy must not lift isolation). Caller holds mu.
-func (p *Planner) compile() (map[string]nodePolicy, bool) {
-	out := map[string]nodePolicy{}
-	if len(p.policies) == 0 {
-		return out, true
+// policyEndpoint is what the policy index needs of an endpoint.
+func policyEndpoint(e plan.Endpoint) policy.Endpoint {
+	pe := policy.Endpoint{Name: e.Name, Node: e.Node, Namespace: e.Namespace, Labels: e.Labels}
+	for _, ip := range e.IPs {
+		pe.IPs = append(pe.IPs, ip.Addr())
 	}
-	eps := make([]policy.Endpoint, 0, len(p.eps))
-	for _, e := range p.eps {
-		pe := policy.Endpoint{Name: e.Name, Node: e.Node, Namespace: e.Namespace, Labels: e.Labels}
-		for _, ip := range e.IPs {
-			pe.IPs = append(pe.IPs, ip.Addr())
-		}
-		eps = append(eps, pe)
+	return pe
+}
+
+// setPolicy puts a policy in the index; a policy that does not compile
+// is logged and the version the index holds stays (a bad edit must not
+// lift isolation). Caller holds mu.
+func (p *Planner) setPolicy(pol policy.Policy) {
+	if err := p.pidx.SetPolicy(pol); err != nil {
+		p.log.Error("planner: policy does not compile; keeping the rules nodes hold", "policy", pol.Key(), "err", err)
 	}
-	res, err := policy.Compile(slices.Collect(maps.Values(p.policies)), eps, p.namespaces)
-	if err != nil {
-		p.log.Error("planner: policies do not compile; keeping the rules nodes hold", "err", err)
-		return nil, false
-	}
-	for name, er := range res.Endpoints {
-		e := p.eps[name]
-		np, ok := out[e.Node]
+}
+
+// nodePolicyOf builds what a node's plan holds of the compiled policies:
+// the rules of its local endpoints and the groups they refer to. Caller
+// holds mu.
+func (p *Planner) nodePolicyOf(node string) nodePolicy {
+	np := nodePolicy{policies: map[string]plan.EndpointPolicy{}, groups: map[string]plan.AddressGroup{}}
+	for name := range p.byNode[node] {
+		er, ok := p.pidx.Rules(name)
 		if !ok {
-			np = nodePolicy{policies: map[string]plan.EndpointPolicy{}, groups: map[string]plan.AddressGroup{}}
-			out[e.Node] = np
+			continue
 		}
-		ep := plan.EndpointPolicy{Endpoint: name, IngressIsolated: er.IngressIsolated, EgressIsolated: er.EgressIsolated,
+		np.policies[name] = plan.EndpointPolicy{Endpoint: name, IngressIsolated: er.IngressIsolated, EgressIsolated: er.EgressIsolated,
 			Ingress: rules(er.Ingress), Egress: rules(er.Egress)}
-		np.policies[name] = ep
 		for _, r := range slices.Concat(er.Ingress, er.Egress) {
 			for _, peer := range r.Peers {
-				if peer.Group != "" {
-					g := res.Groups[peer.Group]
-					np.groups[g.ID] = plan.AddressGroup{Name: g.ID, Members: slices.Clone(g.Members)}
+				if peer.Group == "" {
+					continue
 				}
+				if _, ok := np.groups[peer.Group]; ok {
+					continue
+				}
+				g, _ := p.pidx.Group(peer.Group)
+				np.groups[peer.Group] = plan.AddressGroup{Name: peer.Group, Members: g.Members}
 			}
 		}
 	}
-	return out, true
+	return np
+}
+
+// setNodePolicy records a node's compiled policy and which groups it
+// holds. Caller holds mu.
+func (p *Planner) setNodePolicy(node string, np nodePolicy) {
+	if old, ok := p.compiled[node]; ok {
+		for g := range old.groups {
+			delete(p.groupNodes[g], node)
+			if len(p.groupNodes[g]) == 0 {
+				delete(p.groupNodes, g)
+			}
+		}
+	}
+	if len(np.policies) == 0 {
+		delete(p.compiled, node)
+		return
+	}
+	p.compiled[node] = np
+	for g := range np.groups {
+		if p.groupNodes[g] == nil {
+			p.groupNodes[g] = map[string]struct{}{}
+		}
+		p.groupNodes[g][node] = struct{}{}
+	}
 }
 
 func rules(rs []policy.Rule) []plan.PolicyRule {
@@ -78,23 +105,40 @@ func rules(rs []policy.Rule) []plan.PolicyRule {
 	return out
 }
 
-// syncPolicy recompiles and marks, in t, every node whose policies or
-// groups differ from what its plan holds. Caller holds mu.
+// syncPolicy takes what the policy index says changed and recomputes the
+// compiled policy of only the nodes concerned: those hosting (or, for a
+// moved or deleted endpoint, having hosted) an endpoint whose rules
+// changed, and those holding a group whose members changed. It marks in t
+// the nodes whose plans must change. Caller holds mu.
 func (p *Planner) syncPolicy(t touchSet) {
-	want, ok := p.compile()
-	if !ok {
-		return
-	}
-	p.compiled = want
-	for node, pl := range p.plans {
-		np := want[node]
-		if !maps.EqualFunc(pl.Policies, np.policies, plan.EndpointPolicy.Equal) || !maps.EqualFunc(pl.Groups, np.groups, plan.AddressGroup.Equal) {
-			t.node(node).policy = true
+	eps, groups := p.pidx.Take()
+	nodes := map[string]bool{}
+	for _, name := range eps {
+		if e, ok := p.eps[name]; ok {
+			nodes[e.Node] = true
+		}
+		if n, ok := p.epNode[name]; ok {
+			nodes[n] = true
 		}
 	}
-	for node := range want {
-		if _, ok := p.plans[node]; !ok {
-			p.planOf(node)
+	for _, g := range groups {
+		for n := range p.groupNodes[g] {
+			nodes[n] = true
+		}
+	}
+	for node := range nodes {
+		np := p.nodePolicyOf(node)
+		for name := range p.compiled[node].policies {
+			if p.epNode[name] == node {
+				delete(p.epNode, name)
+			}
+		}
+		for name := range np.policies {
+			p.epNode[name] = node
+		}
+		p.setNodePolicy(node, np)
+		pl := p.planOf(node)
+		if !maps.EqualFunc(pl.Policies, np.policies, plan.EndpointPolicy.Equal) || !maps.EqualFunc(pl.Groups, np.groups, plan.AddressGroup.Equal) {
 			t.node(node).policy = true
 		}
 	}

@@ -25,7 +25,11 @@ func render(r Result) string {
 	var out []string
 	for name, er := range r.Endpoints {
 		line := fmt.Sprintf("%s in=%v out=%v", name, er.IngressIsolated, er.EgressIsolated)
-		for dir, rules := range map[string][]Rule{"ingress": er.Ingress, "egress": er.Egress} {
+		for _, d := range []struct {
+			dir   string
+			rules []Rule
+		}{{"ingress", er.Ingress}, {"egress", er.Egress}} {
+			dir, rules := d.dir, d.rules
 			for _, rule := range rules {
 				var peers []string
 				for _, p := range rule.Peers {
