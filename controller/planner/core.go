@@ -81,9 +81,10 @@ type Planner struct {
 	dlog     map[string][]plan.Delta
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
-	policies   map[string]policy.Policy
-	namespaces map[string]map[string]string
-	compiled   map[string]nodePolicy
+	pidx       *policy.Index
+	compiled   map[string]nodePolicy          // node -> what its plan holds
+	epNode     map[string]string              // isolated endpoint -> node whose plan holds its rules
+	groupNodes map[string]map[string]struct{} // group -> nodes holding it
 	subs       map[string]map[*Subscription]struct{}
 	ext        externals // learned over BGP (external.go)
 }
@@ -111,9 +112,10 @@ func (p *Planner) reset() {
 	p.byNode = map[string]map[string]struct{}{}
 	p.plans = map[string]*plan.Plan{}
 	p.dlog = map[string][]plan.Delta{}
-	p.policies = map[string]policy.Policy{}
-	p.namespaces = map[string]map[string]string{}
+	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
+	p.epNode = map[string]string{}
+	p.groupNodes = map[string]map[string]struct{}{}
 }
 
 // Revision returns the store revision the planner has applied.
@@ -184,18 +186,13 @@ func (p *Planner) Load(rev int64, s State) {
 	for _, e := range s.Endpoints {
 		p.putEndpoint(e)
 	}
-	for _, pol := range s.Policies {
-		p.policies[pol.Key()] = pol
-	}
 	for _, n := range s.Namespaces {
-		p.namespaces[n.Name] = n.Labels
+		p.pidx.SetNamespace(n.Name, n.Labels)
 	}
-	if c, ok := p.compile(); ok {
-		p.compiled = c
+	for _, pol := range s.Policies {
+		p.setPolicy(pol)
 	}
-	for node := range p.compiled {
-		p.planOf(node)
-	}
+	p.syncPolicy(touchSet{})
 	p.loadRev = rev
 	for name := range p.nodes {
 		p.planOf(name)
@@ -270,6 +267,7 @@ func (p *Planner) putSubnet(s plan.Subnet) {
 
 func (p *Planner) putEndpoint(e plan.Endpoint) {
 	p.eps[e.Name] = e
+	p.pidx.SetEndpoint(policyEndpoint(e))
 	if p.byNet[e.Network] == nil {
 		p.byNet[e.Network] = map[string]struct{}{}
 	}
@@ -286,6 +284,7 @@ func (p *Planner) putEndpoint(e plan.Endpoint) {
 
 func (p *Planner) dropEndpoint(e plan.Endpoint) {
 	delete(p.eps, e.Name)
+	p.pidx.DeleteEndpoint(e.Name)
 	delete(p.byNode[e.Node], e.Name)
 	if len(p.byNode[e.Node]) == 0 {
 		delete(p.byNode, e.Node)
@@ -407,7 +406,7 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil
 	}
 	p.touchExternal(t)
-	if policyRelevant && (len(p.policies) > 0 || len(p.compiled) > 0) {
+	if policyRelevant {
 		p.syncPolicy(t)
 	}
 	var out []plan.Delta
@@ -424,15 +423,15 @@ func (p *Planner) apply(c Change, t touchSet) {
 	switch {
 	case c.Policy != nil:
 		if c.Delete {
-			delete(p.policies, c.Policy.Key())
+			p.pidx.DeletePolicy(c.Policy.Key())
 		} else {
-			p.policies[c.Policy.Key()] = *c.Policy
+			p.setPolicy(*c.Policy)
 		}
 	case c.Namespace != nil:
 		if c.Delete {
-			delete(p.namespaces, c.Namespace.Name)
+			p.pidx.SetNamespace(c.Namespace.Name, nil)
 		} else {
-			p.namespaces[c.Namespace.Name] = c.Namespace.Labels
+			p.pidx.SetNamespace(c.Namespace.Name, c.Namespace.Labels)
 		}
 	case c.Endpoint != nil:
 		name := c.Endpoint.Name
