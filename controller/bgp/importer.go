@@ -77,7 +77,7 @@ func (im *importer) run(ctx context.Context) {
 // sync recomputes the learned set and reports it when it changed. It
 // returns when to look again for held routes (0: no need).
 func (im *importer) sync() (time.Duration, error) {
-	all, err := im.s.Routes(0)
+	all, err := im.s.received()
 	if err != nil {
 		return 0, err
 	}

@@ -89,9 +89,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts Options) (*Spea
 				s.imp.peerChanged(ev.Peer.State.NeighborAddress, ev.Peer.State.SessionState == bgp.BGP_FSM_ESTABLISHED)
 			}
 		},
-		OnBestPath: func([]*apiutil.Path, time.Time) { s.imp.kick() },
+		// Updates received from peers (not the paths this speaker adds).
+		OnPathUpdate: func([]*apiutil.Path, time.Time) { s.imp.kick() },
 	}
-	if err := srv.WatchEvent(wctx, cb, server.WatchPeer(), server.WatchBestPath(false)); err != nil {
+	if err := srv.WatchEvent(wctx, cb, server.WatchPeer(), server.WatchUpdate(false, "", "")); err != nil {
 		cancel()
 		srv.Stop()
 		return nil, fmt.Errorf("bgp: watch: %w", err)
@@ -304,6 +305,26 @@ func (s *Speaker) Routes(vni uint32) ([]Route, error) {
 		return nil, fmt.Errorf("bgp: list paths: %w", err)
 	}
 	sortRoutes(out)
+	return out, nil
+}
+
+// received returns the EVPN paths received from the peers (their
+// Adj-RIB-In), without the paths this speaker originates.
+func (s *Speaker) received() ([]Route, error) {
+	var out []Route
+	for _, p := range s.cfg.Peers {
+		err := s.srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: p.Address, Family: bgp.RF_EVPN},
+			func(_ bgp.NLRI, paths []*apiutil.Path) {
+				for _, ap := range paths {
+					if r, ok := routeOf(ap); ok {
+						out = append(out, r)
+					}
+				}
+			})
+		if err != nil {
+			return nil, fmt.Errorf("bgp: paths of peer %s: %w", p.Address, err)
+		}
+	}
 	return out, nil
 }
 
