@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/spf13/cobra"
 
@@ -54,7 +57,66 @@ func (o *options) policyCmd() *cobra.Command {
 	}
 	apply.Flags().StringVarP(&file, "file", "f", "", "file with one or more NetworkPolicy documents, - for stdin")
 	outputFlag(apply, &out, "")
-	cmd.AddCommand(apply)
+	cmd.AddCommand(apply, o.explainCmd())
+	return cmd
+}
+
+func (o *options) explainCmd() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "explain SRC DST PORT/PROTO",
+		Short: "Say whether a new flow passes the policies and which policies and rules decide it (SRC, DST: endpoint names or IPs; PROTO: tcp, udp, sctp; or just icmp)",
+		Args:  exactArgs(3, "SRC DST PORT/PROTO"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			req := &skiffv1.ExplainPolicyRequest{Source: args[0], Destination: args[1]}
+			if strings.EqualFold(args[2], "icmp") {
+				req.Protocol = "ICMP"
+			} else {
+				port, proto, ok := strings.Cut(args[2], "/")
+				n, err := strconv.ParseUint(port, 10, 16)
+				if !ok || err != nil || n == 0 {
+					return fmt.Errorf("PORT/PROTO: %q is not like 80/tcp, 53/udp or icmp", args[2])
+				}
+				req.Port, req.Protocol = uint32(n), strings.ToUpper(proto)
+			}
+			return o.call("explain", func(ctx context.Context, m skiffv1.ManagementServiceClient) error {
+				r, err := m.ExplainPolicy(ctx, req)
+				if err != nil {
+					return err
+				}
+				if out == "json" {
+					b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(r)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(o.stdout, string(b))
+					return nil
+				}
+				verdict := "DENIED"
+				if r.Allowed {
+					verdict = "ALLOWED"
+				}
+				fmt.Fprintf(o.stdout, "%s %s -> %s %s\n", verdict, args[0], args[1], args[2])
+				for _, s := range []struct {
+					dir  string
+					side *skiffv1.PolicySide
+				}{{"egress of " + args[0], r.Egress}, {"ingress of " + args[1], r.Ingress}} {
+					switch {
+					case s.side.GetEndpoint() == "":
+						fmt.Fprintf(o.stdout, "  %s: outside the cluster, no policy applies\n", s.dir)
+					case !s.side.GetIsolated():
+						fmt.Fprintf(o.stdout, "  %s: not isolated (no policy of this direction selects it): allowed\n", s.dir)
+					case s.side.GetAllowed():
+						fmt.Fprintf(o.stdout, "  %s: isolated by %s; allowed by %s\n", s.dir, strings.Join(s.side.GetSelectedBy(), ", "), strings.Join(s.side.GetAllowedBy(), ", "))
+					default:
+						fmt.Fprintf(o.stdout, "  %s: isolated by %s; no rule allows it: denied\n", s.dir, strings.Join(s.side.GetSelectedBy(), ", "))
+					}
+				}
+				return nil
+			})
+		},
+	}
+	outputFlag(cmd, &out, "")
 	return cmd
 }
 

@@ -45,6 +45,28 @@ func TestPolicyEnforcedAcrossNodes(t *testing.T) {
 		}
 		return nil
 	})
+	// Bad policies are refused with the field and the reason, all or
+	// none: a good document beside a bad one is not applied either.
+	good := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: good, namespace: default}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n---\n"
+	for _, bad := range []struct{ spec, want string }{
+		{`{podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 198.51.100.0/33}}]}]}`, "ipBlock.cidr"},
+		{`{podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 198.51.100.0/24, except: [203.0.113.0/28]}}]}]}`, "is not inside"},
+		{`{podSelector: {}, ingress: [{ports: [{port: 0}]}]}`, "port: 0 is not 1..65535"},
+		{`{podSelector: {}, ingress: [{ports: [{port: 70000}]}]}`, "port: 70000 is not 1..65535"},
+		{`{podSelector: {}, ingress: [{ports: [{port: 90, endPort: 80}]}]}`, "endPort: 80 must be >= port 90"},
+		{`{podSelector: {}, ingress: [{ports: [{protocol: ICMP, port: 1}]}]}`, "protocol: \"ICMP\" is not TCP, UDP or SCTP"},
+		{`{podSelector: {matchExpressions: [{key: app, operator: Sometimes}]}}`, "spec.podSelector"},
+	} {
+		f := filepath.Join(t.TempDir(), "bad.yaml")
+		os.WriteFile(f, []byte(good+"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: bad, namespace: default}\nspec: "+bad.spec+"\n"), 0o600)
+		out, err := c.ctl("policy", "apply", "-f", f)
+		if err == nil || !strings.Contains(out, bad.want) {
+			t.Errorf("bad policy %s: err %v, output %q; want an error with %q", bad.spec, err, out, bad.want)
+		}
+	}
+	if out := c.mustCtl("get", "policies"); strings.Contains(out, "good") || strings.Contains(out, "bad") {
+		t.Fatalf("refused policies were stored:\n%s", out)
+	}
 	file := filepath.Join(t.TempDir(), "p.yaml")
 	os.WriteFile(file, []byte(`apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -78,6 +100,26 @@ spec:
 		if ch.got != ch.want {
 			t.Errorf("%s: reachable=%v, want %v", ch.name, ch.got, ch.want)
 		}
+	}
+	// skiffctl policy explain agrees with what the packets did, and says
+	// which rule decided.
+	for _, x := range []struct {
+		src, dst, flow string
+		measured       bool
+		want           string
+	}{
+		{"web", "db", "5201/tcp", tcp(web), "default/db-from-web ingress[0]"},
+		{"other", "db", "5201/tcp", tcp(other), "no rule allows it"},
+		{"web", "db", "icmp", ping(web, db), "no rule allows it"},
+		{"db", "web", "icmp", ping(db, web), "not isolated"},
+	} {
+		out := c.mustCtl("policy", "explain", cni.EndpointName(x.src, "eth0"), cni.EndpointName(x.dst, "eth0"), x.flow)
+		if strings.HasPrefix(out, "ALLOWED") != x.measured || !strings.Contains(out, x.want) {
+			t.Errorf("explain %s -> %s %s (packets passed: %v):\n%s", x.src, x.dst, x.flow, x.measured, out)
+		}
+	}
+	if out, err := c.ctl("policy", "explain", cni.EndpointName("web", "eth0"), "203.0.113.9", "80/xyz"); err == nil || !strings.Contains(out, "protocol") {
+		t.Errorf("explain with a bad protocol: %v\n%s", err, out)
 	}
 	// Visibility: db's rules counted what they allowed and dropped, in
 	// skiffctl and in the agent's metrics.

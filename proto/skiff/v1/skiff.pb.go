@@ -3572,6 +3572,218 @@ func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
 	return nil
 }
 
+// ExplainPolicyRequest names a flow: source and destination are endpoint
+// names or IP addresses; protocol is TCP, UDP, SCTP or ICMP.
+type ExplainPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Destination   string                 `protobuf:"bytes,2,opt,name=destination,proto3" json:"destination,omitempty"`
+	Protocol      string                 `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Port          uint32                 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainPolicyRequest) Reset() {
+	*x = ExplainPolicyRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainPolicyRequest) ProtoMessage() {}
+
+func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
+func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ExplainPolicyRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ExplainPolicyRequest) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *ExplainPolicyRequest) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *ExplainPolicyRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// PolicySide is one end of an explained flow.
+type PolicySide struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint; empty for an address outside the cluster.
+	Endpoint string `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Some policy of this direction selects the endpoint.
+	Isolated bool `protobuf:"varint,2,opt,name=isolated,proto3" json:"isolated,omitempty"`
+	// Policies selecting it ("namespace/name").
+	SelectedBy []string `protobuf:"bytes,3,rep,name=selected_by,json=selectedBy,proto3" json:"selected_by,omitempty"`
+	// Rules letting the flow through ("namespace/name ingress[0]").
+	AllowedBy     []string `protobuf:"bytes,4,rep,name=allowed_by,json=allowedBy,proto3" json:"allowed_by,omitempty"`
+	Allowed       bool     `protobuf:"varint,5,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicySide) Reset() {
+	*x = PolicySide{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicySide) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicySide) ProtoMessage() {}
+
+func (x *PolicySide) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicySide.ProtoReflect.Descriptor instead.
+func (*PolicySide) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *PolicySide) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *PolicySide) GetIsolated() bool {
+	if x != nil {
+		return x.Isolated
+	}
+	return false
+}
+
+func (x *PolicySide) GetSelectedBy() []string {
+	if x != nil {
+		return x.SelectedBy
+	}
+	return nil
+}
+
+func (x *PolicySide) GetAllowedBy() []string {
+	if x != nil {
+		return x.AllowedBy
+	}
+	return nil
+}
+
+func (x *PolicySide) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+type ExplainPolicyResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The source's egress and the destination's ingress.
+	Egress        *PolicySide `protobuf:"bytes,2,opt,name=egress,proto3" json:"egress,omitempty"`
+	Ingress       *PolicySide `protobuf:"bytes,3,opt,name=ingress,proto3" json:"ingress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainPolicyResponse) Reset() {
+	*x = ExplainPolicyResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainPolicyResponse) ProtoMessage() {}
+
+func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainPolicyResponse.ProtoReflect.Descriptor instead.
+func (*ExplainPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ExplainPolicyResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *ExplainPolicyResponse) GetEgress() *PolicySide {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+func (x *ExplainPolicyResponse) GetIngress() *PolicySide {
+	if x != nil {
+		return x.Ingress
+	}
+	return nil
+}
+
 var File_skiff_v1_skiff_proto protoreflect.FileDescriptor
 
 const file_skiff_v1_skiff_proto_rawDesc = "" +
@@ -3845,7 +4057,25 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x16ListNamespacesResponse\x123\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x13.skiff.v1.NamespaceR\n" +
-	"namespaces2\xc4\x03\n" +
+	"namespaces\"\x80\x01\n" +
+	"\x14ExplainPolicyRequest\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12 \n" +
+	"\vdestination\x18\x02 \x01(\tR\vdestination\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\"\x9e\x01\n" +
+	"\n" +
+	"PolicySide\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1a\n" +
+	"\bisolated\x18\x02 \x01(\bR\bisolated\x12\x1f\n" +
+	"\vselected_by\x18\x03 \x03(\tR\n" +
+	"selectedBy\x12\x1d\n" +
+	"\n" +
+	"allowed_by\x18\x04 \x03(\tR\tallowedBy\x12\x18\n" +
+	"\aallowed\x18\x05 \x01(\bR\aallowed\"\x8f\x01\n" +
+	"\x15ExplainPolicyResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12,\n" +
+	"\x06egress\x18\x02 \x01(\v2\x14.skiff.v1.PolicySideR\x06egress\x12.\n" +
+	"\aingress\x18\x03 \x01(\v2\x14.skiff.v1.PolicySideR\aingress2\xc4\x03\n" +
 	"\fAgentService\x12A\n" +
 	"\bRegister\x12\x19.skiff.v1.RegisterRequest\x1a\x1a.skiff.v1.RegisterResponse\x12A\n" +
 	"\n" +
@@ -3853,7 +4083,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\fReportEvents\x12\x1d.skiff.v1.ReportEventsRequest\x1a\x1e.skiff.v1.ReportEventsResponse\x12S\n" +
 	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12E\n" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x12C\n" +
-	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xab\v\n" +
+	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xfd\v\n" +
 	"\x11ManagementService\x12B\n" +
 	"\rCreateNetwork\x12\x1e.skiff.v1.CreateNetworkRequest\x1a\x11.skiff.v1.Network\x125\n" +
 	"\n" +
@@ -3874,7 +4104,8 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"DeleteNode\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12P\n" +
 	"\rApplyPolicies\x12\x1e.skiff.v1.ApplyPoliciesRequest\x1a\x1f.skiff.v1.ApplyPoliciesResponse\x12M\n" +
 	"\fListPolicies\x12\x1d.skiff.v1.ListPoliciesRequest\x1a\x1e.skiff.v1.ListPoliciesResponse\x12=\n" +
-	"\fDeletePolicy\x12\x13.skiff.v1.PolicyRef\x1a\x18.skiff.v1.DeleteResponse\x128\n" +
+	"\fDeletePolicy\x12\x13.skiff.v1.PolicyRef\x1a\x18.skiff.v1.DeleteResponse\x12P\n" +
+	"\rExplainPolicy\x12\x1e.skiff.v1.ExplainPolicyRequest\x1a\x1f.skiff.v1.ExplainPolicyResponse\x128\n" +
 	"\fSetNamespace\x12\x13.skiff.v1.Namespace\x1a\x13.skiff.v1.Namespace\x12I\n" +
 	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x123\n" +
 	"\aGetPlan\x12\x18.skiff.v1.GetPlanRequest\x1a\x0e.skiff.v1.Plan\x127\n" +
@@ -3893,7 +4124,7 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_skiff_v1_skiff_proto_goTypes = []any{
 	(WatchEvent_Type)(0),           // 0: skiff.v1.WatchEvent.Type
 	(*Network)(nil),                // 1: skiff.v1.Network
@@ -3949,21 +4180,24 @@ var file_skiff_v1_skiff_proto_goTypes = []any{
 	(*ListPoliciesRequest)(nil),    // 51: skiff.v1.ListPoliciesRequest
 	(*ListPoliciesResponse)(nil),   // 52: skiff.v1.ListPoliciesResponse
 	(*ListNamespacesResponse)(nil), // 53: skiff.v1.ListNamespacesResponse
-	nil,                            // 54: skiff.v1.Endpoint.LabelsEntry
-	nil,                            // 55: skiff.v1.Namespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 56: google.protobuf.Timestamp
+	(*ExplainPolicyRequest)(nil),   // 54: skiff.v1.ExplainPolicyRequest
+	(*PolicySide)(nil),             // 55: skiff.v1.PolicySide
+	(*ExplainPolicyResponse)(nil),  // 56: skiff.v1.ExplainPolicyResponse
+	nil,                            // 57: skiff.v1.Endpoint.LabelsEntry
+	nil,                            // 58: skiff.v1.Namespace.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 59: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,  // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	54, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	57, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,  // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	56, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	59, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
 	7,  // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
 	6,  // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
 	8,  // 6: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
 	9,  // 7: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
 	10, // 8: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	56, // 9: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	59, // 9: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
 	3,  // 10: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
 	15, // 11: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
 	14, // 12: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
@@ -3983,13 +4217,13 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	20, // 26: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
 	11, // 27: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
 	11, // 28: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	56, // 29: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	59, // 29: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
 	25, // 30: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
 	4,  // 31: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
 	6,  // 32: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
 	7,  // 33: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
 	4,  // 34: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	56, // 35: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	59, // 35: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
 	28, // 36: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
 	29, // 37: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
 	1,  // 38: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
@@ -4004,71 +4238,75 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	3,  // 47: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
 	5,  // 48: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
 	11, // 49: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	55, // 50: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	58, // 50: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
 	46, // 51: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
 	46, // 52: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
 	47, // 53: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	22, // 54: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	24, // 55: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	26, // 56: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	30, // 57: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	38, // 58: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	33, // 59: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	36, // 60: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	32, // 61: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	35, // 62: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	33, // 63: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	37, // 64: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	32, // 65: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	35, // 66: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	33, // 67: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	38, // 68: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	32, // 69: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	35, // 70: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	33, // 71: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	32, // 72: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	35, // 73: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	33, // 74: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	48, // 75: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	51, // 76: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	50, // 77: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	47, // 78: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	35, // 79: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	43, // 80: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	44, // 81: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	23, // 82: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	21, // 83: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	27, // 84: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	31, // 85: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	5,  // 86: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	34, // 87: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,  // 88: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,  // 89: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	39, // 90: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	34, // 91: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,  // 92: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,  // 93: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	40, // 94: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	34, // 95: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,  // 96: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,  // 97: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	41, // 98: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	34, // 99: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	11, // 100: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	42, // 101: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	34, // 102: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	49, // 103: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	52, // 104: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	34, // 105: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	47, // 106: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	53, // 107: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	19, // 108: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	45, // 109: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	82, // [82:110] is the sub-list for method output_type
-	54, // [54:82] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	55, // 54: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
+	55, // 55: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
+	22, // 56: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	24, // 57: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	26, // 58: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	30, // 59: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	38, // 60: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	33, // 61: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	36, // 62: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	32, // 63: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	35, // 64: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	33, // 65: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	37, // 66: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	32, // 67: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	35, // 68: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	33, // 69: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	38, // 70: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	32, // 71: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	35, // 72: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	33, // 73: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	32, // 74: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	35, // 75: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	33, // 76: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	48, // 77: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	51, // 78: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	50, // 79: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	54, // 80: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
+	47, // 81: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	35, // 82: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	43, // 83: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	44, // 84: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	23, // 85: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	21, // 86: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	27, // 87: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	31, // 88: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	5,  // 89: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	34, // 90: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,  // 91: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,  // 92: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	39, // 93: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	34, // 94: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,  // 95: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,  // 96: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	40, // 97: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	34, // 98: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,  // 99: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,  // 100: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	41, // 101: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	34, // 102: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	11, // 103: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	42, // 104: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	34, // 105: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	49, // 106: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	52, // 107: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	34, // 108: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	56, // 109: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	47, // 110: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	53, // 111: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	19, // 112: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	45, // 113: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	85, // [85:114] is the sub-list for method output_type
+	56, // [56:85] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -4094,7 +4332,7 @@ func file_skiff_v1_skiff_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -357,6 +357,7 @@ const (
 	ManagementService_ApplyPolicies_FullMethodName  = "/skiff.v1.ManagementService/ApplyPolicies"
 	ManagementService_ListPolicies_FullMethodName   = "/skiff.v1.ManagementService/ListPolicies"
 	ManagementService_DeletePolicy_FullMethodName   = "/skiff.v1.ManagementService/DeletePolicy"
+	ManagementService_ExplainPolicy_FullMethodName  = "/skiff.v1.ManagementService/ExplainPolicy"
 	ManagementService_SetNamespace_FullMethodName   = "/skiff.v1.ManagementService/SetNamespace"
 	ManagementService_ListNamespaces_FullMethodName = "/skiff.v1.ManagementService/ListNamespaces"
 	ManagementService_GetPlan_FullMethodName        = "/skiff.v1.ManagementService/GetPlan"
@@ -394,6 +395,9 @@ type ManagementServiceClient interface {
 	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
 	DeletePolicy(ctx context.Context, in *PolicyRef, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// SetNamespace creates or replaces a namespace's labels.
+	// ExplainPolicy says whether a new flow between two endpoints (or an
+	// endpoint and an outside address) passes the policies, and why.
+	ExplainPolicy(ctx context.Context, in *ExplainPolicyRequest, opts ...grpc.CallOption) (*ExplainPolicyResponse, error)
 	SetNamespace(ctx context.Context, in *Namespace, opts ...grpc.CallOption) (*Namespace, error)
 	ListNamespaces(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
 	// GetPlan returns the plan a node would receive now.
@@ -590,6 +594,16 @@ func (c *managementServiceClient) DeletePolicy(ctx context.Context, in *PolicyRe
 	return out, nil
 }
 
+func (c *managementServiceClient) ExplainPolicy(ctx context.Context, in *ExplainPolicyRequest, opts ...grpc.CallOption) (*ExplainPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainPolicyResponse)
+	err := c.cc.Invoke(ctx, ManagementService_ExplainPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *managementServiceClient) SetNamespace(ctx context.Context, in *Namespace, opts ...grpc.CallOption) (*Namespace, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Namespace)
@@ -670,6 +684,9 @@ type ManagementServiceServer interface {
 	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
 	DeletePolicy(context.Context, *PolicyRef) (*DeleteResponse, error)
 	// SetNamespace creates or replaces a namespace's labels.
+	// ExplainPolicy says whether a new flow between two endpoints (or an
+	// endpoint and an outside address) passes the policies, and why.
+	ExplainPolicy(context.Context, *ExplainPolicyRequest) (*ExplainPolicyResponse, error)
 	SetNamespace(context.Context, *Namespace) (*Namespace, error)
 	ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error)
 	// GetPlan returns the plan a node would receive now.
@@ -739,6 +756,9 @@ func (UnimplementedManagementServiceServer) ListPolicies(context.Context, *ListP
 }
 func (UnimplementedManagementServiceServer) DeletePolicy(context.Context, *PolicyRef) (*DeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeletePolicy not implemented")
+}
+func (UnimplementedManagementServiceServer) ExplainPolicy(context.Context, *ExplainPolicyRequest) (*ExplainPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainPolicy not implemented")
 }
 func (UnimplementedManagementServiceServer) SetNamespace(context.Context, *Namespace) (*Namespace, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetNamespace not implemented")
@@ -1097,6 +1117,24 @@ func _ManagementService_DeletePolicy_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ManagementService_ExplainPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).ExplainPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_ExplainPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).ExplainPolicy(ctx, req.(*ExplainPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ManagementService_SetNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(Namespace)
 	if err := dec(in); err != nil {
@@ -1240,6 +1278,10 @@ var ManagementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeletePolicy",
 			Handler:    _ManagementService_DeletePolicy_Handler,
+		},
+		{
+			MethodName: "ExplainPolicy",
+			Handler:    _ManagementService_ExplainPolicy_Handler,
 		},
 		{
 			MethodName: "SetNamespace",
