@@ -445,3 +445,69 @@ func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
 		return len(got) == 0, strings.Join(got, "\n")
 	})
 }
+
+func uniq(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// TestReplicasAdvertiseTheSameRoutes: two speakers with different router
+// IDs and RDFromVTEP originate identical routes; the peer keeps every
+// route when one of them goes away.
+func TestReplicasAdvertiseTheSameRoutes(t *testing.T) {
+	pPort := freePort(t)
+	srv := server.NewBgpServer(server.LoggerOption(quiet(), new(slog.LevelVar)))
+	go srv.Serve()
+	p := &peer{srv: srv, port: pPort}
+	t.Cleanup(p.stop)
+	ctx := context.Background()
+	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{Asn: 64600, RouterId: "192.0.2.100", ListenPort: pPort, ListenAddresses: []string{"127.0.0.3"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var speakers []*Speaker
+	for i, addr := range []string{"127.0.0.1", "127.0.0.2"} {
+		err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+			Conf:      &api.PeerConf{NeighborAddress: addr, PeerAsn: 64512},
+			AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true}}},
+			Transport: &api.Transport{PassiveMode: true},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{ASN: 64512, RouterID: fmt.Sprintf("192.0.2.%d", 201+i), ListenPort: -1, RDFromVTEP: true,
+			Peers: []Peer{{Address: "127.0.0.3", ASN: 64600, Port: uint32(pPort), LocalAddress: addr}}}
+		sp, err := New(ctx, cfg, quiet(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sp.Close)
+		speakers = append(speakers, sp)
+	}
+	a, b := speakers[0], speakers[1]
+	if !slices.Equal(strs(a.cfg.Desired(baseState())), strs(b.cfg.Desired(baseState()))) {
+		t.Fatal("replicas compute different routes")
+	}
+	for _, sp := range speakers {
+		if _, _, err := sp.Advertise(sp.cfg.Desired(baseState())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := strs(a.cfg.Desired(baseState()))
+	if !strings.Contains(want[0], "rd=192.0.2.11:100") {
+		t.Fatalf("RD does not come from the VTEP: %s", want[0])
+	}
+	waitFor(t, "both replicas' paths", 20*time.Second, func() (bool, string) {
+		got := p.received(t)
+		return len(got) == 2*len(want) && slices.Equal(uniq(got), uniq(want)), strings.Join(got, "\n")
+	})
+	a.Close()
+	// The peer drops replica a's paths and keeps every route from b.
+	waitFor(t, "replica a's paths gone", 10*time.Second, func() (bool, string) {
+		got := p.received(t)
+		if !slices.Equal(uniq(got), uniq(want)) {
+			t.Fatalf("a route vanished with replica a:\n%s", strings.Join(got, "\n"))
+		}
+		return len(got) == len(want), strings.Join(got, "\n")
+	})
+}

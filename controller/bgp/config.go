@@ -24,6 +24,11 @@ type Config struct {
 	Peers           []Peer   `json:"peers,omitempty"`
 	// Networks override the route target and distinguisher of a VNI.
 	Networks []NetworkConfig `json:"networks,omitempty"`
+	// RDFromVTEP derives the default RD of a route from its node's VTEP
+	// (VTEP:VNI) instead of the router ID. Replicas with different router
+	// IDs then originate identical routes, so a replica loss withdraws
+	// nothing from a peer that hears several of them.
+	RDFromVTEP bool `json:"rdFromVTEP,omitempty"`
 	// ImportHoldTime is how long routes learned from a peer whose session
 	// just changed state are kept (so a flapping peer does not disturb
 	// plans). Default 10s.
@@ -42,6 +47,8 @@ type Peer struct {
 	Port uint32 `json:"port,omitempty"`
 	// Passive waits for the peer to connect.
 	Passive bool `json:"passive,omitempty"`
+	// LocalAddress is the source address of the session (update-source).
+	LocalAddress string `json:"localAddress,omitempty"`
 }
 
 // NetworkConfig sets the route target (ASN:NN) and route distinguisher
@@ -137,6 +144,11 @@ func (c *Config) Validate() error {
 		if p.Multihop > 255 {
 			errs = append(errs, fmt.Errorf("peers[%d].multihop: %d is more than 255", i, p.Multihop))
 		}
+		if p.LocalAddress != "" {
+			if _, err := netip.ParseAddr(p.LocalAddress); err != nil {
+				errs = append(errs, fmt.Errorf("peers[%d].localAddress: %q is not an IP address", i, p.LocalAddress))
+			}
+		}
 		if p.Port > 65535 {
 			errs = append(errs, fmt.Errorf("peers[%d].port: %d is not a TCP port", i, p.Port))
 		}
@@ -190,10 +202,11 @@ func (c *Config) routeTarget(vni uint32) (bgp.ExtendedCommunityInterface, string
 	return bgp.NewFourOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, c.ASN, uint16(vni), true), fmt.Sprintf("%d:%d", c.ASN, uint16(vni))
 }
 
-// rd returns the route distinguisher of vni: configured, or
-// routerID:VNI (type 1), or ASN:VNI (type 0) when the VNI does not fit
-// the 16 bits of a type-1 RD.
-func (c *Config) rd(vni uint32) bgp.RouteDistinguisherInterface {
+// rd returns the route distinguisher of vni for a route with next hop
+// vtep: configured, or routerID:VNI (VTEP:VNI with RDFromVTEP) (type 1),
+// or ASN:VNI (type 0) when the VNI does not fit the 16 bits of a type-1
+// RD.
+func (c *Config) rd(vni uint32, vtep netip.Addr) bgp.RouteDistinguisherInterface {
 	for _, n := range c.Networks {
 		if n.VNI == vni && n.RD != "" {
 			if rd, err := bgp.ParseRouteDistinguisher(n.RD); err == nil {
@@ -203,6 +216,9 @@ func (c *Config) rd(vni uint32) bgp.RouteDistinguisherInterface {
 	}
 	if vni <= 65535 {
 		rid, _ := netip.ParseAddr(c.RouterID)
+		if c.RDFromVTEP && vtep.Is4() {
+			rid = vtep
+		}
 		if rd, err := bgp.NewRouteDistinguisherIPAddressAS(rid, uint16(vni)); err == nil {
 			return rd
 		}

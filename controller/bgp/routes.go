@@ -137,7 +137,7 @@ func (c *Config) Desired(s State) []Route {
 			continue
 		}
 		_, rt := c.routeTarget(n.VNI)
-		rd := c.rd(n.VNI).String()
+		rd := c.rd(n.VNI, nd.VTEP).String()
 		base := Route{Type: TypeMACIP, VNI: n.VNI, RD: rd, RTs: []string{rt}, MAC: e.MAC, NextHop: nd.VTEP}
 		if len(e.IPs) == 0 {
 			out = append(out, base)
@@ -159,7 +159,7 @@ func (c *Config) Desired(s State) []Route {
 	for vni, r := range prefixes {
 		_, rt := c.routeTarget(vni)
 		for _, p := range r.net.Subnets {
-			out = append(out, Route{Type: TypePrefix, VNI: vni, RD: c.rd(vni).String(), RTs: []string{rt}, Prefix: p, NextHop: r.vtep})
+			out = append(out, Route{Type: TypePrefix, VNI: vni, RD: c.rd(vni, r.vtep).String(), RTs: []string{rt}, Prefix: p, NextHop: r.vtep})
 		}
 	}
 	sortRoutes(out)

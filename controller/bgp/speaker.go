@@ -40,10 +40,11 @@ type Speaker struct {
 	advertised map[string]Route
 	ownVTEPs   map[netip.Addr]bool
 
-	imp     *importer
-	metrics *metrics
-	cancel  context.CancelFunc
-	done    chan struct{}
+	imp       *importer
+	metrics   *metrics
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // PeerStatus is one neighbour's session.
@@ -113,7 +114,7 @@ func (s *Speaker) addPeer(ctx context.Context, p Peer) error {
 		Conf:      &api.PeerConf{NeighborAddress: p.Address, PeerAsn: p.ASN, AuthPassword: p.Password},
 		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true}}},
 		Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 2}},
-		Transport: &api.Transport{RemotePort: p.Port, PassiveMode: p.Passive},
+		Transport: &api.Transport{RemotePort: p.Port, PassiveMode: p.Passive, LocalAddress: p.LocalAddress},
 	}
 	if p.Multihop > 0 {
 		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: p.Multihop}
@@ -124,13 +125,16 @@ func (s *Speaker) addPeer(ctx context.Context, p Peer) error {
 	return s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: ap})
 }
 
-// Close stops the speaker; peers see the session close.
+// Close stops the speaker; peers see the session close. Closing twice
+// does nothing.
 func (s *Speaker) Close() {
-	s.cancel()
-	<-s.done
-	_ = s.srv.StopBgp(context.Background(), &api.StopBgpRequest{})
-	s.srv.Stop()
-	s.metrics.unregister()
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.done
+		_ = s.srv.StopBgp(context.Background(), &api.StopBgpRequest{})
+		s.srv.Stop()
+		s.metrics.unregister()
+	})
 }
 
 // Config returns the speaker's configuration (defaults filled in).

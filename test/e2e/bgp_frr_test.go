@@ -348,4 +348,22 @@ func TestBGPInteropFRR(t *testing.T) {
 	if strings.Contains(out, hostMAC) || !strings.Contains(out, pb.mac) {
 		t.Fatalf("skiffctl bgp routes after FRR stopped:\n%s", out)
 	}
+
+	// Node lost: n1's agent dies, its status lease goes, and so do the
+	// routes of its endpoints (the endpoint itself stays in the store).
+	stop(c.nodes["n1"].agent)
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		out = c.mustCtl("bgp", "routes", "--vni", "100")
+		if !strings.Contains(out, pb.mac) && !strings.Contains(out, "local") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("routes of a lost node still advertised:\n%s", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(c.mustCtl("get", "endpoints"), pb.ip) {
+		t.Fatal("pod b's endpoint left the store")
+	}
 }
