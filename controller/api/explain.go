@@ -101,4 +101,3 @@ func flowEnd(eps []*skiffv1.Endpoint, field, s string) (*policy.Endpoint, netip.
 	}
 	return nil, netip.Addr{}, status.Errorf(codes.NotFound, "%s: %q is neither an endpoint nor an IP address", field, s)
 }
-
