@@ -22,9 +22,20 @@ import (
 // for and hands the routes learned from peers to the planner.
 func startBGP(ctx context.Context, cfg bgp.Config, st *store.Store, pl plans, reg prometheus.Registerer, log *slog.Logger) (*bgp.Speaker, error) {
 	log = log.With("component", "bgp")
+	// The learned set takes effect at the next store revision, which this
+	// controller makes by writing a marker key the planner does not read:
+	// plan deltas then carry a revision of their own, so an agent that
+	// reconnects at the previous one is told.
+	marker := store.DefaultPrefix + "bgp/learned/" + cfg.RouterID
 	onLearned := func(rs []bgp.Route) {
-		ds := pl.SetExternal(externals(rs))
-		log.Info("bgp learned routes", "routes", len(rs), "plansChanged", len(ds))
+		pl.StageExternal(externals(rs))
+		_, err := st.Client().Put(ctx, marker, fmt.Sprintf("%d routes at %s", len(rs), time.Now().UTC().Format(time.RFC3339Nano)))
+		if err != nil {
+			ds := pl.SetExternal(externals(rs))
+			log.Warn("bgp learned routes applied without a new store revision", "err", err, "plansChanged", len(ds))
+			return
+		}
+		log.Info("bgp learned routes", "routes", len(rs))
 	}
 	sp, err := bgp.New(ctx, cfg, log, bgp.Options{OnLearned: onLearned, Registerer: reg})
 	if err != nil {

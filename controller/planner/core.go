@@ -86,7 +86,8 @@ type Planner struct {
 	epNode     map[string]string              // isolated endpoint -> node whose plan holds its rules
 	groupNodes map[string]map[string]struct{} // group -> nodes holding it
 	subs       map[string]map[*Subscription]struct{}
-	ext        externals // learned over BGP (external.go)
+	ext        externals   // learned over BGP (external.go)
+	extStaged  *[]External // applied by the next Update
 }
 
 // New returns an empty planner at revision 0.
@@ -405,7 +406,7 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 		p.apply(c, t)
 		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil
 	}
-	p.touchExternal(t)
+	p.applyExternal(t)
 	if policyRelevant {
 		p.syncPolicy(t)
 	}

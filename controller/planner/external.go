@@ -32,13 +32,52 @@ type externals struct {
 	flood   map[uint32]map[netip.Addr]bool // VNI -> VTEPs
 }
 
-// SetExternal replaces the whole set of external routes and returns one
-// delta per node whose plan changed. The deltas keep the plan revision
-// (From == Revision): external routes do not come from the store. An
-// unchanged set changes nothing.
+// SetExternal replaces the whole set of external routes at once and
+// returns one delta per node whose plan changed. The deltas keep the plan
+// revision (From == Revision), so a consumer that reconnects holding that
+// revision would not be told; prefer StageExternal. An unchanged set
+// changes nothing.
 func (p *Planner) SetExternal(routes []External) []plan.Delta {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	t := touchSet{}
+	p.putExternal(routes, t)
+	if len(t) == 0 {
+		return nil
+	}
+	p.touchExternal(t)
+	var out []plan.Delta
+	for _, node := range slices.Sorted(maps.Keys(t)) {
+		if d, ok := p.reconcile(node, t[node], p.rev); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// StageExternal replaces the whole set of external routes with effect at
+// the next Update: the plan changes then carry a new store revision like
+// any other change (the caller makes the store advance, for instance by
+// writing a key the planner does not read).
+func (p *Planner) StageExternal(routes []External) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.extStaged = &routes
+}
+
+// applyExternal applies a staged external set, then adds the external
+// keys of every touched network. Caller holds mu.
+func (p *Planner) applyExternal(t touchSet) {
+	if p.extStaged != nil {
+		p.putExternal(*p.extStaged, t)
+		p.extStaged = nil
+	}
+	p.touchExternal(t)
+}
+
+// putExternal replaces the external set and marks the networks whose
+// external state changed in t. Caller holds mu.
+func (p *Planner) putExternal(routes []External, t touchSet) {
 	next := externals{remotes: map[string]plan.Remote{}, vnis: map[string]uint32{}, flood: map[uint32]map[netip.Addr]bool{}}
 	for _, r := range routes {
 		if r.VNI == 0 || !r.VTEP.IsValid() {
@@ -88,10 +127,6 @@ func (p *Planner) SetExternal(routes []External) []plan.Delta {
 			changed[vni] = true
 		}
 	}
-	if len(changed) == 0 {
-		return nil
-	}
-	t := touchSet{}
 	for w, n := range p.networks {
 		if !changed[n.VNI] {
 			continue
@@ -100,14 +135,6 @@ func (p *Planner) SetExternal(routes []External) []plan.Delta {
 			t.node(node).networks[w] = true
 		}
 	}
-	p.touchExternal(t)
-	var out []plan.Delta
-	for _, node := range slices.Sorted(maps.Keys(t)) {
-		if d, ok := p.reconcile(node, t[node], p.rev); ok {
-			out = append(out, d)
-		}
-	}
-	return out
 }
 
 func union32(a, b map[uint32]map[netip.Addr]bool) map[uint32]bool {

@@ -90,3 +90,35 @@ func TestExternalRoutesReachMembersOnly(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestStagedExternalRidesTheNextRevision(t *testing.T) {
+	p := newPlanner()
+	p.Load(10, base())
+	vtep := netip.MustParseAddr("203.0.113.5")
+	p.StageExternal([]External{{VNI: 100, VTEP: vtep, MAC: "02:aa:00:00:00:01"}, {VNI: 100, VTEP: vtep}})
+	if got := summary(p.Plan("n1")); strings.Contains(got, "203.0.113.5") {
+		t.Fatalf("staged set applied before the next update: %s", got)
+	}
+	ds := p.Update(11, nil)
+	if len(ds) != 2 {
+		t.Fatalf("%d deltas, want 2", len(ds))
+	}
+	for _, d := range ds {
+		if d.From != 10 || d.Revision != 11 || len(d.UpsertRemote) != 1 || len(d.UpsertNetworks) != 1 {
+			t.Errorf("delta %+v", d)
+		}
+	}
+	// A consumer that held revision 10 resumes from the log.
+	sub, err := p.Subscribe(t.Context(), "n1", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	u, err := sub.Next(t.Context())
+	if err != nil || u.Delta == nil || u.Delta.From != 10 || len(u.Delta.UpsertRemote) != 1 {
+		t.Fatalf("resume from 10: %+v %v", u, err)
+	}
+	if got := summary(p.Plan("n1")); !strings.Contains(got, "bgp:100:02:aa:00:00:00:01@203.0.113.5") {
+		t.Fatalf("n1: %s", got)
+	}
+}
