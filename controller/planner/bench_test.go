@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/skiff-sdn/skiff/controller/policy"
@@ -100,10 +101,10 @@ func policyClusterState(b *testing.B) State {
 	for n := range 100 {
 		s.Namespaces = append(s.Namespaces, NamespaceLabels{Name: fmt.Sprintf("ns%d", n), Labels: map[string]string{"team": fmt.Sprintf("t%d", n%10)}})
 	}
-	var y string
+	var y strings.Builder
 	for n := range 100 {
 		for j := range 100 {
-			y += fmt.Sprintf(`---
+			fmt.Fprintf(&y, `---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: p%d, namespace: ns%d}
@@ -115,7 +116,7 @@ spec:
 `, j, n, j%20, (j+1)%20, (j+2)%20, j%10, (j+3)%20)
 		}
 	}
-	pols, err := policy.ParseYAML([]byte(y))
+	pols, err := policy.ParseYAML([]byte(y.String()))
 	if err != nil {
 		b.Fatal(err)
 	}

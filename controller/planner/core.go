@@ -187,12 +187,14 @@ func (p *Planner) Load(rev int64, s State) {
 	for _, e := range s.Endpoints {
 		p.putEndpoint(e)
 	}
-	for _, n := range s.Namespaces {
-		p.pidx.SetNamespace(n.Name, n.Labels)
-	}
-	for _, pol := range s.Policies {
-		p.setPolicy(pol)
-	}
+	p.pidx.Batch(func() {
+		for _, n := range s.Namespaces {
+			p.pidx.SetNamespace(n.Name, n.Labels)
+		}
+		for _, pol := range s.Policies {
+			p.setPolicy(pol)
+		}
+	})
 	p.syncPolicy(touchSet{})
 	p.loadRev = rev
 	for name := range p.nodes {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -23,10 +24,10 @@ func benchCluster() ([]Policy, []Endpoint, map[string]map[string]string) {
 				IPs:    []netip.Addr{netip.AddrFrom4([4]byte{10, byte(k >> 16), byte(k >> 8), byte(k)})}})
 		}
 	}
-	var y string
+	var y strings.Builder
 	for n := range 100 {
 		for j := range 100 {
-			y += fmt.Sprintf(`---
+			fmt.Fprintf(&y, `---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: p%d, namespace: ns%d}
@@ -38,7 +39,7 @@ spec:
 `, j, n, j%20, j%7, (j+1)%20, (j+2)%20, j%10, (j+3)%20)
 		}
 	}
-	pols, err := ParseYAML([]byte(y))
+	pols, err := ParseYAML([]byte(y.String()))
 	if err != nil {
 		panic(err)
 	}
@@ -47,17 +48,19 @@ spec:
 
 func loadIndex(pols []Policy, eps []Endpoint, ns map[string]map[string]string) *Index {
 	x := NewIndex()
-	for n, l := range ns {
-		x.SetNamespace(n, l)
-	}
-	for _, e := range eps {
-		x.SetEndpoint(e)
-	}
-	for _, p := range pols {
-		if err := x.SetPolicy(p); err != nil {
-			panic(err)
+	x.Batch(func() {
+		for n, l := range ns {
+			x.SetNamespace(n, l)
 		}
-	}
+		for _, e := range eps {
+			x.SetEndpoint(e)
+		}
+		for _, p := range pols {
+			if err := x.SetPolicy(p); err != nil {
+				panic(err)
+			}
+		}
+	})
 	x.Take()
 	return x
 }

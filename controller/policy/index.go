@@ -30,6 +30,7 @@ import (
 type Index struct {
 	pols       map[string]*ipolicy            // by key
 	polsByNS   map[string]map[string]*ipolicy // namespace -> key -> policy
+	polsSorted map[string][]*ipolicy          // namespace -> policies by key; rebuilt when missing
 	eps        map[string]Endpoint
 	epsByNS    map[string]map[string]struct{}
 	nsLabels   map[string]map[string]string
@@ -39,6 +40,9 @@ type Index struct {
 	rules      map[string]EndpointRules      // selected endpoints only
 	dirtyEps   map[string]bool
 	dirtyGroup map[string]bool
+	// batch, while Batch runs: namespaces whose endpoints are reselected
+	// once at its end instead of on every policy change.
+	batch map[string]bool
 }
 
 type ipolicy struct {
@@ -65,7 +69,7 @@ type igroup struct {
 
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{pols: map[string]*ipolicy{}, polsByNS: map[string]map[string]*ipolicy{}, eps: map[string]Endpoint{},
+	return &Index{pols: map[string]*ipolicy{}, polsByNS: map[string]map[string]*ipolicy{}, polsSorted: map[string][]*ipolicy{}, eps: map[string]Endpoint{},
 		epsByNS: map[string]map[string]struct{}{}, nsLabels: map[string]map[string]string{}, groups: map[string]*igroup{},
 		groupsByNS: map[string]map[string]*igroup{}, nsGroups: map[string]*igroup{}, rules: map[string]EndpointRules{}, dirtyEps: map[string]bool{}, dirtyGroup: map[string]bool{}}
 }
@@ -226,6 +230,7 @@ func (x *Index) SetPolicy(p Policy) error {
 		x.polsByNS[p.Namespace] = map[string]*ipolicy{}
 	}
 	x.polsByNS[p.Namespace][p.Key()] = ip
+	delete(x.polsSorted, p.Namespace)
 	x.reselectFor(p.Namespace, p.Key(), sel)
 	return nil
 }
@@ -241,9 +246,28 @@ func (x *Index) DeletePolicy(key string) {
 	x.reselectFor(p.p.Namespace, key, p.sel)
 }
 
+// Batch runs f, which makes changes to x, and reselects the endpoints of
+// the namespaces whose policies f changed once at the end: loading many
+// policies costs one pass over their endpoints, not one per policy.
+func (x *Index) Batch(f func()) {
+	x.batch = map[string]bool{}
+	f()
+	nss := x.batch
+	x.batch = nil
+	for ns := range nss {
+		for name := range x.epsByNS[ns] {
+			x.reselect(name)
+		}
+	}
+}
+
 // reselectFor recomputes the rules of the endpoints of ns that a policy
 // selects now or selected before.
 func (x *Index) reselectFor(ns, key string, sel labels.Selector) {
+	if x.batch != nil {
+		x.batch[ns] = true
+		return
+	}
 	for name := range x.epsByNS[ns] {
 		if sel.Matches(labels.Set(x.eps[name].Labels)) || slices.Contains(x.rules[name].Policies, key) {
 			x.reselect(name)
@@ -258,6 +282,7 @@ func (x *Index) deletePolicy(key string) {
 	}
 	delete(x.pols, key)
 	delete(x.polsByNS[p.p.Namespace], key)
+	delete(x.polsSorted, p.p.Namespace)
 	for _, id := range p.groupIDs {
 		if g := x.groups[id]; g != nil {
 			if g.refs--; g.refs == 0 {
@@ -343,8 +368,15 @@ func (x *Index) reselect(name string) {
 	e := x.eps[name]
 	var er EndpointRules
 	selected := false
-	for _, key := range slices.Sorted(maps.Keys(x.polsByNS[e.Namespace])) {
-		p := x.polsByNS[e.Namespace][key]
+	sorted, ok := x.polsSorted[e.Namespace]
+	if !ok {
+		for _, key := range slices.Sorted(maps.Keys(x.polsByNS[e.Namespace])) {
+			sorted = append(sorted, x.polsByNS[e.Namespace][key])
+		}
+		x.polsSorted[e.Namespace] = sorted
+	}
+	for _, p := range sorted {
+		key := p.p.Key()
 		if !p.sel.Matches(labels.Set(e.Labels)) {
 			continue
 		}

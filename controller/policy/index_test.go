@@ -88,8 +88,15 @@ spec:
 		case r < 9:
 			p := pool[rng.IntN(len(pool))]
 			pols[p.Key()] = p
-			if err := x.SetPolicy(p); err != nil {
-				t.Fatal(err)
+			set := func() {
+				if err := x.SetPolicy(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rng.IntN(2) == 0 {
+				set()
+			} else {
+				x.Batch(set) // reselects at the end
 			}
 			what = "set policy " + p.Key()
 		default:
