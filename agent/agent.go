@@ -106,7 +106,7 @@ type Agent struct {
 	applySecs   prometheus.Histogram
 	writesTotal prometheus.GaugeFunc
 	off         *offloaddp.Datapath // mode offload
-	fw          *nl.Firewall // policy counters
+	fw          *nl.Firewall        // policy counters
 }
 
 func (c Config) validate() (netip.Addr, error) {

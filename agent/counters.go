@@ -59,6 +59,9 @@ func (a *Agent) counters() (*skiffv1.ReportCountersRequest, error) {
 			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Counters: &skiffv1.Counters{
 				RxPackets: s.TxPackets, RxBytes: s.TxBytes, RxDropped: s.TxDropped,
 				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}, Policy: pol[name], Rules: a.offloadRules(rules, name)})
+		} else if len(rules[name]) > 0 {
+			// A VF endpoint: no host interface, its rules only.
+			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Rules: a.offloadRules(rules, name)})
 		}
 	}
 	for name, n := range p.Networks {

@@ -123,8 +123,9 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 	if err := nl.Configure(pk, nl.Iface{Name: r.IfName, MAC: local.MAC, MTU: mtu, Addrs: local.IPs, Gateway: gws}); err != nil {
 		return nil, undo(&localapi.Error{Code: "failed", Message: err.Error()})
 	}
-	// Done when the datapath has put the host side on the bridge.
-	if err := a.waitAttached(ctx, k, hostIf, netw.VNI); err != nil {
+	// Done when the datapath has put the host side on the bridge (or,
+	// offloaded, installed the endpoint's rules).
+	if err := a.waitAttached(ctx, k, r.Name, hostIf, netw.VNI); err != nil {
 		return nil, undo(&localapi.Error{Code: "failed", Message: fmt.Sprintf("datapath did not attach %s: %v", hostIf, err)})
 	}
 	a.log.Info("endpoint plumbed", "endpoint", r.Name, "hostIf", hostIf, "ips", resp.IPs)
@@ -198,13 +199,27 @@ func (a *Agent) waitPlan(ctx context.Context, cond func(plan.Plan) bool) error {
 }
 
 // waitAttached asks for a reconcile and waits until hostIf is a port of the
-// network's bridge.
-func (a *Agent) waitAttached(ctx context.Context, k nl.Kernel, hostIf string, vni uint32) error {
+// network's bridge, or, on the offload datapath, until the endpoint's decap
+// rule is installed.
+func (a *Agent) waitAttached(ctx context.Context, k nl.Kernel, endpoint, hostIf string, vni uint32) error {
 	a.resync()
 	for {
 		a.mu.Lock()
 		ch := a.changed
 		a.mu.Unlock()
+		if a.off != nil {
+			if ok, _ := a.offloadReady(endpoint); ok {
+				return nil
+			}
+			select {
+			case <-ch:
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				_, why := a.offloadReady(endpoint)
+				return fmt.Errorf("%w (%s)", ctx.Err(), why)
+			}
+			continue
+		}
 		links, err := k.Links()
 		if err != nil {
 			return err

@@ -78,7 +78,7 @@ func (k *real) AddVeth(v Veth) error {
 	if err := k.h.LinkSetNsFd(peer, int(ns)); err != nil {
 		return fail(fmt.Errorf("nl: move %s to %s: %w", tmp, v.PeerNS, err))
 	}
-	ph, err := netlink.NewHandleAt(ns)
+	ph, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // no XFRM: see Open
 	if err != nil {
 		return fail(fmt.Errorf("nl: handle in %s: %w", v.PeerNS, err))
 	}

@@ -44,7 +44,7 @@ const (
 // Options configures a Datapath.
 type Options struct {
 	Logger *slog.Logger
-	// NetNS is the namespace to work in; zero: the caller's.
+	// NetNS is the namespace to work in; zero (or closed, -1): the caller's.
 	NetNS netns.NsHandle
 	// Representor names the netdev that stands for a local endpoint on
 	// the eswitch; false when it has none (yet).
@@ -61,8 +61,12 @@ type Datapath struct {
 	h    *netlink.Handle
 	prog *flower.Programmer
 
+	op sync.Mutex // one netlink conversation at a time: Apply or Rules
+
 	mu     sync.Mutex
 	states []flower.State
+	devs   map[string]flower.Device
+	rules  []flower.Rule
 	linkW  int // link writes
 	probes int // neighbour resolutions asked for
 }
@@ -77,7 +81,7 @@ func New(o Options) (*Datapath, error) {
 	}
 	var h *netlink.Handle
 	var err error
-	if o.NetNS.IsOpen() {
+	if o.NetNS > 0 {
 		h, err = netlink.NewHandleAt(o.NetNS, unix.NETLINK_ROUTE)
 	} else {
 		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
@@ -86,7 +90,7 @@ func New(o Options) (*Datapath, error) {
 		return nil, fmt.Errorf("offload datapath: netlink: %w", err)
 	}
 	ns := 0
-	if o.NetNS.IsOpen() {
+	if o.NetNS > 0 {
 		ns = int(o.NetNS)
 	}
 	prog, err := flower.Open(ns, o.Logger)
@@ -120,13 +124,25 @@ func (d *Datapath) Probes() int {
 	return d.probes
 }
 
-// Rules returns the state of every rule of the last Apply, by the local
-// endpoint it serves ("" for a network's rules).
+// Rules returns the state of every rule of the last Apply, with counters
+// read now, by the local endpoint it serves ("" for a network's rules).
+// When the kernel cannot be read, the states of the last Apply are
+// returned.
 func (d *Datapath) Rules() map[string][]flower.State {
+	d.op.Lock()
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	devs, rules, states := d.devs, d.rules, d.states
+	d.mu.Unlock()
+	if len(rules) > 0 {
+		if now, err := d.prog.Read(devs, rules); err == nil {
+			states = now
+		} else {
+			d.log.Warn("reading offload rules", "err", err)
+		}
+	}
+	d.op.Unlock()
 	out := map[string][]flower.State{}
-	for _, s := range d.states {
+	for _, s := range states {
 		out[s.Rule.Endpoint] = append(out[s.Rule.Endpoint], s)
 	}
 	return out
@@ -139,6 +155,8 @@ func owned(a *netlink.LinkAttrs) bool {
 
 // Apply implements the agent's datapath.Datapath.
 func (d *Datapath) Apply(p plan.Plan) error {
+	d.op.Lock()
+	defer d.op.Unlock()
 	links, err := d.h.LinkList()
 	if err != nil {
 		return fmt.Errorf("offload datapath: listing links: %w", err)
@@ -178,7 +196,16 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	for _, r := range reps {
-		devs[r] = d.device(byName[r].Attrs())
+		l := byName[r]
+		devs[r] = d.device(l.Attrs())
+		// A representor (or the host side standing in for one) carries
+		// nothing while down.
+		if l.Attrs().Flags&net.FlagUp == 0 {
+			d.write()
+			if err := d.h.LinkSetUp(l); err != nil {
+				errs = append(errs, fmt.Errorf("offload datapath: setting %s up: %w", r, err))
+			}
+		}
 	}
 	if hasVX {
 		dev := flower.Device{Name: VXLANName, Index: vx.Attrs().Index, Hardware: d.opts.TunnelHardware}
@@ -206,7 +233,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		errs = append(errs, err)
 	}
 	d.mu.Lock()
-	d.states = states
+	d.states, d.devs, d.rules = states, devs, rules
 	d.mu.Unlock()
 	// Delete last: the VXLAN device when no rule needs it.
 	if len(rules) == 0 && hasVX && owned(vx.Attrs()) {

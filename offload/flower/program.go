@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sync/atomic"
 
 	tc "github.com/florianl/go-tc"
 	"github.com/florianl/go-tc/core"
@@ -61,7 +62,7 @@ type State struct {
 type Programmer struct {
 	tc     *tc.Tc
 	log    *slog.Logger
-	writes int
+	writes atomic.Int64
 	// Refusal messages (with the driver's extack) by rule, kept for as
 	// long as the process lives; after a restart the cookie keeps the
 	// errno.
@@ -86,7 +87,7 @@ func Open(netns int, log *slog.Logger) (*Programmer, error) {
 func (p *Programmer) Close() error { return p.tc.Close() }
 
 // Writes is the number of netlink writes made so far.
-func (p *Programmer) Writes() int { return p.writes }
+func (p *Programmer) Writes() int { return int(p.writes.Load()) }
 
 // EnsureClsact gives every device a clsact qdisc unless it already has
 // clsact or ingress (which are never replaced: they may not be Skiff's).
@@ -106,7 +107,7 @@ func (p *Programmer) EnsureClsact(devs []Device) error {
 		if has[uint32(d.Index)] {
 			continue
 		}
-		p.writes++
+		p.writes.Add(1)
 		err := p.tc.Qdisc().Add(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(d.Index),
 			Handle: core.BuildHandle(tc.HandleRoot, 0), Parent: tc.HandleIngress}, Attribute: tc.Attribute{Kind: "clsact"}})
 		if err != nil && !errors.Is(err, unix.EEXIST) {
@@ -230,27 +231,15 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 			dels = append(dels, pending{dev, del})
 		}
 		if wrote {
-			now, err := p.dump(dev)
-			if err != nil {
+			if err := p.read(devs, dev, byDev[name], states); err != nil {
 				errs = append(errs, err)
-				continue
-			}
-			got := map[string]installed{}
-			for _, h := range now {
-				got[string(h.cookie[4:])] = h
-			}
-			for _, r := range byDev[name] {
-				c := cookieFor(devs, r)
-				if h, ok := got[string(c[4:])]; ok {
-					states[r.String()] = p.state(r, dev, h)
-				}
 			}
 		}
 	}
 	// Delete last.
 	for _, d := range dels {
 		for _, h := range d.del {
-			p.writes++
+			p.writes.Add(1)
 			err := p.tc.Filter().Delete(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(d.dev.Index), Handle: h.handle, Parent: ingress, Info: h.info},
 				Attribute: tc.Attribute{Kind: "flower"}})
 			if err != nil && !errors.Is(err, unix.ENOENT) {
@@ -285,6 +274,54 @@ func cookieFor(devs map[string]Device, r Rule) []byte {
 		c[10+i] = byte(all >> (8 * i))
 	}
 	return c
+}
+
+// read puts the state of dev's rules, as dumped now, into states.
+func (p *Programmer) read(devs map[string]Device, dev Device, rules []Rule, states map[string]State) error {
+	now, err := p.dump(dev)
+	if err != nil {
+		return err
+	}
+	got := map[string]installed{}
+	for _, h := range now {
+		got[string(h.cookie[4:])] = h
+	}
+	for _, r := range rules {
+		c := cookieFor(devs, r)
+		if h, ok := got[string(c[4:])]; ok {
+			states[r.String()] = p.state(r, dev, h)
+		}
+	}
+	return nil
+}
+
+// Read returns the state and counters of rules as the kernel holds them
+// now; it writes nothing.
+func (p *Programmer) Read(devs map[string]Device, rules []Rule) ([]State, error) {
+	byDev := map[string][]Rule{}
+	for _, r := range rules {
+		byDev[r.Dev] = append(byDev[r.Dev], r)
+	}
+	states := map[string]State{}
+	var errs []error
+	for name, rs := range byDev {
+		dev, ok := devs[name]
+		if !ok {
+			continue
+		}
+		if err := p.read(devs, dev, rs, states); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	out := make([]State, 0, len(rules))
+	for _, r := range rules {
+		st, ok := states[r.String()]
+		if !ok {
+			st = State{Rule: r}
+		}
+		out = append(out, st)
+	}
+	return out, errors.Join(errs...)
 }
 
 func (p *Programmer) state(r Rule, dev Device, h installed) State {
@@ -342,7 +379,7 @@ func (p *Programmer) write(devs map[string]Device, dev Device, r Rule, handle, f
 	if err != nil {
 		return err
 	}
-	p.writes++
+	p.writes.Add(1)
 	if handle != 0 {
 		err = p.tc.Filter().Replace(obj)
 	} else {

@@ -1,0 +1,539 @@
+// Package offloadvm runs the real controller and agents in the kernel VM
+// with the offload datapath: nodes are network namespaces on an underlay
+// bridge, the offload nodes have a netdevsim eswitch in switchdev mode,
+// pods are veths (standing in for VFs) made through the agent's local API,
+// and a third node runs the software datapath on the same network.
+package offloadvm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+)
+
+const (
+	ipBin = "/usr/sbin/ip"
+	tcBin = "/usr/sbin/tc"
+)
+
+func run(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func in(t testing.TB, ns string, args ...string) string {
+	t.Helper()
+	return run(t, append([]string{ipBin, "netns", "exec", ns}, args...)...)
+}
+
+func addNS(t testing.TB, name string) {
+	t.Helper()
+	run(t, ipBin, "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command(ipBin, "netns", "del", name).Run() })
+	in(t, name, ipBin, "link", "set", "lo", "up")
+}
+
+// buf is an output buffer safe for a process writing and a test reading.
+type buf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *buf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *buf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// daemon is a project binary running (in a namespace) until stopped.
+type daemon struct {
+	cmd  *exec.Cmd
+	out  *buf
+	done chan struct{}
+}
+
+func startIn(t *testing.T, ns, name string, args ...string) *daemon {
+	t.Helper()
+	argv := append([]string{guest.Bin(t, name)}, args...)
+	if ns != "" {
+		argv = append([]string{ipBin, "netns", "exec", ns}, argv...)
+	}
+	d := &daemon{cmd: exec.Command(argv[0], argv[1:]...), out: &buf{}, done: make(chan struct{})}
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { _ = d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() {
+		d.signal(syscall.SIGTERM)
+		t.Logf("---- %s %s ----\n%s", ns, strings.Join(argv, " "), tail(d.out.String(), 60))
+	})
+	return d
+}
+
+func (d *daemon) signal(sig syscall.Signal) {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = d.cmd.Process.Signal(sig)
+	select {
+	case <-d.done:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, ok func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		good, why := ok()
+		if good {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %s", what, within, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// node is a worker namespace on the underlay.
+type node struct {
+	name, ns, ip, sock, state string
+	agent                     *daemon
+	args                      []string
+}
+
+// rule is an offload rule as skiffctl shows it.
+type rule struct {
+	Device, Kind, Rule, State, Reason string
+	Handle                            uint32
+	Packets                           string // uint64 in protojson is a string
+}
+
+type endpoint struct {
+	Name, Node   string
+	Mac          string
+	Ips          []string
+	OffloadRules []rule
+}
+
+func endpoints(t *testing.T, ctl string) map[string]endpoint {
+	t.Helper()
+	out := run(t, guest.Bin(t, "skiffctl"), "--controller", ctl, "get", "endpoints", "-o", "json")
+	var eps []endpoint
+	if err := json.Unmarshal([]byte(out), &eps); err != nil {
+		// A single object or a wrapper: try the list form.
+		var w struct{ Endpoints []endpoint }
+		if err2 := json.Unmarshal([]byte(out), &w); err2 != nil {
+			t.Fatalf("skiffctl get endpoints: %v\n%s", err, out)
+		}
+		eps = w.Endpoints
+	}
+	m := map[string]endpoint{}
+	for _, e := range eps {
+		m[e.Name] = e
+	}
+	return m
+}
+
+func pkts(r rule) uint64 {
+	var n uint64
+	fmt.Sscan(r.Packets, &n)
+	return n
+}
+
+// filterHandles lists, by iproute2, every flower filter of a node as
+// device/pref/handle/proto.
+func filterHandles(t *testing.T, ns string) []string {
+	t.Helper()
+	var out []string
+	for _, dev := range strings.Fields(in(t, ns, "/bin/sh", "-c", "ls /sys/class/net")) {
+		var fs []struct {
+			Pref     int    `json:"pref"`
+			Protocol string `json:"protocol"`
+			Options  struct {
+				Handle uint32 `json:"handle"`
+			} `json:"options"`
+		}
+		raw := in(t, ns, tcBin, "-j", "filter", "show", "dev", dev, "ingress")
+		if strings.TrimSpace(raw) == "" {
+			continue
+		}
+		if err := json.Unmarshal([]byte(raw), &fs); err != nil {
+			continue // no qdisc
+		}
+		for _, f := range fs {
+			if f.Options.Handle != 0 {
+				out = append(out, fmt.Sprintf("%s/%d/%s/%#x", dev, f.Pref, f.Protocol, f.Options.Handle))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tcpTransfer sends n bytes from a listener in namespace to to a client in
+// namespace from and returns what arrived.
+func tcpTransfer(t *testing.T, from, to, ip string, n int) int {
+	t.Helper()
+	var l net.Listener
+	inNS(t, to, func() {
+		var err error
+		if l, err = net.Listen("tcp", net.JoinHostPort(ip, "5201")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer l.Close()
+	got := make(chan int, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+		k, _ := io.Copy(io.Discard, c)
+		got <- int(k)
+	}()
+	var c net.Conn
+	inNS(t, from, func() {
+		var err error
+		if c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "5201"), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	if _, err := c.Write(make([]byte, n)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	return <-got
+}
+
+// inNS runs fn on a thread in the named namespace: sockets made there stay
+// there.
+func inNS(t *testing.T, name string, fn func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err)
+		}
+	}()
+	fn()
+}
+
+func metric(t *testing.T, url, prefix string) []string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// diagnose renders the nodes' flower rules with counters, links and
+// neighbours, for a failure message.
+func diagnose(t *testing.T) string {
+	var b strings.Builder
+	for _, ns := range []string{"skoen1", "skoen2", "skoep1", "skoep2"} {
+		out, _ := exec.Command(ipBin, "netns", "exec", ns, "/bin/sh", "-c",
+			"ip -br link; ip neigh; for d in $(ls /sys/class/net); do tc -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent' ; done").CombinedOutput()
+		fmt.Fprintf(&b, "==== %s\n%s\n", ns, out)
+	}
+	return b.String()
+}
+
+// TestOffloadNodes is the issue's "must show": two offload nodes and one
+// software node, pods pinging and a TCP transfer across, the flower rule
+// counters moving, the hardware refusals reported per rule, underlay
+// neighbours resolved ahead of traffic, and an agent SIGKILL + restart
+// that leaves every filter handle in place.
+func TestOffloadNodes(t *testing.T) {
+	guest.Require(t)
+	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+
+	// Underlay: a bridge in the guest's root namespace; the controller
+	// listens on it.
+	run(t, ipBin, "link", "add", "skoebr", "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command(ipBin, "link", "del", "skoebr").Run() })
+	run(t, ipBin, "addr", "add", "192.0.2.254/24", "dev", "skoebr")
+	run(t, ipBin, "link", "set", "skoebr", "up")
+	ctl := "192.0.2.254:7400"
+	startIn(t, "", "skiff-controller", "--listen", ctl, "--data-dir", filepath.Join(dir, "etcd"))
+	waitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+		out, err := exec.Command(guest.Bin(t, "skiffctl"), "--controller", ctl, "get", "nodes", "-o", "json").CombinedOutput()
+		return err == nil, string(out)
+	})
+
+	nodes := []*node{
+		{name: "n1", ns: "skoen1", ip: "192.0.2.1"},
+		{name: "n2", ns: "skoen2", ip: "192.0.2.2"},
+		{name: "n3", ns: "skoen3", ip: "192.0.2.3"},
+	}
+	for i, n := range nodes {
+		// Pod namespaces exist before the agents start: a namespace
+		// file bound later does not show in the agents' mount
+		// namespaces (ip netns exec makes one).
+		addNS(t, fmt.Sprintf("skoep%d", i+1))
+		addNS(t, n.ns)
+		run(t, ipBin, "link", "add", "u"+n.name, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
+		run(t, ipBin, "link", "set", "u"+n.name, "master", "skoebr", "up")
+		in(t, n.ns, ipBin, "addr", "add", n.ip+"/24", "dev", "eth0")
+		in(t, n.ns, ipBin, "link", "set", "eth0", "up")
+		n.sock, n.state = filepath.Join(dir, n.name+".sock"), filepath.Join(dir, n.name+".state")
+		mode := "offload"
+		if i == 2 {
+			mode = "software"
+		} else {
+			// A netdevsim eswitch made from inside the node's namespace
+			// lives there (its devlink instance too).
+			id := 61 + i
+			in(t, n.ns, "/bin/sh", "-c", fmt.Sprintf("echo '%d 1' > /sys/bus/netdevsim/new_device", id))
+			t.Cleanup(func() { _ = os.WriteFile("/sys/bus/netdevsim/del_device", fmt.Appendf(nil, "%d", id), 0) })
+			time.Sleep(300 * time.Millisecond)
+			in(t, n.ns, "/bin/sh", "-c", fmt.Sprintf("echo 2 > /sys/bus/netdevsim/devices/netdevsim%d/sriov_numvfs", id))
+			in(t, n.ns, "/usr/sbin/devlink", "dev", "eswitch", "set", fmt.Sprintf("netdevsim/netdevsim%d", id), "mode", "switchdev")
+		}
+		n.args = []string{"--controller", ctl, "--node", n.name, "--underlay-ip", n.ip, "--state-dir", n.state,
+			"--socket", n.sock, "--mode", mode, "--stats-interval", "1s", "--metrics-addr", n.ip + ":9100"}
+		n.agent = startIn(t, n.ns, "skiff-agent", n.args...)
+	}
+	skiffctl := func(args ...string) string {
+		return run(t, append([]string{guest.Bin(t, "skiffctl"), "--controller", ctl}, args...)...)
+	}
+	waitFor(t, "three nodes registered", 60*time.Second, func() (bool, string) {
+		out, err := exec.Command(guest.Bin(t, "skiffctl"), "--controller", ctl, "get", "nodes", "-o", "json").CombinedOutput()
+		return err == nil && strings.Count(string(out), `"underlayIp"`) == 3, string(out)
+	})
+	nodesJSON := skiffctl("get", "nodes", "-o", "json")
+	if strings.Count(nodesJSON, `"mode": "offload"`)+strings.Count(nodesJSON, `"mode":"offload"`) != 2 {
+		t.Fatalf("want 2 nodes registered in mode offload:\n%s", nodesJSON)
+	}
+	skiffctl("network", "create", "blue", "--vni", "100")
+	skiffctl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
+
+	// Pods through each node's local API.
+	ips := map[string]string{}
+	for i, n := range nodes {
+		pod := fmt.Sprintf("skoep%d", i+1)
+		// The pod's namespace by a process that holds it: the agents run
+		// under ip netns exec, in mount namespaces of their own, where
+		// files bound under /var/run/netns in this guest do not show.
+		holder := exec.Command(ipBin, "netns", "exec", pod, "/bin/sleep", "3600")
+		if err := holder.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+		self, _ := os.Readlink("/proc/self/ns/net")
+		nsPath := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
+		waitFor(t, pod+" holder in its namespace", 10*time.Second, func() (bool, string) {
+			l, err := os.Readlink(nsPath)
+			return err == nil && l != self, l
+		})
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		resp, err := localapi.NewClient(n.sock).Create(cctx, localapi.CreateRequest{Name: pod, Network: "blue",
+			NetNS: nsPath, IfName: "eth0"})
+		cancel()
+		if err != nil {
+			t.Fatalf("create %s on %s: %v", pod, n.name, err)
+		}
+		ips[pod] = strings.Split(resp.IPs[0], "/")[0]
+		t.Logf("%s on %s: %s %s host side %s", pod, n.name, resp.MAC, resp.IPs, resp.HostIf)
+	}
+	// A VF endpoint on n1 whose representor is netdevsim's pf0vf0: the
+	// NIC is asked for every rule and refuses.
+	pf := strings.TrimSpace(in(t, "skoen1", "/bin/sh", "-c", "for d in /sys/class/net/*; do case \"$(cat $d/phys_port_name 2>/dev/null)\" in p[0-9]*) basename $d;; esac; done"))
+	if pf == "" || strings.Contains(pf, "\n") {
+		t.Fatalf("want one netdevsim uplink (phys_port_name pN) in skoen1, got %q", pf)
+	}
+	skiffctl("endpoint", "create", "skoevf", "--network", "blue", "--node", "n1", "--kind", "vf", "--pf", pf, "--vf-index", "0")
+
+	// Underlay neighbours of the remote VTEPs are resolved before any
+	// pod traffic (the nodes exchange nothing else over the underlay).
+	waitFor(t, "n1 resolves the VTEPs of n2 and n3 ahead of traffic", 20*time.Second, func() (bool, string) {
+		out := in(t, "skoen1", ipBin, "neigh", "show", "dev", "eth0")
+		ok := true
+		for _, v := range []string{"192.0.2.2", "192.0.2.3"} {
+			found := false
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, v+" ") && (strings.Contains(l, "REACHABLE") || strings.Contains(l, "STALE") || strings.Contains(l, "DELAY")) {
+					found = true
+				}
+			}
+			ok = ok && found
+		}
+		return ok, out
+	})
+
+	// Pings in every direction, offload <-> offload and software <-> offload.
+	ping := func(from, to string) {
+		t.Helper()
+		out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "3", "-W", "3", ips[to]).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ping %s -> %s (%s): %v\n%s\n%s", from, to, ips[to], err, out, diagnose(t))
+		}
+	}
+	ping("skoep1", "skoep2")
+	ping("skoep2", "skoep1")
+	ping("skoep3", "skoep1")
+	ping("skoep3", "skoep2")
+	ping("skoep1", "skoep3")
+
+	// TCP across the two offload nodes.
+	const size = 4 << 20
+	if got := tcpTransfer(t, "skoep1", "skoep2", ips["skoep2"], size); got != size {
+		t.Fatalf("TCP transfer p1 -> p2: %d of %d bytes arrived", got, size)
+	}
+
+	// The rules' state and counters reach the controller.
+	var eps map[string]endpoint
+	waitFor(t, "rule counters at the controller", 20*time.Second, func() (bool, string) {
+		eps = endpoints(t, ctl)
+		var encap, decap uint64
+		for _, r := range eps["skoep1"].OffloadRules {
+			switch {
+			case r.Kind == "encap" && strings.Contains(r.Rule, "dst_ip 192.0.2.2 "):
+				encap = max(encap, pkts(r))
+			case r.Kind == "decap":
+				decap = max(decap, pkts(r))
+			}
+		}
+		return encap > 1000 && decap > 10, fmt.Sprintf("encap to n2 %d packets, decap %d packets: %+v", encap, decap, eps["skoep1"].OffloadRules)
+	})
+	for _, r := range eps["skoep1"].OffloadRules {
+		t.Logf("skoep1 rule %s %s: %s packets, state %s (%s)", r.Device, r.Kind, r.Packets, r.State, r.Reason)
+		switch {
+		case r.Device == "skvx" && r.State != "refused":
+			t.Errorf("decap rule %s: state %q, want refused (no NIC offloads this tunnel device here)", r.Rule, r.State)
+		case r.Device != "skvx" && (r.State != "software" || !strings.Contains(r.Reason, "not a switchdev port")):
+			t.Errorf("rule on veth %s: state %q reason %q", r.Rule, r.State, r.Reason)
+		}
+	}
+	vfRules := 0
+	for _, r := range eps["skoevf"].OffloadRules {
+		if r.Device == "skvx" {
+			continue
+		}
+		vfRules++
+		if r.State != "refused" || !strings.Contains(r.Reason, "netdevsim: only offload of BPF classifiers supported") {
+			t.Errorf("VF rule on %s: state %q reason %q", r.Device, r.State, r.Reason)
+		}
+	}
+	if vfRules == 0 {
+		t.Errorf("the VF endpoint has no rules on its representor: %+v", eps["skoevf"])
+	}
+	t.Logf("skoevf: %d rules on netdevsim, e.g. %+v", vfRules, eps["skoevf"].OffloadRules[0])
+	m := metric(t, "http://192.0.2.1:9100/metrics", "skiff_agent_offload_")
+	if !slices.ContainsFunc(m, func(l string) bool {
+		return strings.HasPrefix(l, `skiff_agent_offload_rules{endpoint="skoevf",state="refused"}`)
+	}) ||
+		!slices.ContainsFunc(m, func(l string) bool {
+			return strings.HasPrefix(l, `skiff_agent_offload_rule_packets_total{endpoint="skoep1",kind="encap"}`)
+		}) {
+		t.Errorf("metrics lack offload rules:\n%s", strings.Join(m, "\n"))
+	}
+
+	// Restart without churn: SIGKILL the agent of n1, start it again; no
+	// filter is deleted and re-added (every handle stays), traffic flows.
+	before := filterHandles(t, "skoen1")
+	if len(before) < 15 {
+		t.Fatalf("n1 has only %d filters: %v", len(before), before)
+	}
+	monitor := exec.Command(ipBin, "netns", "exec", "skoen1", tcBin, "monitor")
+	mon := &buf{}
+	monitor.Stdout, monitor.Stderr = mon, mon
+	if err := monitor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = monitor.Process.Kill(); _ = monitor.Wait() }()
+	n1 := nodes[0]
+	n1.agent.signal(syscall.SIGKILL)
+	n1.agent = startIn(t, n1.ns, "skiff-agent", n1.args...)
+	waitFor(t, "restarted agent applied its plan", 30*time.Second, func() (bool, string) {
+		resp, err := http.Get("http://192.0.2.1:9100/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `skiff_agent_datapath_applies_total{result="ok"}`) &&
+			strings.Contains(string(b), "skiff_agent_controller_connected 1"), "no successful apply yet"
+	})
+	time.Sleep(2 * time.Second) // let a reconcile after the stream's snapshot run too
+	after := filterHandles(t, "skoen1")
+	if !slices.Equal(before, after) {
+		t.Errorf("filters changed across the restart:\nbefore %v\nafter  %v", before, after)
+	}
+	ping("skoep1", "skoep2")
+	ping("skoep3", "skoep1")
+	if got := tcpTransfer(t, "skoep2", "skoep1", ips["skoep1"], size); got != size {
+		t.Fatalf("TCP transfer p2 -> p1 after the restart: %d of %d bytes", got, size)
+	}
+	if w := metric(t, "http://192.0.2.1:9100/metrics", "skiff_agent_offload_writes"); len(w) != 1 || !strings.HasSuffix(w[0], " 0") {
+		t.Errorf("restarted agent wrote to tc: %v", w)
+	}
+	if strings.Contains(mon.String(), "filter") {
+		t.Errorf("tc monitor saw filter changes across the restart:\n%s", mon.String())
+	}
+}
