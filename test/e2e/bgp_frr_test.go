@@ -77,20 +77,30 @@ func (f *frr) daemon(name string) *exec.Cmd {
 	return cmd
 }
 
+// restartBGP stops bgpd (its sessions close) and starts it again.
+func (f *frr) restartBGP() {
+	stopDaemon(f.bgp)
+	f.bgp = f.daemon("bgpd")
+}
+
 // stop ends bgpd and zebra (zebra removes the FDB entries it installed).
 func (f *frr) stop() {
-	for _, c := range []*exec.Cmd{f.bgp, f.zebra} {
-		if c != nil && c.Process != nil && c.ProcessState == nil {
-			_ = c.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = c.Process.Kill()
-				<-done
-			}
-		}
+	stopDaemon(f.bgp)
+	stopDaemon(f.zebra)
+}
+
+func stopDaemon(c *exec.Cmd) {
+	if c == nil || c.Process == nil || c.ProcessState != nil {
+		return
+	}
+	_ = c.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.Process.Kill()
+		<-done
 	}
 }
 
@@ -182,7 +192,7 @@ func TestBGPInteropFRR(t *testing.T) {
 	// Restart the controller (same data) with BGP.
 	stop(c.ctrl)
 	conf := filepath.Join(t.TempDir(), "bgp.yaml")
-	if err := os.WriteFile(conf, []byte("importHoldTime: 2s\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte("importHoldTime: 8s\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	logf, _ := os.Create(c.ctrlLog)
@@ -311,6 +321,44 @@ func TestBGPInteropFRR(t *testing.T) {
 		}
 	}
 
+	// FRR's bgpd flaps (stops, starts, the session comes back with the
+	// same routes) within the import hold time: n1's plan and forwarding
+	// entries do not move.
+	planRev := func() string { return strings.SplitN(c.mustCtl("plan", "n1"), "\n", 2)[0] }
+	revBefore, fdbBefore := planRev(), c.fdb("n1", 100)
+	watchDone, watchErr := make(chan struct{}), make(chan string, 1)
+	go func() {
+		defer close(watchErr)
+		for {
+			select {
+			case <-watchDone:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if got := c.fdb("n1", 100); got != fdbBefore {
+				watchErr <- got
+				return
+			}
+		}
+	}()
+	f.restartBGP()
+	eventually(t, func() error {
+		out, _ := c.ctl("bgp", "peers")
+		if !strings.Contains(out, "established") {
+			return fmt.Errorf("session not back:\n%s", out)
+		}
+		return nil
+	})
+	time.Sleep(9 * time.Second) // past the hold time
+	close(watchDone)
+	if got, changed := <-watchErr; changed {
+		t.Fatalf("n1's forwarding entries changed during the flap: %s (before %s)", got, fdbBefore)
+	}
+	if after := planRev(); after != revBefore {
+		t.Fatalf("n1's plan changed during the flap: %s, before %s", after, revBefore)
+	}
+	testns.Run(t, pa.ns, "ping", "-c", "1", "-W", "2", hostIP)
+
 	// Deleting pod a withdraws its route: FRR and zebra's FDB drop it.
 	if _, err := cniRun("DEL", pa.id, testns.Path(pa.ns), "eth0", cniConf("blue", sock, "1.1.0")); err != nil {
 		t.Fatalf("DEL: %v", err)
@@ -332,7 +380,7 @@ func TestBGPInteropFRR(t *testing.T) {
 		return nil
 	})
 
-	// Stopping FRR: after the import hold time n1 forgets the external
+	// Stopping FRR: after the import hold time (8s) n1 forgets the external
 	// VTEP and host; pod b no longer reaches the host.
 	f.stop()
 	eventually(t, func() error {
