@@ -383,6 +383,10 @@ func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
 	}
 	ext := netip.MustParseAddr("203.0.113.5")
 	host := netip.MustParseAddr("198.51.100.200")
+	// A route whose next hop is a Skiff node (n3 has no endpoint, so no
+	// route of Skiff's own names it) is never imported.
+	sp.SetNodeVTEPs([]netip.Addr{vtep1, vtep2, vtep3})
+	p.originate(t, 100, vtep3, "02:aa:00:00:00:03", netip.MustParseAddr("198.51.100.203"), false)
 	p.originate(t, 100, ext, "02:aa:00:00:00:01", host, false)
 	want := []string{
 		"type2 vni=100 mac=02:aa:00:00:00:01 ip=198.51.100.200 nh=203.0.113.5",

@@ -164,6 +164,13 @@ func (f *follower) advertise(ctx context.Context, sp *Speaker, log *slog.Logger)
 			return
 		}
 		s := f.state()
+		var vteps []netip.Addr
+		for _, n := range s.Nodes {
+			if n.VTEP.IsValid() {
+				vteps = append(vteps, n.VTEP)
+			}
+		}
+		sp.SetNodeVTEPs(vteps)
 		start := time.Now()
 		want := sp.cfg.Desired(s)
 		added, withdrawn, err := sp.Advertise(want)

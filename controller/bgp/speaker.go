@@ -38,7 +38,8 @@ type Speaker struct {
 
 	mu         sync.Mutex // serialises Advertise
 	advertised map[string]Route
-	ownVTEPs   map[netip.Addr]bool
+	ownVTEPs   map[netip.Addr]bool // next hops of the advertised routes
+	nodeVTEPs  map[netip.Addr]bool // every Skiff node's VTEP (SetNodeVTEPs)
 
 	imp       *importer
 	metrics   *metrics
@@ -218,10 +219,24 @@ func (s *Speaker) Advertised() []Route {
 	return out
 }
 
+// SetNodeVTEPs tells the speaker the VTEPs of Skiff's nodes: learned
+// routes with one of them as next hop are Skiff's own (reflected back, or
+// from another replica) and are never imported.
+func (s *Speaker) SetNodeVTEPs(vteps []netip.Addr) {
+	m := make(map[netip.Addr]bool, len(vteps))
+	for _, v := range vteps {
+		m[v] = true
+	}
+	s.mu.Lock()
+	s.nodeVTEPs = m
+	s.mu.Unlock()
+	s.imp.kick()
+}
+
 func (s *Speaker) isOwnVTEP(a netip.Addr) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ownVTEPs[a]
+	return s.ownVTEPs[a] || s.nodeVTEPs[a]
 }
 
 // path builds the GoBGP path of r.
