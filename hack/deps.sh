@@ -7,6 +7,7 @@ pkgs=(
   etcd-server         # a real external etcd for the replica tests
   iproute2 iputils-ping curl nftables
   iperf3              # TCP between pods in the e2e tests and benchmarks
+  iptables            # the reference rule chain of the policy benchmark
   frr                 # bgpd + zebra for the BGP EVPN interop tests (test/e2e/bgp*_test.go)
 )
 missing=()

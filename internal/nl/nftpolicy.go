@@ -139,7 +139,10 @@ func (f *Firewall) SetPolicy(cfg PolicyConfig) error {
 			if v6 {
 				s.KeyType = nftables.TypeIP6Addr
 			}
-			if err := c.AddSet(s, setElements(cfg.Sets[name], v6)); err != nil {
+			if err := c.AddSet(s, nil); err != nil {
+				return fmt.Errorf("nl: nftables: set %s: %w", name, err)
+			}
+			if err := chunked(setElements(cfg.Sets[name], v6), func(es []nftables.SetElement) error { return c.SetAddElements(s, es) }); err != nil {
 				return fmt.Errorf("nl: nftables: set %s: %w", name, err)
 			}
 			sets[s.Name] = s
@@ -251,6 +254,23 @@ func setElements(addrs []netip.Addr, v6 bool) []nftables.SetElement {
 	return out
 }
 
+// setChunk is how many elements go in one netlink message: the element
+// list is one attribute, whose length field has 16 bits, so a large set
+// sent whole is cut short without an error. The messages of a batch still
+// apply atomically.
+const setChunk = 1000
+
+func chunked(es []nftables.SetElement, f func([]nftables.SetElement) error) error {
+	for len(es) > 0 {
+		n := min(len(es), setChunk)
+		if err := f(es[:n]); err != nil {
+			return err
+		}
+		es = es[n:]
+	}
+	return nil
+}
+
 // syncSets adds and deletes the set elements that differ from cfg, in
 // one transaction, and returns how many it changed. It fails, writing
 // nothing, when a set is missing.
@@ -282,15 +302,11 @@ func (f *Firewall) syncSets(c *nftables.Conn, table *nftables.Table, cfg PolicyC
 					del = append(del, nftables.SetElement{Key: e.Key})
 				}
 			}
-			if len(add) > 0 {
-				if err := c.SetAddElements(s, add); err != nil {
-					return 0, fmt.Errorf("nl: nftables: set %s: %w", s.Name, err)
-				}
+			if err := chunked(add, func(es []nftables.SetElement) error { return c.SetAddElements(s, es) }); err != nil {
+				return 0, fmt.Errorf("nl: nftables: set %s: %w", s.Name, err)
 			}
-			if len(del) > 0 {
-				if err := c.SetDeleteElements(s, del); err != nil {
-					return 0, fmt.Errorf("nl: nftables: set %s: %w", s.Name, err)
-				}
+			if err := chunked(del, func(es []nftables.SetElement) error { return c.SetDeleteElements(s, es) }); err != nil {
+				return 0, fmt.Errorf("nl: nftables: set %s: %w", s.Name, err)
 			}
 			n += len(add) + len(del)
 		}

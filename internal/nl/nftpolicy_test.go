@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -155,5 +156,45 @@ func TestPolicyEnforcement(t *testing.T) {
 	}
 	if !ping("a", "c") {
 		t.Fatal("no connectivity after removing the policy")
+	}
+}
+
+// TestPolicyLargeGroup checks that a group of 10,000 addresses reaches
+// the kernel whole (a set sent in one netlink message is cut short), and
+// that changing one member of it is two element writes.
+func TestPolicyLargeGroup(t *testing.T) {
+	node := testns.New(t)
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	var group []netip.Addr
+	for i := range 10000 {
+		group = append(group, netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
+	}
+	cfg := nl.PolicyConfig{Sets: map[string][]netip.Addr{"g": group}, Endpoints: []nl.EndpointPolicy{{
+		Name: "server", Bridge: "skb100", IPs: []netip.Addr{netip.MustParseAddr("198.51.100.12")}, IngressIsolated: true,
+		Ingress: []nl.PolicyRule{{Peers: []nl.PolicyPeer{{Set: "g"}}}}}}}
+	if err := fw.SetPolicy(cfg); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		out := testns.Run(t, node, "nft", "-j", "list", "set", "inet", nl.NftPolicyTable, "g-4")
+		return strings.Count(out, `"10.`)
+	}
+	if n := count(); n != len(group) {
+		t.Fatalf("the kernel's set holds %d of %d addresses", n, len(group))
+	}
+	w := fw.PolicyWrites()
+	cfg.Sets["g"] = append(slices.Clone(group[1:]), netip.MustParseAddr("10.200.0.1"))
+	if err := fw.SetPolicy(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := fw.PolicyWrites(); got.Tables != w.Tables || got.Elements != w.Elements+2 {
+		t.Fatalf("replacing one member: %d table writes, %d element writes; want 0 and 2", got.Tables-w.Tables, got.Elements-w.Elements)
+	}
+	if n := count(); n != len(group) {
+		t.Fatalf("after the change the set holds %d addresses, want %d", n, len(group))
 	}
 }
