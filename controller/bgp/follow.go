@@ -172,7 +172,7 @@ func (f *follower) advertise(ctx context.Context, sp *Speaker, log *slog.Logger)
 		}
 		sp.SetNodeVTEPs(vteps)
 		start := time.Now()
-		want := sp.cfg.Desired(s)
+		want := sp.cfg.desired(s)
 		added, withdrawn, err := sp.Advertise(want)
 		if err != nil {
 			log.Error("bgp: advertise", "err", err)

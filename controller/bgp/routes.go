@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -36,16 +37,18 @@ type Route struct {
 func (r Route) key() string {
 	switch r.Type {
 	case TypeMACIP:
-		return fmt.Sprintf("2|%s|%d|%s|%s", r.RD, r.VNI, r.MAC, r.IP)
+		return "2|" + r.RD + "|" + strconv.FormatUint(uint64(r.VNI), 10) + "|" + r.MAC + "|" + r.IP.String()
 	case TypeMulticast:
-		return fmt.Sprintf("3|%s|%s", r.RD, r.IP)
+		return "3|" + r.RD + "|" + r.IP.String()
 	default:
-		return fmt.Sprintf("5|%s|%s", r.RD, r.Prefix)
+		return "5|" + r.RD + "|" + r.Prefix.String()
 	}
 }
 
+// same reports whether two routes are equal in everything advertised.
 func (r Route) same(o Route) bool {
-	return r.key() == o.key() && r.NextHop == o.NextHop && slices.Equal(r.RTs, o.RTs) && r.VNI == o.VNI
+	return r.Type == o.Type && r.VNI == o.VNI && r.RD == o.RD && r.MAC == o.MAC && r.IP == o.IP &&
+		r.Prefix == o.Prefix && r.NextHop == o.NextHop && slices.Equal(r.RTs, o.RTs)
 }
 
 // String is a one-line form for logs and tests.
@@ -108,6 +111,13 @@ type Node struct {
 // one RD cannot carry several next hops for one prefix). Endpoints on unknown
 // networks or on nodes without a VTEP or a live lease are left out.
 func (c *Config) Desired(s State) []Route {
+	out := c.desired(s)
+	sortRoutes(out)
+	return out
+}
+
+// desired is Desired unsorted.
+func (c *Config) desired(s State) []Route {
 	nets := map[string]Network{}
 	for _, n := range s.Networks {
 		nets[n.Name] = n
@@ -122,6 +132,24 @@ func (c *Config) Desired(s State) []Route {
 		vni  uint32
 	}
 	flood := map[nodeVNI]bool{}
+	// Route targets and distinguishers, per VNI and VTEP.
+	rts := map[uint32][]string{}
+	rds := map[nodeVNI]string{}
+	tags := func(vni uint32, vtep netip.Addr) ([]string, string) {
+		rt, ok := rts[vni]
+		if !ok {
+			_, s := c.routeTarget(vni)
+			rt = []string{s}
+			rts[vni] = rt
+		}
+		k := nodeVNI{vtep, vni}
+		rd, ok := rds[k]
+		if !ok {
+			rd = c.rd(vni, vtep).String()
+			rds[k] = rd
+		}
+		return rt, rd
+	}
 	type routed struct {
 		net  Network
 		vtep netip.Addr
@@ -136,9 +164,8 @@ func (c *Config) Desired(s State) []Route {
 		if !ok || !nd.Connected || !nd.VTEP.IsValid() {
 			continue
 		}
-		_, rt := c.routeTarget(n.VNI)
-		rd := c.rd(n.VNI, nd.VTEP).String()
-		base := Route{Type: TypeMACIP, VNI: n.VNI, RD: rd, RTs: []string{rt}, MAC: e.MAC, NextHop: nd.VTEP}
+		rt, rd := tags(n.VNI, nd.VTEP)
+		base := Route{Type: TypeMACIP, VNI: n.VNI, RD: rd, RTs: rt, MAC: e.MAC, NextHop: nd.VTEP}
 		if len(e.IPs) == 0 {
 			out = append(out, base)
 		}
@@ -150,26 +177,29 @@ func (c *Config) Desired(s State) []Route {
 		k := nodeVNI{nd.VTEP, n.VNI}
 		if !flood[k] {
 			flood[k] = true
-			out = append(out, Route{Type: TypeMulticast, VNI: n.VNI, RD: rd, RTs: []string{rt}, IP: nd.VTEP, NextHop: nd.VTEP})
+			out = append(out, Route{Type: TypeMulticast, VNI: n.VNI, RD: rd, RTs: rt, IP: nd.VTEP, NextHop: nd.VTEP})
 			if p, ok := prefixes[n.VNI]; n.Routed && (!ok || nd.VTEP.Less(p.vtep)) {
 				prefixes[n.VNI] = routed{n, nd.VTEP}
 			}
 		}
 	}
 	for vni, r := range prefixes {
-		_, rt := c.routeTarget(vni)
+		rt, rd := tags(vni, r.vtep)
 		for _, p := range r.net.Subnets {
-			out = append(out, Route{Type: TypePrefix, VNI: vni, RD: c.rd(vni, r.vtep).String(), RTs: []string{rt}, Prefix: p, NextHop: r.vtep})
+			out = append(out, Route{Type: TypePrefix, VNI: vni, RD: rd, RTs: rt, Prefix: p, NextHop: r.vtep})
 		}
 	}
-	sortRoutes(out)
 	return out
 }
 
 func sortRoutes(rs []Route) {
 	slices.SortFunc(rs, func(a, b Route) int {
-		return cmp.Or(cmp.Compare(a.VNI, b.VNI), cmp.Compare(a.Type, b.Type), cmp.Compare(a.MAC, b.MAC),
-			a.IP.Compare(b.IP), a.NextHop.Compare(b.NextHop), cmp.Compare(a.Prefix.String(), b.Prefix.String()),
-			a.Peer.Compare(b.Peer), cmp.Compare(a.RD, b.RD))
+		if c := cmp.Or(cmp.Compare(a.VNI, b.VNI), cmp.Compare(a.Type, b.Type), cmp.Compare(a.MAC, b.MAC)); c != 0 {
+			return c
+		}
+		if c := cmp.Or(a.IP.Compare(b.IP), a.NextHop.Compare(b.NextHop), a.Prefix.Addr().Compare(b.Prefix.Addr())); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits()), a.Peer.Compare(b.Peer), cmp.Compare(a.RD, b.RD))
 	})
 }
