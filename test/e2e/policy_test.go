@@ -187,6 +187,40 @@ spec:
 		}
 		return nil
 	})
+	// A namespace label change: db admits the namespaces labelled
+	// env=trusted; labelling "default" lets web in, unlabelling shuts it
+	// out again. The time is from the skiffctl call to the first
+	// connection that passes (probes are 1 s apart at most).
+	os.WriteFile(file, []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db-from-trusted, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {env: trusted}}}]}]
+`), 0o600)
+	c.mustCtl("policy", "apply", "-f", file)
+	eventually(t, func() error {
+		if tcp(web) {
+			return fmt.Errorf("web reaches db before its namespace is trusted")
+		}
+		return nil
+	})
+	start = time.Now()
+	c.mustCtl("namespace", "label", "default", "env=trusted")
+	eventually(t, func() error {
+		if !tcp(web) {
+			return fmt.Errorf("web does not reach db after its namespace was labelled")
+		}
+		return nil
+	})
+	t.Logf("namespace label -> enforced: %v", time.Since(start))
+	c.mustCtl("namespace", "label", "default", "env-")
+	eventually(t, func() error {
+		if tcp(web) {
+			return fmt.Errorf("web still reaches db after the label was removed")
+		}
+		return nil
+	})
 }
 
 func firstIPv4T(t *testing.T, ns string) string {
