@@ -148,7 +148,7 @@ type peer struct {
 	port int32
 }
 
-func startPeer(t testing.TB, asn uint32, routerID string, port int32, skiffPort int32, skiffASN uint32) *peer {
+func startPeer(t testing.TB, asn uint32, routerID string, port int32, skiffPort int32, skiffASN uint32, edit ...func(*api.Peer)) *peer {
 	t.Helper()
 	srv := server.NewBgpServer(server.LoggerOption(quiet(), new(slog.LevelVar)))
 	go srv.Serve()
@@ -156,12 +156,16 @@ func startPeer(t testing.TB, asn uint32, routerID string, port int32, skiffPort 
 	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{Asn: asn, RouterId: routerID, ListenPort: port, ListenAddresses: []string{"127.0.0.1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+	ap := &api.Peer{
 		Conf:      &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: skiffASN},
 		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true}}},
 		Transport: &api.Transport{RemotePort: uint32(skiffPort), PassiveMode: true},
 		Timers:    &api.Timers{Config: &api.TimersConfig{ConnectRetry: 1, IdleHoldTimeAfterReset: 1}},
-	}})
+	}
+	for _, f := range edit {
+		f(ap)
+	}
+	err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: ap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,4 +518,39 @@ func TestReplicasAdvertiseTheSameRoutes(t *testing.T) {
 		}
 		return len(got) == len(want), strings.Join(got, "\n")
 	})
+}
+
+// TestPasswordAndIBGPRouteReflectorClient: a TCP MD5 password and an iBGP
+// route-reflector client: the session comes up with the right password,
+// routes arrive with Skiff's next hops, and a wrong password never
+// establishes.
+func TestPasswordAndIBGPRouteReflectorClient(t *testing.T) {
+	for _, tc := range []struct {
+		name, peerPassword string
+		up                 bool
+	}{{"same password", "s3cret", true}, {"wrong password", "other", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sPort, pPort := freePort(t), freePort(t)
+			p := startPeer(t, 64512, "192.0.2.100", pPort, sPort, 64512, func(ap *api.Peer) { ap.Conf.AuthPassword = tc.peerPassword })
+			cfg := Config{ASN: 64512, RouterID: "192.0.2.1", ListenPort: sPort, ListenAddresses: []string{"127.0.0.1"},
+				Peers: []Peer{{Address: "127.0.0.1", ASN: 64512, Port: uint32(pPort), Password: "s3cret", RouteReflectorClient: true}}}
+			sp, err := New(context.Background(), cfg, quiet(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sp.Close()
+			if _, _, err := sp.Advertise(cfg.Desired(baseState())); err != nil {
+				t.Fatal(err)
+			}
+			if tc.up {
+				expectReceived(t, p, strs(cfg.Desired(baseState())))
+				return
+			}
+			time.Sleep(5 * time.Second)
+			ps, err := sp.Peers(context.Background())
+			if err != nil || len(ps) != 1 || ps[0].State == "established" || len(p.received(t)) != 0 {
+				t.Fatalf("with a wrong password: %+v %v, peer holds %v", ps, err, p.received(t))
+			}
+		})
+	}
 }
