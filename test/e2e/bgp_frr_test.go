@@ -294,6 +294,35 @@ func TestBGPInteropFRR(t *testing.T) {
 		}
 		return nil
 	})
+	var table struct {
+		Routes []struct {
+			Type         int `json:"type"`
+			Vni          int `json:"vni"`
+			Mac, NextHop string
+			Peer         string   `json:"peer"`
+			RouteTargets []string `json:"routeTargets"`
+		} `json:"routes"`
+	}
+	if err := json.Unmarshal([]byte(c.mustCtl("bgp", "routes", "--vni", "100", "-o", "json")), &table); err != nil {
+		t.Fatal(err)
+	}
+	learned := 0
+	for _, r := range table.Routes {
+		if r.Vni != 100 || len(r.RouteTargets) != 1 {
+			t.Errorf("route %+v", r)
+		}
+		if r.Peer == "192.0.2.50" {
+			learned++
+			if r.NextHop != "192.0.2.50" || r.RouteTargets[0] != "64600:100" {
+				t.Errorf("learned route %+v", r)
+			}
+		} else if r.NextHop != "192.0.2.1" || r.RouteTargets[0] != "64512:100" {
+			t.Errorf("local route %+v", r)
+		}
+	}
+	if len(table.Routes) != 5 || learned != 2 {
+		t.Errorf("skiffctl bgp routes -o json: %d routes, %d learned; want 5 and 2 (pods a, b, n1's type 3; host, server's type 3)", len(table.Routes), learned)
+	}
 	eventually(t, func() error {
 		fdb := c.fdb("n1", 100)
 		if !strings.Contains(fdb, hostMAC+" 192.0.2.50") || !strings.Contains(fdb, "00:00:00:00:00:00 192.0.2.50") {
