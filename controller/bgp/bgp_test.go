@@ -113,32 +113,72 @@ func strs(rs []Route) []string {
 }
 
 func TestDesired(t *testing.T) {
-	c := Config{ASN: 64512, RouterID: "192.0.2.1"}
-	got := strs(c.Desired(baseState()))
-	want := []string{
-		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0a ip=198.51.100.10 nh=192.0.2.11 rt=64512:100",
-		"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0b ip=198.51.100.11 nh=192.0.2.12 rt=64512:100",
-		"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100",
-		"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.12 nh=192.0.2.12 rt=64512:100",
-		"type2 vni=200 rd=192.0.2.1:200 mac=02:00:00:00:00:0c nh=192.0.2.12 rt=64512:200",
-		"type3 vni=200 rd=192.0.2.1:200 orig=192.0.2.12 nh=192.0.2.12 rt=64512:200",
+	base := Config{ASN: 64512, RouterID: "192.0.2.1"}
+	configured := base
+	configured.Networks = []NetworkConfig{{VNI: 100, RouteTarget: "65000:7", RD: "198.51.100.1:9"}}
+	byVTEP := base
+	byVTEP.RDFromVTEP = true
+	nodes := baseState().Nodes
+	one := func(nets []Network, eps ...Endpoint) State {
+		return State{Networks: nets, Nodes: nodes, Endpoints: eps}
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	a := Endpoint{Name: "a", Network: "blue", Node: "n1", MAC: "02:00:00:00:00:0a"}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		s    State
+		want []string
+	}{
+		{"defaults", base, baseState(), []string{
+			"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0a ip=198.51.100.10 nh=192.0.2.11 rt=64512:100",
+			"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0b ip=198.51.100.11 nh=192.0.2.12 rt=64512:100",
+			"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100",
+			"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.12 nh=192.0.2.12 rt=64512:100",
+			"type2 vni=200 rd=192.0.2.1:200 mac=02:00:00:00:00:0c nh=192.0.2.12 rt=64512:200",
+			"type3 vni=200 rd=192.0.2.1:200 orig=192.0.2.12 nh=192.0.2.12 rt=64512:200",
+		}},
+		{"configured RT and RD", configured, one([]Network{{Name: "blue", VNI: 100}}, a), []string{
+			"type2 vni=100 rd=198.51.100.1:9 mac=02:00:00:00:00:0a nh=192.0.2.11 rt=65000:7",
+			"type3 vni=100 rd=198.51.100.1:9 orig=192.0.2.11 nh=192.0.2.11 rt=65000:7",
+		}},
+		{"VNI beyond a type-1 RD", base, one([]Network{{Name: "blue", VNI: 100000}}, a), []string{
+			"type2 vni=100000 rd=64512:100000 mac=02:00:00:00:00:0a nh=192.0.2.11 rt=64512:100000",
+			"type3 vni=100000 rd=64512:100000 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100000",
+		}},
+		{"RD from the VTEP", byVTEP, one([]Network{{Name: "blue", VNI: 100}}, a), []string{
+			"type2 vni=100 rd=192.0.2.11:100 mac=02:00:00:00:00:0a nh=192.0.2.11 rt=64512:100",
+			"type3 vni=100 rd=192.0.2.11:100 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100",
+		}},
+		{"routed network", base, one([]Network{{Name: "blue", VNI: 100, Routed: true, Subnets: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}},
+			a, Endpoint{Name: "b", Network: "blue", Node: "n2", MAC: "02:00:00:00:00:0b"}), []string{
+			"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0a nh=192.0.2.11 rt=64512:100",
+			"type2 vni=100 rd=192.0.2.1:100 mac=02:00:00:00:00:0b nh=192.0.2.12 rt=64512:100",
+			"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100",
+			"type3 vni=100 rd=192.0.2.1:100 orig=192.0.2.12 nh=192.0.2.12 rt=64512:100",
+			"type5 vni=100 rd=192.0.2.1:100 prefix=198.51.100.0/24 nh=192.0.2.11 rt=64512:100",
+		}},
+		{"unknown network, unknown or lost node", base, State{Networks: []Network{{Name: "blue", VNI: 100}},
+			Nodes: []Node{{Name: "n1", VTEP: vtep1}}, Endpoints: []Endpoint{a, {Name: "x", Network: "nope", Node: "n1"}, {Name: "y", Network: "blue", Node: "n9"}}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := strs(tc.cfg.Desired(tc.s)); !slices.Equal(got, tc.want) {
+				t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
 	}
-	// Configured RT/RD, and a VNI too large for a type-1 RD.
-	c.Networks = []NetworkConfig{{VNI: 100, RouteTarget: "65000:7", RD: "198.51.100.1:9"}}
-	s := State{Networks: []Network{{Name: "blue", VNI: 100}, {Name: "big", VNI: 100000}}, Nodes: baseState().Nodes,
-		Endpoints: []Endpoint{{Name: "a", Network: "blue", Node: "n1", MAC: "02:00:00:00:00:0a"}, {Name: "z", Network: "big", Node: "n1", MAC: "02:00:00:00:00:0f"}}}
-	got = strs(c.Desired(s))
-	want = []string{
-		"type2 vni=100 rd=198.51.100.1:9 mac=02:00:00:00:00:0a nh=192.0.2.11 rt=65000:7",
-		"type3 vni=100 rd=198.51.100.1:9 orig=192.0.2.11 nh=192.0.2.11 rt=65000:7",
-		"type2 vni=100000 rd=64512:100000 mac=02:00:00:00:00:0f nh=192.0.2.11 rt=64512:100000",
-		"type3 vni=100000 rd=64512:100000 orig=192.0.2.11 nh=192.0.2.11 rt=64512:100000",
+}
+
+func TestTypeFiveOnTheWire(t *testing.T) {
+	sp, p := pair(t, Options{}, time.Second)
+	cfg := sp.Config()
+	s := State{Networks: []Network{{Name: "blue", VNI: 100, Routed: true, Subnets: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}}},
+		Nodes: baseState().Nodes, Endpoints: []Endpoint{{Name: "a", Network: "blue", Node: "n1", MAC: "02:00:00:00:00:0a"}}}
+	if _, _, err := sp.Advertise(cfg.Desired(s)); err != nil {
+		t.Fatal(err)
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	expectReceived(t, p, strs(cfg.Desired(s)))
+	if !slices.Contains(p.received(t), "type5 vni=100 rd=192.0.2.1:100 prefix=198.51.100.0/24 nh=192.0.2.11 rt=64512:100") {
+		t.Fatal("no type-5 route")
 	}
 }
 
