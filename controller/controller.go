@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	servers := api.New(st, pl, log, cfg.StatusTTL)
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
 	skiffv1.RegisterAgentServiceServer(gs, servers.Agent)
-	skiffv1.RegisterBgpServiceServer(gs, &bgp.Service{Speaker: speaker})
+	skiffv1.RegisterBgpServiceServer(gs, &bgp.Service{Speaker: speaker, Authorize: notAgent})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 

@@ -8,11 +8,17 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
+	"github.com/skiff-sdn/skiff/controller/api"
 	"github.com/skiff-sdn/skiff/controller/bgp"
 	"github.com/skiff-sdn/skiff/controller/planner"
 	"github.com/skiff-sdn/skiff/controller/store"
@@ -62,6 +68,27 @@ func externals(rs []bgp.Route) []planner.External {
 		}
 	}
 	return out
+}
+
+// notAgent refuses callers that present an agent's certificate (common
+// name "node:..."), or none, on a TLS connection; plaintext is trusted.
+func notAgent(ctx context.Context) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil
+	}
+	cn := ""
+	if chains := ti.State.VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
+		cn = chains[0][0].Subject.CommonName
+	}
+	if cn == "" || strings.HasPrefix(cn, api.NodeCertPrefix) {
+		return status.Errorf(codes.PermissionDenied, "certificate %q may not use the BGP API", cn)
+	}
+	return nil
 }
 
 // serveMetrics serves reg on addr at /metrics until ctx ends.

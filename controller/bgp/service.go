@@ -15,9 +15,17 @@ import (
 type Service struct {
 	skiffv1.UnimplementedBgpServiceServer
 	Speaker *Speaker
+	// Authorize, when set, is asked before every call (the controller
+	// refuses agents' certificates, as on the management API).
+	Authorize func(context.Context) error
 }
 
-func (s *Service) speaker() (*Speaker, error) {
+func (s *Service) speaker(ctx context.Context) (*Speaker, error) {
+	if s.Authorize != nil {
+		if err := s.Authorize(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if s.Speaker == nil {
 		return nil, status.Error(codes.FailedPrecondition, "bgp: the controller runs without BGP (start it with --bgp-asn)")
 	}
@@ -26,7 +34,7 @@ func (s *Service) speaker() (*Speaker, error) {
 
 // ListBgpPeers returns the sessions.
 func (s *Service) ListBgpPeers(ctx context.Context, _ *skiffv1.ListBgpPeersRequest) (*skiffv1.ListBgpPeersResponse, error) {
-	sp, err := s.speaker()
+	sp, err := s.speaker(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -46,8 +54,8 @@ func (s *Service) ListBgpPeers(ctx context.Context, _ *skiffv1.ListBgpPeersReque
 }
 
 // ListBgpRoutes returns the EVPN table, optionally of one VNI.
-func (s *Service) ListBgpRoutes(_ context.Context, in *skiffv1.ListBgpRoutesRequest) (*skiffv1.ListBgpRoutesResponse, error) {
-	sp, err := s.speaker()
+func (s *Service) ListBgpRoutes(ctx context.Context, in *skiffv1.ListBgpRoutesRequest) (*skiffv1.ListBgpRoutesResponse, error) {
+	sp, err := s.speaker(ctx)
 	if err != nil {
 		return nil, err
 	}
