@@ -1,0 +1,168 @@
+// Package policyvm checks, inside the kernel VM, what the development
+// kernel cannot show: Skiff's nftables policy on SCTP (the host kernel has
+// no SCTP). A node (a namespace with a bridge) and two pods; the server
+// admits SCTP on one port from the client's group only.
+package policyvm
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+)
+
+func TestSCTPPolicy(t *testing.T) {
+	guest.Require(t)
+	// The guest's busybox has an "ip" applet of its own; the real
+	// iproute2 is in /usr/sbin. It keeps namespaces in /run/netns (see
+	// nsPath).
+	t.Setenv("PATH", "/usr/sbin:"+os.Getenv("PATH"))
+	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	node := testns.New(t)
+	testns.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
+	testns.Run(t, node, "ip", "link", "set", "skb100", "up")
+	ips := map[string]string{"client": "198.51.100.11", "server": "198.51.100.12", "other": "198.51.100.13"}
+	pods := map[string]string{}
+	for _, p := range []string{"client", "server", "other"} {
+		n := testns.New(t)
+		pods[p] = n
+		testns.Run(t, node, "ip", "link", "add", "skp"+p[:2], "type", "veth", "peer", "name", "eth0", "netns", n)
+		testns.Run(t, node, "ip", "link", "set", "skp"+p[:2], "master", "skb100", "up")
+		testns.Run(t, n, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
+		testns.Run(t, n, "ip", "link", "set", "eth0", "up")
+		testns.Run(t, n, "ip", "link", "set", "lo", "up")
+	}
+	for _, port := range []int{9000, 9001} {
+		sctpServe(t, pods["server"], ips["server"], port)
+	}
+	reach := func(from string, port int) bool {
+		return sctpConnect(t, pods[from], ips["server"], port) == nil
+	}
+	for _, from := range []string{"client", "other"} {
+		for _, port := range []int{9000, 9001} {
+			if !reach(from, port) {
+				t.Fatalf("%s -> server SCTP %d fails before any policy", from, port)
+			}
+		}
+	}
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: nsPath(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	if err := fw.EnableBridgeNetfilter(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.SetPolicy(nl.PolicyConfig{
+		Sets: map[string][]netip.Addr{"clients": {netip.MustParseAddr(ips["client"])}},
+		Endpoints: []nl.EndpointPolicy{{Name: "server", Bridge: "skb100", IPs: []netip.Addr{netip.MustParseAddr(ips["server"])}, IngressIsolated: true,
+			Ingress: []nl.PolicyRule{{Peers: []nl.PolicyPeer{{Set: "clients"}}, Ports: []nl.PolicyPort{{Proto: unix.IPPROTO_SCTP, From: 9000, To: 9000}}}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		from string
+		port int
+		want bool
+	}{{"client", 9000, true}, {"client", 9001, false}, {"other", 9000, false}, {"other", 9001, false}} {
+		if got := reach(c.from, c.port); got != c.want {
+			t.Errorf("%s -> server SCTP %d: reachable=%v, want %v", c.from, c.port, got, c.want)
+		}
+	}
+	counters, err := fw.PolicyCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed, dropped uint64
+	for _, c := range counters {
+		if c.Rule == 0 {
+			allowed += c.Packets
+		} else {
+			dropped += c.Packets
+		}
+	}
+	if allowed == 0 || dropped == 0 {
+		t.Errorf("counters: %d allowed, %d dropped packets; want both > 0", allowed, dropped)
+	}
+}
+
+// sctpServe listens on SCTP (one-to-one style) in a namespace and accepts
+// until the test ends.
+func sctpServe(t *testing.T, netns, ip string, port int) {
+	var fd int
+	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
+		var err error
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP)
+		if err != nil {
+			return fmt.Errorf("sctp socket: %w", err)
+		}
+		sa := &unix.SockaddrInet4{Port: port, Addr: netip.MustParseAddr(ip).As4()}
+		if err := unix.Bind(fd, sa); err != nil {
+			return err
+		}
+		return unix.Listen(fd, 16)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	go func() {
+		for {
+			c, _, err := unix.Accept(fd)
+			if err != nil {
+				return
+			}
+			unix.Close(c)
+		}
+	}()
+}
+
+// sctpConnect opens an SCTP association from a namespace, giving up after
+// a second.
+func sctpConnect(t *testing.T, netns, ip string, port int) error {
+	var result error
+	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, unix.IPPROTO_SCTP)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: netip.MustParseAddr(ip).As4()})
+		if err != nil && !errors.Is(err, unix.EINPROGRESS) {
+			result = err
+			return nil
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, err := unix.Poll(pfd, int(time.Second/time.Millisecond))
+		if err != nil || n == 0 {
+			result = fmt.Errorf("no association within a second")
+			return nil
+		}
+		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err == nil && soerr != 0 {
+			err = unix.Errno(soerr)
+		}
+		result = err
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return result
+}
+
+// nsPath is where the guest's iproute2 keeps a named namespace: /run/netns
+// (the host's /var/run is a link to /run; the guest's is a directory of
+// its own).
+func nsPath(name string) string { return "/run/netns/" + name }
