@@ -180,6 +180,26 @@ spec:
 	if tables("n1") != t1 || elems("n1") != 0 {
 		t.Errorf("n1, which isolates nothing, wrote to the policy table")
 	}
+	// Restart without churn: n2's agent killed, the policy holds (web
+	// in, other out) while it is down, and the restarted agent, once it
+	// has applied its plan, has written nothing to the policy table.
+	stop(c.nodes["n2"].agent)
+	if !tcp(web) || tcp(other) {
+		t.Errorf("with n2's agent down: web reaches db %v (want true), other %v (want false)", tcp(web), tcp(other))
+	}
+	c.startAgent("n2")
+	eventually(t, func() error {
+		if out, err := testns.Try(c.ul, "curl", "-sf", "http://"+c.nodes["n2"].ip+":9100/healthz"); err != nil || strings.TrimSpace(out) != "ok" {
+			return fmt.Errorf("n2's agent not healthy: %v %q", err, out)
+		}
+		return nil
+	})
+	if tb, el := tables("n2"), elems("n2"); tb != 0 || el != 0 {
+		t.Errorf("the restarted agent wrote to the policy table: %d table rewrites, %d set elements; want none", tb, el)
+	}
+	if !tcp(web) || tcp(other) {
+		t.Errorf("after n2's agent restarted: web reaches db %v (want true), other %v (want false)", tcp(web), tcp(other))
+	}
 	c.mustCtl("delete", "policy", "default/db-from-web")
 	eventually(t, func() error {
 		if !tcp(other) || !ping(web, db) {
