@@ -269,7 +269,11 @@ func (s *Speaker) path(r Route) (*apiutil.Path, error) {
 			attrs = append(attrs, bgp.NewPathAttributePmsiTunnel(bgp.PMSI_TUNNEL_TYPE_INGRESS_REPL, false, r.VNI, id))
 		}
 	case TypePrefix:
-		nlri, err = bgp.NewEVPNIPPrefixRoute(rd, bgp.EthernetSegmentIdentifier{}, 0, uint8(r.Prefix.Bits()), r.Prefix.Addr(), netip.IPv4Unspecified(), r.VNI)
+		gw := netip.IPv4Unspecified()
+		if r.Prefix.Addr().Is6() {
+			gw = netip.IPv6Unspecified()
+		}
+		nlri, err = bgp.NewEVPNIPPrefixRoute(rd, bgp.EthernetSegmentIdentifier{}, 0, uint8(r.Prefix.Bits()), r.Prefix.Addr(), gw, r.VNI)
 	default:
 		return nil, fmt.Errorf("type %d is not advertised", r.Type)
 	}
