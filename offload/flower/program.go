@@ -126,7 +126,9 @@ type installed struct {
 	hwpk, hwby   uint64
 }
 
-func skiffPrio(prio uint16) bool { return prio == PrioARP || prio == PrioUnicast || prio == PrioFlood }
+func (h installed) id() uint64 { return uint64(h.info)<<32 | uint64(h.handle) }
+
+func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLast }
 
 // dump returns Skiff's filters on dev's ingress: at Skiff's priorities,
 // with a cookie that starts with Skiff's mark. Others are never returned,
@@ -202,19 +204,19 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 			byMatch[string(h.cookie[4:10])] = h
 		}
 		wrote := false
-		keep := map[uint32]bool{}
+		keep := map[uint64]bool{} // by priority+protocol and handle: handles repeat across priorities
 		for _, r := range byDev[name] {
 			c := cookieFor(devs, r)
 			h, ok := byMatch[string(c[4:10])]
 			if ok && bytes.Equal(h.cookie[10:], c[10:]) {
-				keep[h.handle] = true
+				keep[h.id()] = true
 				states[r.String()] = p.state(r, dev, h)
 				continue
 			}
 			var handle uint32
 			if ok {
 				handle = h.handle // same match, other actions: replace in place
-				keep[h.handle] = true
+				keep[h.id()] = true
 			}
 			wrote = true
 			if err := p.install(devs, dev, r, handle, c); err != nil {
@@ -223,7 +225,7 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 		}
 		var del []installed
 		for _, h := range have {
-			if !keep[h.handle] {
+			if !keep[h.id()] {
 				del = append(del, h)
 			}
 		}
@@ -435,6 +437,8 @@ func filterObject(devs map[string]Device, dev Device, r Rule, handle, flags uint
 		case TunnelUnset:
 			act = &tc.Action{Kind: "tunnel_key", TunnelKey: &tc.TunnelKey{
 				Parms: &tc.TunnelParms{Action: tc.ActPipe, TunnelKeyAction: 2}}} // TCA_TUNNEL_KEY_ACT_RELEASE
+		case Continue:
+			act = &tc.Action{Kind: "gact", Gact: &tc.Gact{Parms: &tc.GactParms{Action: 0xffffffff}}} // TC_ACT_UNSPEC
 		case Redirect, Mirror:
 			t, ok := devs[a.Dev]
 			if !ok {

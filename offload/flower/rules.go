@@ -20,7 +20,12 @@ const VXLANPort = 4789
 const (
 	PrioARP     uint16 = 0x5300 // ARP requests for known addresses, sent to their owner
 	PrioUnicast uint16 = 0x5301 // unicast by destination MAC: encap, decap, local
-	PrioFlood   uint16 = 0x5302 // broadcast: every local endpoint and remote VTEP of the VNI
+	// PrioFlood up to PrioFloodLast: broadcast to every local endpoint and
+	// remote VTEP of the VNI, in chunks of a few copies each (a filter
+	// with many actions does not fit in a netlink dump message), every
+	// chunk but the last ending in "continue" to the next.
+	PrioFlood     uint16 = 0x5302
+	PrioFloodLast uint16 = 0x530f
 )
 
 // Ethernet types of Skiff's filters.
@@ -39,7 +44,7 @@ const (
 	KindLocal = "local"    // representor -> representor on this node
 	KindARP   = "arp"      // ARP request for a known address -> its owner
 	KindFlood = "flood"    // broadcast -> every endpoint of the VNI
-	maxActs   = 32         // TCA_ACT_MAX_PRIO
+	chunkActs = 7          // copies' actions per flood filter
 	cookieLen = 16         // TC_COOKIE_MAX_SIZE
 	magic     = "\x73\x6b" // "sk", first bytes of every Skiff cookie
 )
@@ -73,6 +78,7 @@ const (
 	TunnelUnset = "tunnel_key unset"
 	Redirect    = "mirred redirect"
 	Mirror      = "mirred mirror"
+	Continue    = "continue" // gact: go on with the next filter
 )
 
 // Rule is one flower filter on a device's ingress.
@@ -91,7 +97,7 @@ func (a Action) String() string {
 	switch a.Kind {
 	case TunnelSet:
 		return fmt.Sprintf("%s id %d src_ip %s dst_ip %s dst_port %d", a.Kind, a.VNI, a.Src, a.Dst, a.DstPort)
-	case TunnelUnset:
+	case TunnelUnset, Continue:
 		return a.Kind
 	default:
 		return fmt.Sprintf("%s dev %s", a.Kind, a.Dev)
@@ -253,24 +259,22 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			}
 			// Broadcast: mirrored to every other local endpoint and
 			// every remote VTEP, the last copy redirected.
-			var acts []Action
+			var copies [][]Action
 			for _, o := range locals {
 				if o.ep.Name != l.ep.Name {
-					acts = append(acts, Action{Kind: Mirror, Dev: o.rep})
+					copies = append(copies, []Action{{Kind: Mirror, Dev: o.rep}})
 				}
 			}
 			for _, v := range n.FloodVTEPs {
-				acts = append(acts, set(v), Action{Kind: Mirror, Dev: in.VXLAN})
+				copies = append(copies, []Action{set(v), {Kind: Mirror, Dev: in.VXLAN}})
 			}
-			if len(acts) > 0 {
-				acts[len(acts)-1].Kind = Redirect
-				if len(acts) > maxActs {
-					return nil, fmt.Errorf("networks[%s].floodVTEPs: broadcast from %s needs %d tc actions, more than the kernel's %d", nname, l.ep.Name, len(acts), maxActs)
-				}
-				f := base
-				f.Prio, f.Kind, f.Match, f.Actions = PrioFlood, KindFlood, Match{DstMAC: Broadcast}, acts
-				out = append(out, f)
+			f := base
+			f.Kind, f.Match = KindFlood, Match{DstMAC: Broadcast}
+			fl, err := flood(f, nil, copies)
+			if err != nil {
+				return nil, fmt.Errorf("networks[%s].floodVTEPs: broadcast from %s: %w", nname, l.ep.Name, err)
 			}
+			out = append(out, fl...)
 			// Decap on the VXLAN device, to this endpoint.
 			d := Rule{Dev: in.VXLAN, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindDecap}
 			d.Match = decap
@@ -285,19 +289,20 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 				out = append(out, a)
 			}
 		}
-		// Broadcast from the tunnel to every local endpoint.
-		acts := []Action{{Kind: TunnelUnset}}
+		// Broadcast from the tunnel to every local endpoint. The tunnel
+		// metadata goes (unset) only in the last chunk: the chunks
+		// after a first one match on it too.
+		var copies [][]Action
 		for _, l := range locals {
-			acts = append(acts, Action{Kind: Mirror, Dev: l.rep})
+			copies = append(copies, []Action{{Kind: Mirror, Dev: l.rep}})
 		}
-		acts[len(acts)-1].Kind = Redirect
-		if len(acts) > maxActs {
-			return nil, fmt.Errorf("networks[%s]: broadcast to %d local endpoints needs %d tc actions, more than the kernel's %d", nname, len(locals), len(acts), maxActs)
-		}
-		f := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Prio: PrioFlood, Kind: KindFlood, Actions: acts}
-		f.Match = decap
+		f := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Kind: KindFlood, Match: decap}
 		f.Match.DstMAC = Broadcast
-		out = append(out, f)
+		fl, err := flood(f, []Action{{Kind: TunnelUnset}}, copies)
+		if err != nil {
+			return nil, fmt.Errorf("networks[%s]: broadcast to %d local endpoints: %w", nname, len(locals), err)
+		}
+		out = append(out, fl...)
 	}
 	slices.SortFunc(out, func(a, b Rule) int { return strings.Compare(a.String(), b.String()) })
 	for i := 1; i < len(out); i++ {
@@ -305,6 +310,43 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			return nil, fmt.Errorf("two rules for %s: %q (endpoint %s) and %q (endpoint %s); duplicate MAC or IP in the plan",
 				out[i].MatchKey(), out[i-1].String(), out[i-1].Endpoint, out[i].String(), out[i].Endpoint)
 		}
+	}
+	return out, nil
+}
+
+// flood spreads copies (each one or more actions ending in a mirror) over
+// filters at PrioFlood, PrioFlood+1, ...: each holds at most chunkActs
+// actions of copies; every filter but the last ends in Continue; the last
+// starts with last and turns its final mirror into a redirect. No copies,
+// no filter.
+func flood(base Rule, last []Action, copies [][]Action) ([]Rule, error) {
+	if len(copies) == 0 {
+		return nil, nil
+	}
+	var chunks [][]Action
+	var cur []Action
+	for _, c := range copies {
+		if len(cur) > 0 && len(cur)+len(c) > chunkActs {
+			chunks = append(chunks, cur)
+			cur = nil
+		}
+		cur = append(cur, c...)
+	}
+	chunks = append(chunks, cur)
+	if n := len(chunks); n > int(PrioFloodLast-PrioFlood)+1 {
+		return nil, fmt.Errorf("%d copies need %d flood filters, more than Skiff's %d priorities", len(copies), n, PrioFloodLast-PrioFlood+1)
+	}
+	var out []Rule
+	for i, c := range chunks {
+		r := base
+		r.Prio = PrioFlood + uint16(i)
+		if i < len(chunks)-1 {
+			r.Actions = append(slices.Clone(c), Action{Kind: Continue})
+		} else {
+			r.Actions = append(slices.Clone(last), c...)
+			r.Actions[len(r.Actions)-1].Kind = Redirect
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -189,11 +189,11 @@ func TestCompileErrors(t *testing.T) {
 		{"duplicate MAC", func(p *plan.Plan, _ *Input) { r := p.Remote["r1"]; r.MAC = "02:00:00:00:00:0b"; p.Remote["r1"] = r }, "duplicate MAC or IP"},
 		{"too many VTEPs", func(p *plan.Plan, _ *Input) {
 			n := p.Networks["blue"]
-			for i := range 20 {
+			for i := range 60 {
 				n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}))
 			}
 			p.Networks["blue"] = n
-		}, "networks[blue].floodVTEPs: broadcast from a needs 43 tc actions"},
+		}, "networks[blue].floodVTEPs: broadcast from a: 62 copies need 21 flood filters, more than Skiff's 14 priorities"},
 	}
 	for _, c := range cases {
 		p, reps := base()
@@ -229,5 +229,31 @@ func TestCookie(t *testing.T) {
 	ca, cb := a.Cookie(), b.Cookie()
 	if string(ca[4:10]) != string(cb[4:10]) || string(ca[10:]) == string(cb[10:]) {
 		t.Errorf("cookies %x and %x", ca, cb)
+	}
+}
+
+// Broadcast to many VTEPs is spread over chained filters (continue), each
+// small enough for a netlink dump message; only the last redirects.
+func TestCompileFloodChunks(t *testing.T) {
+	p, reps := base()
+	delete(p.Local, "b")
+	delete(reps, "b")
+	delete(p.Remote, "r1")
+	n := p.Networks["blue"]
+	n.FloodVTEPs = vteps("192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5", "192.0.2.6")
+	p.Networks["blue"] = n
+	rs, err := Compile(p, Input{Reps: reps, VXLAN: "skvx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.2 action mirror:skvx action set:192.0.2.3 action mirror:skvx action set:192.0.2.4 action mirror:skvx action continue [flood a]",
+		"repa prio 21251 proto 0x0003 dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.5 action mirror:skvx action set:192.0.2.6 action redirect:skvx [flood a]",
+		"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
+		"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repa [flood ]",
+		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
+	}
+	if got := sorted(render(rs)); !slices.Equal(got, want) {
+		t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }

@@ -1,0 +1,211 @@
+// Package offloadbench measures the offload datapath in the kernel VM
+// (software tc: netdevsim offloads no flower): how fast a node's rules for
+// 10,000 remote endpoints are installed, and how long one endpoint change
+// takes on a node that holds them, next to iproute2's tc -batch installing
+// the same rules. It asserts what the rules are, never how fast; the
+// figures are for docs/benchmarks.md.
+//
+//	hack/kernelvm/run.sh -v -bins "" ./test/kernelvm/offloadbench
+package offloadbench
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/offload/flower"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+)
+
+const (
+	endpoints = 10000
+	vteps     = 100
+)
+
+func run(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func in(t testing.TB, args ...string) string {
+	return run(t, append([]string{"/usr/sbin/ip", "netns", "exec", "skbench"}, args...)...)
+}
+
+func count(t testing.TB, dev string) int {
+	out := in(t, "/usr/sbin/tc", "filter", "show", "dev", dev, "ingress")
+	return strings.Count(out, " handle ")
+}
+
+func remote(i int) plan.Remote {
+	// Tenant addresses in the benchmarking range (no packet is sent).
+	ip := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+	return plan.Remote{Name: fmt.Sprintf("r%05d", i), Network: "blue", VTEP: netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + i%vteps)}),
+		MAC: fmt.Sprintf("02:42:00:00:%02x:%02x", byte(i>>8), byte(i)), IPs: []netip.Prefix{netip.PrefixFrom(ip, 15)}}
+}
+
+func TestScale(t *testing.T) {
+	guest.Require(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "/usr/sbin/ip", "netns", "add", "skbench")
+	t.Cleanup(func() { _ = exec.Command("/usr/sbin/ip", "netns", "del", "skbench").Run() })
+	ns, err := netns.GetFromName("skbench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	in(t, "/usr/sbin/ip", "link", "set", "lo", "up")
+	in(t, "/usr/sbin/ip", "link", "add", "skbu0", "type", "dummy")
+	in(t, "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", "skbu0")
+	in(t, "/usr/sbin/ip", "link", "set", "skbu0", "up")
+	in(t, "/usr/sbin/ip", "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
+	in(t, "/usr/sbin/ip", "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
+	in(t, "/usr/sbin/ip", "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
+	in(t, "/usr/sbin/ip", "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
+
+	p := plan.New("n1")
+	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	n := plan.Network{Name: "blue", VNI: 100, MTU: 1450}
+	for i := range 15 { // the kernel's action limit allows 15 VTEPs of broadcast fan-out
+		n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + i)}))
+	}
+	p.Networks["blue"] = n
+	p.Local["pod"] = plan.Endpoint{Name: "pod", Network: "blue", Kind: plan.KindVeth, MAC: "02:00:00:00:00:0a",
+		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, VFIndex: -1}
+	for i := range endpoints {
+		r := remote(i)
+		p.Remote[r.Name] = r
+	}
+	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: ns,
+		Representor: func(plan.Endpoint) (string, bool) { return "skpbench", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+
+	// 1. Everything from nothing.
+	w0 := dp.Writes()
+	start := time.Now()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	full := time.Since(start)
+	installed := dp.Writes() - w0
+	repRules := count(t, "skpbench")
+	// encap + ARP per remote, 5 flood filters (15 VTEPs, 3 per filter).
+	if want := 2*endpoints + 5; repRules != want {
+		t.Fatalf("representor holds %d rules, want %d", repRules, want)
+	}
+	total := repRules + count(t, datapath.VXLANName)
+	t.Logf("FIGURE install: %d rules (%d writes incl. device and qdiscs) for %d remote endpoints in %v: %.0f rules/s",
+		total, installed, endpoints, full.Round(time.Millisecond), float64(total)/full.Seconds())
+
+	// 2. Nothing changed.
+	w0 = dp.Writes()
+	start = time.Now()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	idle := time.Since(start)
+	if w := dp.Writes() - w0; w != 0 {
+		t.Fatalf("re-apply wrote %d times", w)
+	}
+	t.Logf("FIGURE re-apply, nothing changed, %d rules: %v, 0 writes", total, idle.Round(time.Millisecond))
+
+	// 3. One endpoint change each: added, moved to another VTEP, deleted.
+	for _, step := range []struct {
+		name   string
+		change func()
+		writes int
+	}{
+		{"add one remote endpoint", func() { r := remote(endpoints); p.Remote[r.Name] = r }, 2},
+		{"move one remote endpoint to another VTEP", func() {
+			r := p.Remote["r00042"]
+			r.VTEP = netip.MustParseAddr("203.0.113.200")
+			p.Remote[r.Name] = r
+		}, 2},
+		{"delete one remote endpoint", func() { delete(p.Remote, "r00007") }, 2},
+	} {
+		step.change()
+		w0 = dp.Writes()
+		start = time.Now()
+		if err := dp.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		if w := dp.Writes() - w0; w != step.writes {
+			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
+		}
+		t.Logf("FIGURE %s on a node with %d rules: %v (%d writes)", step.name, total, took.Round(time.Millisecond), step.writes)
+	}
+
+	// Reference: iproute2 installing the same representor rules with
+	// tc -batch (one process, one netlink socket) on another device.
+	rules, err := flower.Compile(p, flower.Input{Reps: map[string]string{"pod": "skbtc"}, VXLAN: datapath.VXLANName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("qdisc add dev skbtc clsact\n")
+	nrules := 0
+	for _, r := range rules {
+		if r.Dev != "skbtc" {
+			continue
+		}
+		nrules++
+		proto := "all"
+		if r.EthType == flower.EthARP {
+			proto = "arp"
+		}
+		fmt.Fprintf(&b, "filter add dev skbtc ingress prio %d protocol %s flower", r.Prio, proto)
+		if r.Match.DstMAC != "" {
+			fmt.Fprintf(&b, " dst_mac %s", r.Match.DstMAC)
+		}
+		if r.Match.ArpTIP.IsValid() {
+			fmt.Fprintf(&b, " arp_op request arp_tip %s", r.Match.ArpTIP)
+		}
+		for _, a := range r.Actions {
+			switch a.Kind {
+			case flower.TunnelSet:
+				fmt.Fprintf(&b, " action tunnel_key set id %d src_ip %s dst_ip %s dst_port %d", a.VNI, a.Src, a.Dst, a.DstPort)
+			case flower.Redirect:
+				fmt.Fprintf(&b, " action mirred egress redirect dev %s", a.Dev)
+			case flower.Mirror:
+				fmt.Fprintf(&b, " action mirred egress mirror dev %s", a.Dev)
+			case flower.Continue:
+				b.WriteString(" action continue")
+			}
+		}
+		b.WriteString("\n")
+	}
+	file := filepath.Join(t.TempDir(), "rules.tc")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	in(t, "/usr/sbin/tc", "-batch", file)
+	ref := time.Since(start)
+	if got := count(t, "skbtc"); got != nrules {
+		t.Fatalf("tc -batch installed %d of %d rules", got, nrules)
+	}
+	t.Logf("FIGURE reference tc -batch: %d rules in %v: %.0f rules/s", nrules, ref.Round(time.Millisecond), float64(nrules)/ref.Seconds())
+	start = time.Now()
+	out := in(t, "/usr/sbin/tc", "-s", "filter", "show", "dev", "skbtc", "ingress")
+	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, time.Since(start).Round(time.Millisecond), len(out))
+}
