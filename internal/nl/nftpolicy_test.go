@@ -198,3 +198,83 @@ func TestPolicyLargeGroup(t *testing.T) {
 		t.Fatalf("after the change the set holds %d addresses, want %d", n, len(group))
 	}
 }
+
+// TestPolicyIPv6 checks the IPv6 side of the same rules: neighbour
+// discovery passes an isolated endpoint's chain, the address family of a
+// set and a CIDR is matched, and replies pass.
+func TestPolicyIPv6(t *testing.T) {
+	node := testns.New(t)
+	testns.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
+	testns.Run(t, node, "ip", "link", "set", "skb100", "up")
+	ips := map[string]string{"a": "2001:db8::11", "b": "2001:db8::12", "c": "2001:db8::13"}
+	pods := map[string]string{}
+	for _, p := range []string{"a", "b", "c"} {
+		ns := testns.New(t)
+		pods[p] = ns
+		testns.Run(t, node, "ip", "link", "add", "skp"+p, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		testns.Run(t, node, "ip", "link", "set", "skp"+p, "master", "skb100", "up")
+		testns.Run(t, ns, "ip", "addr", "add", ips[p]+"/64", "dev", "eth0", "nodad")
+		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
+	}
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fw.Close()
+	if err := fw.EnableBridgeNetfilter(); err != nil {
+		t.Fatal(err)
+	}
+	pid := filepath.Join(t.TempDir(), "iperf.pid")
+	testns.Run(t, pods["c"], "iperf3", "-s", "-D", "-B", ips["c"], "-I", pid)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pid); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(n, syscall.SIGKILL)
+			}
+		}
+	})
+	tcp := func(from string) bool {
+		_, err := testns.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
+		return err == nil
+	}
+	ping := func(from, to string) bool {
+		_, err := testns.Try(pods[from], "ping", "-6", "-c", "1", "-W", "1", ips[to])
+		return err == nil
+	}
+	if !tcp("a") || !tcp("b") || !ping("a", "c") {
+		t.Fatal("no IPv6 connectivity before any policy")
+	}
+	// c admits TCP from the group {a}, and everything from b's /128 by
+	// CIDR; an IPv4 CIDR must not let anything in.
+	if err := fw.SetPolicy(nl.PolicyConfig{
+		Sets: map[string][]netip.Addr{"web": {netip.MustParseAddr(ips["a"]), netip.MustParseAddr("198.51.100.11")}},
+		Endpoints: []nl.EndpointPolicy{{Name: "c", Bridge: "skb100", IPs: []netip.Addr{netip.MustParseAddr(ips["c"])}, IngressIsolated: true,
+			Ingress: []nl.PolicyRule{
+				{Peers: []nl.PolicyPeer{{Set: "web"}}, Ports: []nl.PolicyPort{{Proto: unix.IPPROTO_TCP, From: 5201, To: 5201}}},
+				{Peers: []nl.PolicyPeer{{CIDR: netip.MustParsePrefix("198.51.100.0/24")}}},
+			}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want bool
+	}{
+		{"a -> c TCP 5201 (group)", tcp("a"), true},
+		{"b -> c TCP 5201 (not in the group)", tcp("b"), false},
+		{"a -> c ICMPv6 (port not allowed)", ping("a", "c"), false},
+		{"c -> a ICMPv6 (replies pass, ND works)", ping("c", "a"), true},
+		{"a -> b ICMPv6 (b not isolated)", ping("a", "b"), true},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: reachable=%v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// The neighbour entries of c on a and b must have come from ND
+	// through c's chain, not from before the policy: flush and retry.
+	testns.Run(t, pods["a"], "ip", "-6", "neigh", "flush", "dev", "eth0")
+	testns.Run(t, pods["c"], "ip", "-6", "neigh", "flush", "dev", "eth0")
+	if !tcp("a") {
+		t.Error("a -> c TCP 5201 fails once neighbours must be discovered again")
+	}
+}
