@@ -94,3 +94,15 @@ func BenchmarkIndexLabelChange(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCompileFull is the same cluster through the pure compiler in
+// one pass: what a controller without the index would redo on every
+// change.
+func BenchmarkCompileFull(b *testing.B) {
+	pols, eps, ns := benchCluster()
+	for b.Loop() {
+		if _, err := Compile(pols, eps, ns); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
