@@ -5,12 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,15 +45,7 @@ func BenchmarkPolicyDatapath(b *testing.B) {
 		testns.Run(b, n, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
 		testns.Run(b, n, "ip", "link", "set", "eth0", "up")
 	}
-	pid := filepath.Join(b.TempDir(), "iperf.pid")
-	testns.Run(b, pods["server"], "iperf3", "-s", "-D", "-B", ips["server"], "-I", pid)
-	b.Cleanup(func() {
-		if raw, err := os.ReadFile(pid); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
-				_ = syscall.Kill(n, syscall.SIGKILL)
-			}
-		}
-	})
+	iperfServer(b, pods["server"], ips["server"])
 	var l net.Listener
 	if err := ns.WithNetNSPath(testns.Path(pods["server"]), func(ns.NetNS) error {
 		var err error

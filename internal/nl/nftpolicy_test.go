@@ -34,15 +34,7 @@ func TestPolicyEnforcement(t *testing.T) {
 		testns.Run(t, ns, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
 		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
 	}
-	pid := filepath.Join(t.TempDir(), "iperf.pid")
-	testns.Run(t, pods["c"], "iperf3", "-s", "-D", "-B", ips["c"], "-I", pid)
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(pid); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				_ = syscall.Kill(n, syscall.SIGKILL)
-			}
-		}
-	})
+	iperfServer(t, pods["c"], ips["c"])
 	tcp := func(from string) bool {
 		_, err := testns.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
 		return err == nil
@@ -224,15 +216,7 @@ func TestPolicyIPv6(t *testing.T) {
 	if err := fw.EnableBridgeNetfilter(); err != nil {
 		t.Fatal(err)
 	}
-	pid := filepath.Join(t.TempDir(), "iperf.pid")
-	testns.Run(t, pods["c"], "iperf3", "-s", "-D", "-B", ips["c"], "-I", pid)
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(pid); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				_ = syscall.Kill(n, syscall.SIGKILL)
-			}
-		}
-	})
+	iperfServer(t, pods["c"], ips["c"])
 	tcp := func(from string) bool {
 		_, err := testns.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
 		return err == nil
@@ -277,4 +261,19 @@ func TestPolicyIPv6(t *testing.T) {
 	if !tcp("a") {
 		t.Error("a -> c TCP 5201 fails once neighbours must be discovered again")
 	}
+}
+
+// iperfServer runs an iperf3 server on ip in namespace ns until the test
+// ends.
+func iperfServer(t testing.TB, ns, ip string) {
+	t.Helper()
+	pid := filepath.Join(t.TempDir(), "iperf.pid")
+	testns.Run(t, ns, "iperf3", "-s", "-D", "-B", ip, "-I", pid)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pid); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(n, syscall.SIGKILL)
+			}
+		}
+	})
 }

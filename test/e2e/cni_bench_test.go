@@ -199,7 +199,9 @@ func benchCNI(b *testing.B) {
 		ms(pct(sAdd, .5))/ms(pct(rAdd, .5)), ms(pct(sDel, .5))/ms(pct(rDel, .5)), ms(sBurst)/ms(rBurst), skiffBps/plainBps, skiffBps/rawBps)
 }
 
-func firstIPv4(b *testing.B, ns string) string {
+// firstIPv4 returns the first IPv4 address of eth0 in namespace ns.
+func firstIPv4(b testing.TB, ns string) string {
+	b.Helper()
 	out := testns.Run(b, ns, "ip", "-o", "-4", "addr", "show", "dev", "eth0")
 	f := strings.Fields(out)
 	for i, w := range f {

@@ -30,7 +30,7 @@ func TestPolicyEnforcedAcrossNodes(t *testing.T) {
 		if _, err := cniRun("ADD", id, testns.Path(ns), "eth0", conf); err != nil {
 			t.Fatal(err)
 		}
-		return pod{ns, firstIPv4T(t, ns)}
+		return pod{ns, firstIPv4(t, ns)}
 	}
 	web, other, db := add("web", "n1", "web"), add("other", "n1", "other"), add("db", "n2", "db")
 	listenIn(t, db.ns, db.ip+":5201")
@@ -241,16 +241,4 @@ spec:
 		}
 		return nil
 	})
-}
-
-func firstIPv4T(t *testing.T, ns string) string {
-	out := testns.Run(t, ns, "ip", "-o", "-4", "addr", "show", "dev", "eth0")
-	f := strings.Fields(out)
-	for i, w := range f {
-		if w == "inet" {
-			return strings.Split(f[i+1], "/")[0]
-		}
-	}
-	t.Fatalf("no IPv4 address in %s", ns)
-	return ""
 }

@@ -288,7 +288,7 @@ func TestPolicyTruthTable(t *testing.T) {
 		if _, err := cniRunIn(p.ns, "ADD", p.name, testns.Path(p.netns), "eth0", conf); err != nil {
 			t.Fatal(err)
 		}
-		p.ip = firstIPv4T(t, p.netns)
+		p.ip = firstIPv4(t, p.netns)
 		ips[p.name] = p.ip
 		serve(t, p)
 	}
