@@ -21,34 +21,22 @@ import (
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
-func sh(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
+func sh(t testing.TB, args ...string) string { t.Helper(); return guest.Run(t, args...) }
 
 func nsExec(t testing.TB, ns string, args ...string) string {
 	t.Helper()
-	return sh(t, append([]string{"/usr/sbin/ip", "netns", "exec", ns}, args...)...)
+	return guest.In(t, ns, args...)
 }
 
 // newNS makes a namespace deleted at cleanup and returns its handle.
 func newNS(t testing.TB, name string) netns.NsHandle {
 	t.Helper()
-	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sh(t, "/usr/sbin/ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("/usr/sbin/ip", "netns", "del", name).Run() })
+	guest.AddNetns(t, name)
 	h, err := netns.GetFromName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	nsExec(t, name, "/usr/sbin/ip", "link", "set", "lo", "up")
 	return h
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"sync/atomic"
 
 	tc "github.com/florianl/go-tc"
@@ -171,17 +172,14 @@ func (p *Programmer) dump(dev Device) ([]installed, error) {
 // without rules lose their Skiff rules. A device that is not in devs is not
 // looked at. It returns the state of every rule, and every error, joined.
 func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error) {
-	byDev := map[string][]Rule{}
-	for _, r := range rules {
-		byDev[r.Dev] = append(byDev[r.Dev], r)
-	}
+	byDev, cookies := index(devs, rules)
 	var errs []error
 	type pending struct {
 		dev Device
 		del []installed
 	}
 	var dels []pending
-	states := map[string]State{}
+	states := make([]State, len(rules))
 	names := make([]string, 0, len(devs))
 	for n := range devs {
 		names = append(names, n)
@@ -203,14 +201,13 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 		for _, h := range have {
 			byMatch[string(h.cookie[4:10])] = h
 		}
-		wrote := false
 		keep := map[uint64]bool{} // by priority+protocol and handle: handles repeat across priorities
-		for _, r := range byDev[name] {
-			c := cookieFor(devs, r)
+		for _, i := range byDev[name] {
+			r, c := rules[i], cookies[i]
 			h, ok := byMatch[string(c[4:10])]
 			if ok && bytes.Equal(h.cookie[10:], c[10:]) {
 				keep[h.id()] = true
-				states[r.String()] = p.state(r, dev, h)
+				states[i] = p.state(r, dev, h)
 				continue
 			}
 			var handle uint32
@@ -218,10 +215,12 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 				handle = h.handle // same match, other actions: replace in place
 				keep[h.id()] = true
 			}
-			wrote = true
-			if err := p.install(devs, dev, r, handle, c); err != nil {
+			st, err := p.install(devs, dev, r, handle, c)
+			if err != nil {
 				errs = append(errs, err)
+				continue
 			}
+			states[i] = st
 		}
 		var del []installed
 		for _, h := range have {
@@ -231,11 +230,6 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 		}
 		if len(del) > 0 {
 			dels = append(dels, pending{dev, del})
-		}
-		if wrote {
-			if err := p.read(devs, dev, byDev[name], states); err != nil {
-				errs = append(errs, err)
-			}
 		}
 	}
 	// Delete last.
@@ -249,37 +243,50 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 			}
 		}
 	}
-	out := make([]State, 0, len(rules))
-	for _, r := range rules {
-		s, ok := states[r.String()]
-		if !ok {
-			s = State{Rule: r}
-		}
-		out = append(out, s)
+	return fill(rules, states), errors.Join(errs...)
+}
+
+// index groups rules by device (as indexes into rules) and makes each
+// rule's cookie once.
+func index(devs map[string]Device, rules []Rule) (map[string][]int, [][]byte) {
+	byDev := map[string][]int{}
+	cookies := make([][]byte, len(rules))
+	for i, r := range rules {
+		byDev[r.Dev] = append(byDev[r.Dev], i)
+		cookies[i] = cookieFor(devs, r)
 	}
-	return out, errors.Join(errs...)
+	return byDev, cookies
+}
+
+// fill gives rules that were not found their rule and an empty state.
+func fill(rules []Rule, states []State) []State {
+	for i := range states {
+		if states[i].State == "" {
+			states[i].Rule = rules[i]
+		}
+	}
+	return states
 }
 
 // cookieFor is r's cookie with the interface indexes of its mirred targets
 // mixed into the hash of the whole rule, so that a rule pointing at a
 // device that was recreated (same name, new index) is replaced.
 func cookieFor(devs map[string]Device, r Rule) []byte {
-	c := r.Cookie()
-	s := r.String()
+	all := []byte(r.String())
 	for _, a := range r.Actions {
 		if a.Dev != "" {
-			s += fmt.Sprintf(" %s=%d", a.Dev, devs[a.Dev].Index)
+			all = append(all, ' ')
+			all = append(all, a.Dev...)
+			all = append(all, '=')
+			all = strconv.AppendInt(all, int64(devs[a.Dev].Index), 10)
 		}
 	}
-	all := hash64(s)
-	for i := 0; i < 6; i++ {
-		c[10+i] = byte(all >> (8 * i))
-	}
-	return c
+	return cookie(r.MatchKey(), string(all))
 }
 
-// read puts the state of dev's rules, as dumped now, into states.
-func (p *Programmer) read(devs map[string]Device, dev Device, rules []Rule, states map[string]State) error {
+// read puts the state of the rules at idx (all on dev), as dumped now,
+// into states.
+func (p *Programmer) read(dev Device, rules []Rule, cookies [][]byte, idx []int, states []State) error {
 	now, err := p.dump(dev)
 	if err != nil {
 		return err
@@ -288,10 +295,9 @@ func (p *Programmer) read(devs map[string]Device, dev Device, rules []Rule, stat
 	for _, h := range now {
 		got[string(h.cookie[4:])] = h
 	}
-	for _, r := range rules {
-		c := cookieFor(devs, r)
-		if h, ok := got[string(c[4:])]; ok {
-			states[r.String()] = p.state(r, dev, h)
+	for _, i := range idx {
+		if h, ok := got[string(cookies[i][4:])]; ok {
+			states[i] = p.state(rules[i], dev, h)
 		}
 	}
 	return nil
@@ -300,30 +306,19 @@ func (p *Programmer) read(devs map[string]Device, dev Device, rules []Rule, stat
 // Read returns the state and counters of rules as the kernel holds them
 // now; it writes nothing.
 func (p *Programmer) Read(devs map[string]Device, rules []Rule) ([]State, error) {
-	byDev := map[string][]Rule{}
-	for _, r := range rules {
-		byDev[r.Dev] = append(byDev[r.Dev], r)
-	}
-	states := map[string]State{}
+	byDev, cookies := index(devs, rules)
+	states := make([]State, len(rules))
 	var errs []error
-	for name, rs := range byDev {
+	for name, idx := range byDev {
 		dev, ok := devs[name]
 		if !ok {
 			continue
 		}
-		if err := p.read(devs, dev, rs, states); err != nil {
+		if err := p.read(dev, rules, cookies, idx, states); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	out := make([]State, 0, len(rules))
-	for _, r := range rules {
-		st, ok := states[r.String()]
-		if !ok {
-			st = State{Rule: r}
-		}
-		out = append(out, st)
-	}
-	return out, errors.Join(errs...)
+	return fill(rules, states), errors.Join(errs...)
 }
 
 func (p *Programmer) state(r Rule, dev Device, h installed) State {
@@ -348,17 +343,21 @@ func (p *Programmer) state(r Rule, dev Device, h installed) State {
 }
 
 // install adds r (handle 0) or replaces the filter at handle, asking for
-// hardware first when dev offers it.
-func (p *Programmer) install(devs map[string]Device, dev Device, r Rule, handle uint32, cookie []byte) error {
+// hardware first when dev offers it. The state it returns is what the
+// kernel's answers say (skip_sw accepted: in hardware); the handle and
+// counters come with the next read.
+func (p *Programmer) install(devs map[string]Device, dev Device, r Rule, handle uint32, cookie []byte) (State, error) {
+	st := State{Rule: r, Handle: handle, State: StateSoftware, Reason: dev.Reason}
 	if dev.Hardware {
 		err := p.write(devs, dev, r, handle, flagSkipSW, cookie)
 		if err == nil {
 			delete(p.refusals, r.String())
-			return nil
+			st.State, st.Reason = StateHardware, ""
+			return st, nil
 		}
 		var errno unix.Errno
 		if !errors.As(err, &errno) {
-			return fmt.Errorf("flower: %s: %w", r.String(), err)
+			return State{}, fmt.Errorf("flower: %s: %w", r.String(), err)
 		}
 		reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
 		var op *netlink.OpError
@@ -369,11 +368,12 @@ func (p *Programmer) install(devs map[string]Device, dev Device, r Rule, handle 
 		p.refusals[r.String()] = reason
 		cookie[cookieFlags] |= cookieRefuse
 		cookie[cookieErrno] = byte(errno)
+		st.State, st.Reason = StateRefused, reason
 	}
 	if err := p.write(devs, dev, r, handle, 0, cookie); err != nil {
-		return fmt.Errorf("flower: %s: %w", r.String(), err)
+		return State{}, fmt.Errorf("flower: %s: %w", r.String(), err)
 	}
-	return nil
+	return st, nil
 }
 
 func (p *Programmer) write(devs map[string]Device, dev Device, r Rule, handle, flags uint32, cookie []byte) error {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
@@ -93,67 +94,107 @@ type Rule struct {
 	Actions  []Action
 }
 
-func (a Action) String() string {
+func (a Action) String() string { return string(a.appendTo(nil)) }
+
+func (a Action) appendTo(b []byte) []byte {
+	b = append(b, a.Kind...)
 	switch a.Kind {
 	case TunnelSet:
-		return fmt.Sprintf("%s id %d src_ip %s dst_ip %s dst_port %d", a.Kind, a.VNI, a.Src, a.Dst, a.DstPort)
+		b = append(b, " id "...)
+		b = strconv.AppendUint(b, uint64(a.VNI), 10)
+		b = append(b, " src_ip "...)
+		b = a.Src.AppendTo(b)
+		b = append(b, " dst_ip "...)
+		b = a.Dst.AppendTo(b)
+		b = append(b, " dst_port "...)
+		b = strconv.AppendUint(b, uint64(a.DstPort), 10)
 	case TunnelUnset, Continue:
-		return a.Kind
 	default:
-		return fmt.Sprintf("%s dev %s", a.Kind, a.Dev)
+		b = append(b, " dev "...)
+		b = append(b, a.Dev...)
 	}
+	return b
 }
 
-func (m Match) String() string {
-	var s []string
+func (m Match) String() string { return string(m.appendTo(nil)) }
+
+func (m Match) appendTo(b []byte) []byte {
+	n := len(b)
+	sep := func() {
+		if len(b) > n {
+			b = append(b, ' ')
+		}
+	}
 	if m.EncKeyID != 0 {
-		s = append(s, fmt.Sprintf("enc_key_id %d", m.EncKeyID))
+		b = append(b, "enc_key_id "...)
+		b = strconv.AppendUint(b, uint64(m.EncKeyID), 10)
 	}
 	if m.EncDst.IsValid() {
-		s = append(s, "enc_dst_ip "+m.EncDst.String())
+		sep()
+		b = append(b, "enc_dst_ip "...)
+		b = m.EncDst.AppendTo(b)
 	}
 	if m.EncDstPort != 0 {
-		s = append(s, fmt.Sprintf("enc_dst_port %d", m.EncDstPort))
+		sep()
+		b = append(b, "enc_dst_port "...)
+		b = strconv.AppendUint(b, uint64(m.EncDstPort), 10)
 	}
 	if m.DstMAC != "" {
-		s = append(s, "dst_mac "+m.DstMAC)
+		sep()
+		b = append(b, "dst_mac "...)
+		b = append(b, m.DstMAC...)
 	}
 	if m.ArpTIP.IsValid() {
-		s = append(s, "arp_op request arp_tip "+m.ArpTIP.String())
+		sep()
+		b = append(b, "arp_op request arp_tip "...)
+		b = m.ArpTIP.AppendTo(b)
 	}
-	return strings.Join(s, " ")
+	return b
 }
 
 // MatchKey identifies a rule's place: two rules with the same MatchKey
 // cannot both be installed (the kernel keeps one filter per key), so one
 // replaces the other.
-func (r Rule) MatchKey() string {
-	return fmt.Sprintf("%s prio %d proto 0x%04x %s", r.Dev, r.Prio, r.EthType, r.Match)
+func (r Rule) MatchKey() string { return string(r.appendMatchKey(nil)) }
+
+func (r Rule) appendMatchKey(b []byte) []byte {
+	b = append(b, r.Dev...)
+	b = append(b, " prio "...)
+	b = strconv.AppendUint(b, uint64(r.Prio), 10)
+	b = append(b, " proto 0x"...)
+	b = append(b, hex4(r.EthType)...)
+	b = append(b, ' ')
+	return r.Match.appendTo(b)
+}
+
+func hex4(v uint16) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{digits[v>>12&0xf], digits[v>>8&0xf], digits[v>>4&0xf], digits[v&0xf]})
 }
 
 // String is the whole rule in tc's words; equal strings, equal rules.
 func (r Rule) String() string {
-	acts := make([]string, len(r.Actions))
-	for i, a := range r.Actions {
-		acts[i] = a.String()
+	b := r.appendMatchKey(make([]byte, 0, 160))
+	for _, a := range r.Actions {
+		b = append(b, " action "...)
+		b = a.appendTo(b)
 	}
-	return r.MatchKey() + " action " + strings.Join(acts, " action ")
+	return string(b)
 }
 
 // Cookie is what the rule's first action carries: "sk", then a byte of
 // installation flags (set by the programmer), a byte of errno, six bytes of
 // a hash of MatchKey and eight of a hash of String. A rule read back from
 // the kernel is recognised, and compared, by its cookie alone.
-func (r Rule) Cookie() []byte {
+func (r Rule) Cookie() []byte { return cookie(r.MatchKey(), r.String()) }
+
+func cookie(match, all string) []byte {
 	c := make([]byte, cookieLen)
 	copy(c, magic)
-	mk := hash64(r.MatchKey())
-	all := hash64(r.String())
+	mk, ah := hash64(match), hash64(all)
 	for i := 0; i < 6; i++ {
 		c[4+i] = byte(mk >> (8 * i))
-	}
-	for i := 0; i < 6; i++ {
-		c[10+i] = byte(all >> (8 * i))
+		c[10+i] = byte(ah >> (8 * i))
 	}
 	return c
 }
@@ -304,11 +345,21 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		}
 		out = append(out, fl...)
 	}
-	slices.SortFunc(out, func(a, b Rule) int { return strings.Compare(a.String(), b.String()) })
-	for i := 1; i < len(out); i++ {
-		if out[i].MatchKey() == out[i-1].MatchKey() {
+	// Sorted by match, then by the whole rule; each key made once.
+	type keyed struct {
+		match, all string
+		r          Rule
+	}
+	ks := make([]keyed, len(out))
+	for i, r := range out {
+		ks[i] = keyed{r.MatchKey(), r.String(), r}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return strings.Compare(a.all, b.all) })
+	for i := range ks {
+		out[i] = ks[i].r
+		if i > 0 && ks[i].match == ks[i-1].match {
 			return nil, fmt.Errorf("two rules for %s: %q (endpoint %s) and %q (endpoint %s); duplicate MAC or IP in the plan",
-				out[i].MatchKey(), out[i-1].String(), out[i-1].Endpoint, out[i].String(), out[i].Endpoint)
+				ks[i].match, ks[i-1].all, ks[i-1].r.Endpoint, ks[i].all, ks[i].r.Endpoint)
 		}
 	}
 	return out, nil

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,21 +31,10 @@ const (
 	vteps     = 100
 )
 
-func run(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func in(t testing.TB, args ...string) string {
-	return run(t, append([]string{"/usr/sbin/ip", "netns", "exec", "skbench"}, args...)...)
-}
+func in(t testing.TB, args ...string) string { t.Helper(); return guest.In(t, "skbench", args...) }
 
 func count(t testing.TB, dev string) int {
-	out := in(t, "/usr/sbin/tc", "filter", "show", "dev", dev, "ingress")
+	out := in(t, guest.TC, "filter", "show", "dev", dev, "ingress")
 	return strings.Count(out, " handle ")
 }
 
@@ -60,24 +48,19 @@ func remote(i int) plan.Remote {
 func TestScale(t *testing.T) {
 	guest.Require(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run(t, "/usr/sbin/ip", "netns", "add", "skbench")
-	t.Cleanup(func() { _ = exec.Command("/usr/sbin/ip", "netns", "del", "skbench").Run() })
+	guest.AddNetns(t, "skbench")
 	ns, err := netns.GetFromName("skbench")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	in(t, "/usr/sbin/ip", "link", "set", "lo", "up")
-	in(t, "/usr/sbin/ip", "link", "add", "skbu0", "type", "dummy")
-	in(t, "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", "skbu0")
-	in(t, "/usr/sbin/ip", "link", "set", "skbu0", "up")
-	in(t, "/usr/sbin/ip", "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
-	in(t, "/usr/sbin/ip", "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
-	in(t, "/usr/sbin/ip", "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
-	in(t, "/usr/sbin/ip", "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
+	in(t, guest.IP, "link", "add", "skbu0", "type", "dummy")
+	in(t, guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
+	in(t, guest.IP, "link", "set", "skbu0", "up")
+	in(t, guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
+	in(t, guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
+	in(t, guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
+	in(t, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
 
 	p := plan.New("n1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
@@ -199,13 +182,13 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	in(t, "/usr/sbin/tc", "-batch", file)
+	in(t, guest.TC, "-batch", file)
 	ref := time.Since(start)
 	if got := count(t, "skbtc"); got != nrules {
 		t.Fatalf("tc -batch installed %d of %d rules", got, nrules)
 	}
 	t.Logf("FIGURE reference tc -batch: %d rules in %v: %.0f rules/s", nrules, ref.Round(time.Millisecond), float64(nrules)/ref.Seconds())
 	start = time.Now()
-	out := in(t, "/usr/sbin/tc", "-s", "filter", "show", "dev", "skbtc", "ingress")
+	out := in(t, guest.TC, "-s", "filter", "show", "dev", "skbtc", "ingress")
 	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, time.Since(start).Round(time.Millisecond), len(out))
 }

@@ -31,30 +31,13 @@ import (
 )
 
 const (
-	ipBin = "/usr/sbin/ip"
-	tcBin = "/usr/sbin/tc"
+	ipBin = guest.IP
+	tcBin = guest.TC
 )
 
-func run(t testing.TB, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
+func run(t testing.TB, args ...string) string { t.Helper(); return guest.Run(t, args...) }
 
-func in(t testing.TB, ns string, args ...string) string {
-	t.Helper()
-	return run(t, append([]string{ipBin, "netns", "exec", ns}, args...)...)
-}
-
-func addNS(t testing.TB, name string) {
-	t.Helper()
-	run(t, ipBin, "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command(ipBin, "netns", "del", name).Run() })
-	in(t, name, ipBin, "link", "set", "lo", "up")
-}
+func in(t testing.TB, ns string, args ...string) string { t.Helper(); return guest.In(t, ns, args...) }
 
 // buf is an output buffer safe for a process writing and a test reading.
 type buf struct {
@@ -307,9 +290,6 @@ func diagnose(t *testing.T) string {
 // that leaves every filter handle in place.
 func TestOffloadNodes(t *testing.T) {
 	guest.Require(t)
-	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	ctx := context.Background()
 
@@ -335,8 +315,8 @@ func TestOffloadNodes(t *testing.T) {
 		// Pod namespaces exist before the agents start: a namespace
 		// file bound later does not show in the agents' mount
 		// namespaces (ip netns exec makes one).
-		addNS(t, fmt.Sprintf("skoep%d", i+1))
-		addNS(t, n.ns)
+		guest.AddNetns(t, fmt.Sprintf("skoep%d", i+1))
+		guest.AddNetns(t, n.ns)
 		run(t, ipBin, "link", "add", "u"+n.name, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
 		run(t, ipBin, "link", "set", "u"+n.name, "master", "skoebr", "up")
 		in(t, n.ns, ipBin, "addr", "add", n.ip+"/24", "dev", "eth0")

@@ -1,0 +1,44 @@
+package guest
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// IP and TC are iproute2 inside the guest, by full path: busybox's applets
+// shadow PATH.
+const (
+	IP = "/usr/sbin/ip"
+	TC = "/usr/sbin/tc"
+)
+
+// Run runs a command and returns its combined output, failing t when it
+// fails.
+func Run(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// In runs a command in the named network namespace (ip netns exec).
+func In(t testing.TB, ns string, args ...string) string {
+	t.Helper()
+	return Run(t, append([]string{IP, "netns", "exec", ns}, args...)...)
+}
+
+// AddNetns makes a named network namespace with lo up, deleted when the
+// test ends.
+func AddNetns(t testing.TB, name string) {
+	t.Helper()
+	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Run(t, IP, "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command(IP, "netns", "del", name).Run() })
+	In(t, name, IP, "link", "set", "lo", "up")
+}
