@@ -55,13 +55,20 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 	case r.MTU < 0 || r.MTU > 65535:
 		return nil, &localapi.Error{Code: "invalid", Message: fmt.Sprintf("mtu: %d is out of range", r.MTU)}
 	}
+	if r.VF != nil && (r.PF == "" || *r.VF < 0) {
+		return nil, &localapi.Error{Code: "invalid", Message: fmt.Sprintf("vf: %d needs a pf and must be 0 or more", *r.VF)}
+	}
 	if st, err := os.Stat(r.NetNS); err != nil || st.IsDir() {
 		return nil, &localapi.Error{Code: "invalid", Message: fmt.Sprintf("netns: %q is not a network namespace file", r.NetNS)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	ep, err := a.client.CreateEndpoint(ctx, &skiffv1.CreateEndpointRequest{Endpoint: &skiffv1.Endpoint{
-		Name: r.Name, Network: r.Network, Node: a.cfg.Node, Kind: plan.KindVeth, Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace}})
+	want := &skiffv1.Endpoint{Name: r.Name, Network: r.Network, Node: a.cfg.Node, Kind: plan.KindVeth, Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace}
+	if r.VF != nil {
+		vf := int32(*r.VF)
+		want.Kind, want.Pf, want.VfIndex = plan.KindVF, r.PF, &vf
+	}
+	ep, err := a.client.CreateEndpoint(ctx, &skiffv1.CreateEndpointRequest{Endpoint: want})
 	if err != nil {
 		return nil, localErr("create endpoint", err)
 	}

@@ -25,11 +25,13 @@ func (a *Agent) useOffload() error {
 	return nil
 }
 
-// representor names the netdev that stands for a local endpoint on the
-// eswitch. A VF endpoint's is its VF's representor, as discovered; a veth
-// endpoint's is the host side of its veth, which stands in for a VF (and
-// its representor) where the NIC has no VF to give.
-func (a *Agent) representor(e plan.Endpoint) (string, bool) {
+// representor names the netdevs of a local endpoint on the eswitch. A VF
+// endpoint's representor is its VF's, as discovered; when the endpoint
+// was plumbed as a veth standing in for that VF (the local API's vf
+// field, for NICs without VF netdevs such as netdevsim), the veth's host
+// side is its target. A plain veth endpoint's host side serves as its
+// representor.
+func (a *Agent) representor(e plan.Endpoint) (offloaddp.Port, bool) {
 	switch e.Kind {
 	case plan.KindVF, plan.KindVFIO:
 		a.capsMu.Lock()
@@ -40,13 +42,13 @@ func (a *Agent) representor(e plan.Endpoint) (string, bool) {
 			}
 			for _, vf := range pf.GetVfs() {
 				if int(vf.GetIndex()) == e.VFIndex && vf.GetRepresentor() != "" {
-					return vf.GetRepresentor(), true
+					return offloaddp.Port{Rep: vf.GetRepresentor(), Target: software.HostIfName(e.Name)}, true
 				}
 			}
 		}
-		return "", false
+		return offloaddp.Port{}, false
 	default:
-		return software.HostIfName(e.Name), true
+		return offloaddp.Port{Rep: software.HostIfName(e.Name)}, true
 	}
 }
 

@@ -39,6 +39,11 @@ type CreateRequest struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	Owner     string            `json:"owner,omitempty"`
 	Namespace string            `json:"namespace,omitempty"`
+	// PF and VF: the veth stands in for VF VF of PF PF (an offload node
+	// whose NIC has no VF netdevs, such as netdevsim): the endpoint is
+	// registered as kind vf and its rules go on that VF's representor.
+	PF string `json:"pf,omitempty"`
+	VF *int   `json:"vf,omitempty"`
 }
 
 // CreateResponse describes the plumbed endpoint.

@@ -46,12 +46,22 @@ type Options struct {
 	Logger *slog.Logger
 	// NetNS is the namespace to work in; zero (or closed, -1): the caller's.
 	NetNS netns.NsHandle
-	// Representor names the netdev that stands for a local endpoint on
-	// the eswitch; false when it has none (yet).
-	Representor func(e plan.Endpoint) (string, bool)
+	// Representor names the netdevs of a local endpoint on the eswitch;
+	// false when it has none (yet).
+	Representor func(e plan.Endpoint) (Port, bool)
 	// TunnelHardware asks for hardware on the VXLAN device's rules too
 	// (a NIC offloads decap from tunnel devices through indirect blocks).
 	TunnelHardware bool
+}
+
+// Port is where a local endpoint meets the eswitch.
+type Port struct {
+	// Rep is the representor: its ingress holds the endpoint's rules.
+	Rep string
+	// Target, when set, is a veth standing in for the VF behind Rep (a
+	// test rig whose NIC has no VF netdevs): its traffic is moved into
+	// Rep's ingress, and traffic for the endpoint is sent to it.
+	Target string
 }
 
 // Datapath is the offload datapath.
@@ -165,16 +175,19 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	for _, l := range links {
 		byName[l.Attrs().Name] = l
 	}
-	reps := map[string]string{}
+	reps, targets := map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
-		if r, ok := d.opts.Representor(p.Local[name]); ok {
-			if _, exists := byName[r]; exists {
-				reps[name] = r
-			}
+		port, ok := d.opts.Representor(p.Local[name])
+		if _, exists := byName[port.Rep]; !ok || !exists {
+			continue
+		}
+		reps[name] = port.Rep
+		if _, exists := byName[port.Target]; port.Target != "" && exists {
+			targets[name] = port.Target
 		}
 	}
 	var errs []error
-	rules, err := flower.Compile(p, flower.Input{Reps: reps, VXLAN: VXLANName})
+	rules, err := flower.Compile(p, flower.Input{Reps: reps, Targets: targets, VXLAN: VXLANName})
 	if err != nil {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
@@ -195,7 +208,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			devs[a.Name] = d.device(a)
 		}
 	}
-	for _, r := range reps {
+	for _, r := range append(slices.Collect(maps.Values(reps)), slices.Collect(maps.Values(targets))...) {
 		l := byName[r]
 		devs[r] = d.device(l.Attrs())
 		// A representor (or the host side standing in for one) carries

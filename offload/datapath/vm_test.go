@@ -145,11 +145,11 @@ func TestApply(t *testing.T) {
 	p.Local["v"] = plan.Endpoint{Name: "v", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0c", IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.12/24")}, VFIndex: 0}
 	p.Remote["r"] = plan.Remote{Name: "r", Network: "blue", VTEP: netip.MustParseAddr("192.0.2.2"), MAC: "02:00:00:00:00:01", IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.1/24")}}
 
-	reps := func(e plan.Endpoint) (string, bool) {
+	reps := func(e plan.Endpoint) (Port, bool) {
 		if e.Kind == plan.KindVF {
-			return rep, true
+			return Port{Rep: rep}, true
 		}
-		return software.HostIfName(e.Name), true
+		return Port{Rep: software.HostIfName(e.Name)}, true
 	}
 	dp, err := New(Options{Logger: log, NetNS: node, Representor: reps, TunnelHardware: true})
 	if err != nil {

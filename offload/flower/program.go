@@ -439,14 +439,17 @@ func filterObject(devs map[string]Device, dev Device, r Rule, handle, flags uint
 				Parms: &tc.TunnelParms{Action: tc.ActPipe, TunnelKeyAction: 2}}} // TCA_TUNNEL_KEY_ACT_RELEASE
 		case Continue:
 			act = &tc.Action{Kind: "gact", Gact: &tc.Gact{Parms: &tc.GactParms{Action: 0xffffffff}}} // TC_ACT_UNSPEC
-		case Redirect, Mirror:
+		case Redirect, Mirror, IngressRedirect:
 			t, ok := devs[a.Dev]
 			if !ok {
 				return nil, fmt.Errorf("flower: %s: mirred target %s is not a known device", r.String(), a.Dev)
 			}
 			parm := &tc.MirredParam{IfIndex: uint32(t.Index), Action: tc.ActStolen, Eaction: 1} // TCA_EGRESS_REDIR
-			if a.Kind == Mirror {
+			switch a.Kind {
+			case Mirror:
 				parm.Action, parm.Eaction = tc.ActPipe, 2 // TCA_EGRESS_MIRROR
+			case IngressRedirect:
+				parm.Eaction = 3 // TCA_INGRESS_REDIR
 			}
 			act = &tc.Action{Kind: "mirred", Mirred: &tc.Mirred{Parms: parm}}
 		default:

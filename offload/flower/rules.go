@@ -40,14 +40,17 @@ const Broadcast = "ff:ff:ff:ff:ff:ff"
 
 // Rule kinds.
 const (
-	KindEncap = "encap"    // representor -> tunnel
-	KindDecap = "decap"    // tunnel -> representor
-	KindLocal = "local"    // representor -> representor on this node
-	KindARP   = "arp"      // ARP request for a known address -> its owner
-	KindFlood = "flood"    // broadcast -> every endpoint of the VNI
-	chunkActs = 7          // copies' actions per flood filter
-	cookieLen = 16         // TC_COOKIE_MAX_SIZE
-	magic     = "\x73\x6b" // "sk", first bytes of every Skiff cookie
+	KindEncap = "encap" // representor -> tunnel
+	KindDecap = "decap" // tunnel -> representor
+	KindLocal = "local" // representor -> representor on this node
+	KindARP   = "arp"   // ARP request for a known address -> its owner
+	KindFlood = "flood" // broadcast -> every endpoint of the VNI
+	// KindStandIn: everything from a veth standing in for a VF enters
+	// the VF's representor.
+	KindStandIn = "standin"
+	chunkActs   = 7          // copies' actions per flood filter
+	cookieLen   = 16         // TC_COOKIE_MAX_SIZE
+	magic       = "\x73\x6b" // "sk", first bytes of every Skiff cookie
 )
 
 // Match is what a rule matches. Zero fields match anything.
@@ -80,6 +83,8 @@ const (
 	Redirect    = "mirred redirect"
 	Mirror      = "mirred mirror"
 	Continue    = "continue" // gact: go on with the next filter
+	// IngressRedirect moves the packet to the ingress of Dev.
+	IngressRedirect = "mirred ingress redirect"
 )
 
 // Rule is one flower filter on a device's ingress.
@@ -163,8 +168,11 @@ func (r Rule) appendMatchKey(b []byte) []byte {
 	b = strconv.AppendUint(b, uint64(r.Prio), 10)
 	b = append(b, " proto 0x"...)
 	b = append(b, hex4(r.EthType)...)
-	b = append(b, ' ')
-	return r.Match.appendTo(b)
+	if m := r.Match.appendTo(nil); len(m) > 0 {
+		b = append(b, ' ')
+		b = append(b, m...)
+	}
+	return b
 }
 
 func hex4(v uint16) string {
@@ -207,6 +215,12 @@ func hash64(s string) uint64 {
 
 // Input is what Compile needs besides the plan.
 type Input struct {
+	// Targets maps a local endpoint to the netdev that reaches it, when
+	// that is not its representor: a veth standing in for the VF behind
+	// the representor (test rigs whose NIC has no VF netdevs). Its
+	// traffic enters the representor's ingress (mirred ingress redirect)
+	// as the VF's would, and traffic for it is sent to the veth.
+	Targets map[string]string
 	// Reps maps a local endpoint to the netdev that stands for it on the
 	// eswitch (its representor). Endpoints without one are not plumbed
 	// yet and get no rules.
@@ -225,8 +239,8 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		return nil, fmt.Errorf("underlayIP: %q is not an IPv4 address", p.UnderlayIP)
 	}
 	type local struct {
-		ep  plan.Endpoint
-		rep string
+		ep      plan.Endpoint
+		rep, to string // rules go on rep; traffic for the endpoint goes to to
 	}
 	byNet := map[string][]local{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
@@ -241,7 +255,11 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		if !validMAC(e.MAC) {
 			return nil, fmt.Errorf("local[%s].mac: %q is not a MAC address", name, e.MAC)
 		}
-		byNet[e.Network] = append(byNet[e.Network], local{e, rep})
+		to := rep
+		if t := in.Targets[name]; t != "" {
+			to = t
+		}
+		byNet[e.Network] = append(byNet[e.Network], local{e, rep, to})
 	}
 	remotes := map[string][]plan.Remote{}
 	for _, name := range slices.Sorted(maps.Keys(p.Remote)) {
@@ -270,18 +288,24 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		decap := Match{EncKeyID: n.VNI, EncDst: p.UnderlayIP, EncDstPort: VXLANPort}
 		for _, l := range locals {
 			base := Rule{Dev: l.rep, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast}
+			if l.to != l.rep {
+				// The stand-in's traffic enters the representor.
+				si := base
+				si.Dev, si.Kind, si.Actions = l.to, KindStandIn, []Action{{Kind: IngressRedirect, Dev: l.rep}}
+				out = append(out, si)
+			}
 			// To the other local endpoints of the network.
 			for _, o := range locals {
 				if o.ep.Name == l.ep.Name {
 					continue
 				}
 				r := base
-				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, []Action{{Kind: Redirect, Dev: o.rep}}
+				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, []Action{{Kind: Redirect, Dev: o.to}}
 				out = append(out, r)
 				for _, ip := range ipv4s(o.ep.IPs) {
 					a := base
 					a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
-					a.Match, a.Actions = Match{ArpTIP: ip}, []Action{{Kind: Redirect, Dev: o.rep}}
+					a.Match, a.Actions = Match{ArpTIP: ip}, []Action{{Kind: Redirect, Dev: o.to}}
 					out = append(out, a)
 				}
 			}
@@ -303,7 +327,7 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			var copies [][]Action
 			for _, o := range locals {
 				if o.ep.Name != l.ep.Name {
-					copies = append(copies, []Action{{Kind: Mirror, Dev: o.rep}})
+					copies = append(copies, []Action{{Kind: Mirror, Dev: o.to}})
 				}
 			}
 			for _, v := range n.FloodVTEPs {
@@ -320,7 +344,7 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			d := Rule{Dev: in.VXLAN, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindDecap}
 			d.Match = decap
 			d.Match.DstMAC = l.ep.MAC
-			d.Actions = []Action{{Kind: TunnelUnset}, {Kind: Redirect, Dev: l.rep}}
+			d.Actions = []Action{{Kind: TunnelUnset}, {Kind: Redirect, Dev: l.to}}
 			out = append(out, d)
 			for _, ip := range ipv4s(l.ep.IPs) {
 				a := d
@@ -335,7 +359,7 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		// after a first one match on it too.
 		var copies [][]Action
 		for _, l := range locals {
-			copies = append(copies, []Action{{Kind: Mirror, Dev: l.rep}})
+			copies = append(copies, []Action{{Kind: Mirror, Dev: l.to}})
 		}
 		f := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Kind: KindFlood, Match: decap}
 		f.Match.DstMAC = Broadcast

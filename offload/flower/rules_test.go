@@ -257,3 +257,28 @@ func TestCompileFloodChunks(t *testing.T) {
 		t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
+
+// A veth standing in for the VF behind repa: its traffic enters repa's
+// ingress, and traffic for the endpoint goes to the veth, not the
+// representor.
+func TestCompileStandIn(t *testing.T) {
+	p, reps := base()
+	delete(p.Local, "b")
+	delete(reps, "b")
+	rs, err := Compile(p, Input{Reps: reps, Targets: map[string]string{"a": "vetha"}, VXLAN: "skvx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
+		"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.2 action redirect:skvx [flood a]",
+		"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
+		"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:vetha [arp a]",
+		"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:vetha [flood ]",
+		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:vetha [decap a]",
+		"vetha UNI action mirred ingress redirect dev repa [standin a]",
+	}
+	if got := sorted(render(rs)); !slices.Equal(got, want) {
+		t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}

@@ -76,7 +76,7 @@ func TestScale(t *testing.T) {
 		p.Remote[r.Name] = r
 	}
 	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: ns,
-		Representor: func(plan.Endpoint) (string, bool) { return "skpbench", true }})
+		Representor: func(plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: "skpbench"}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
