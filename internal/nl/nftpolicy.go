@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -494,6 +495,13 @@ func fnv64(s string) uint64 {
 func (f *Firewall) EnableBridgeNetfilter() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		// br_netfilter is a module on most distribution kernels and
+		// nothing loads it on demand.
+		if out, err := exec.Command("modprobe", "br_netfilter").CombinedOutput(); err != nil {
+			return fmt.Errorf("nl: loading br_netfilter (bridged traffic must reach the policy): %v: %s", err, strings.TrimSpace(string(out)))
+		}
+	}
 	do := func() error {
 		for _, name := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables"} {
 			p := "/proc/sys/net/bridge/" + name
