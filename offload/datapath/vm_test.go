@@ -103,11 +103,11 @@ func TestApply(t *testing.T) {
 		newNS(t, pod)
 	}
 	// netdevsim created from inside the node namespace lives there.
-	nsExec(t, "skdpnode", "/bin/sh", "-c", "echo '41 1' > /sys/bus/netdevsim/new_device")
-	t.Cleanup(func() { _ = os.WriteFile("/sys/bus/netdevsim/del_device", []byte("41"), 0) })
+	nsExec(t, "skdpnode", "/bin/sh", "-c", "echo '71 1' > /sys/bus/netdevsim/new_device")
+	t.Cleanup(func() { _ = os.WriteFile("/sys/bus/netdevsim/del_device", []byte("71"), 0) })
 	time.Sleep(300 * time.Millisecond)
-	nsExec(t, "skdpnode", "/bin/sh", "-c", "echo 1 > /sys/bus/netdevsim/devices/netdevsim41/sriov_numvfs")
-	nsExec(t, "skdpnode", "/usr/sbin/devlink", "dev", "eswitch", "set", "netdevsim/netdevsim41", "mode", "switchdev")
+	nsExec(t, "skdpnode", "/bin/sh", "-c", "echo 1 > /sys/bus/netdevsim/devices/netdevsim71/sriov_numvfs")
+	nsExec(t, "skdpnode", "/usr/sbin/devlink", "dev", "eswitch", "set", "netdevsim/netdevsim71", "mode", "switchdev")
 	time.Sleep(300 * time.Millisecond)
 	var rep string
 	for _, l := range strings.Fields(nsExec(t, "skdpnode", "/bin/sh", "-c", "for d in /sys/class/net/*; do echo $(basename $d)=$(cat $d/phys_port_name 2>/dev/null); done")) {

@@ -314,14 +314,14 @@ func TestAgentCapabilitiesOnNetdevsim(t *testing.T) {
 	agent := start(t, "skiff-agent", agentArgs...)
 	n := waitNode(t, addr, "vm1", 30*time.Second, func(n *skiffv1.Node) bool { return n.GetCapabilities() != nil }, ctl, agent)
 	t.Logf("node registered %s after start: %v", time.Since(tStart).Round(time.Millisecond), n)
-	if n.GetMode() != "software" || n.GetUnderlayIp() != "192.0.2.1" {
-		t.Errorf("node mode %q underlay %q; want software (no offload datapath yet), 192.0.2.1", n.GetMode(), n.GetUnderlayIp())
+	if n.GetMode() != "offload" || n.GetUnderlayIp() != "192.0.2.1" {
+		t.Errorf("node mode %q underlay %q; want offload (auto on a switchdev eswitch), 192.0.2.1", n.GetMode(), n.GetUnderlayIp())
 	}
 	checkCaps(t, n.GetCapabilities(), pfName, 2)
 	if !proto.Equal(n.GetCapabilities(), caps) {
 		t.Errorf("registered capabilities differ from skiff-agent capabilities:\n%v\n%v", n.GetCapabilities(), caps)
 	}
-	waitLog(t, agent, "offload datapath is not implemented yet", 5*time.Second)
+	waitLog(t, agent, " mode=offload", 5*time.Second) // the datapath line
 	if t.Failed() {
 		t.FailNow()
 	}
