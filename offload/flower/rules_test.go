@@ -92,6 +92,18 @@ func sorted(rs ...[]string) []string {
 	return out
 }
 
+// expect fails t unless p compiles to want (rendered, sorted).
+func expect(t *testing.T, name string, in Input, p plan.Plan, want []string) {
+	t.Helper()
+	rs, err := Compile(p, in)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if got := sorted(render(rs)); !slices.Equal(got, want) {
+		t.Errorf("%s:\ngot\n  %s\nwant\n  %s", name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
 func TestCompileTransitions(t *testing.T) {
 	steps := []struct {
 		name   string
@@ -159,9 +171,7 @@ func TestCompileTransitions(t *testing.T) {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		got := sorted(render(rs))
-		if !slices.Equal(got, s.want) {
-			t.Errorf("%s:\ngot\n  %s\nwant\n  %s", s.name, strings.Join(got, "\n  "), strings.Join(s.want, "\n  "))
-		}
+		expect(t, s.name, Input{Reps: reps, VXLAN: "skvx"}, p, s.want)
 		// Compile is deterministic.
 		again, _ := Compile(p, Input{Reps: reps, VXLAN: "skvx"})
 		if !slices.Equal(sorted(render(again)), got) {
@@ -242,10 +252,7 @@ func TestCompileFloodChunks(t *testing.T) {
 	n := p.Networks["blue"]
 	n.FloodVTEPs = vteps("192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5", "192.0.2.6")
 	p.Networks["blue"] = n
-	rs, err := Compile(p, Input{Reps: reps, VXLAN: "skvx"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var targets map[string]string
 	want := []string{
 		"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.2 action mirror:skvx action set:192.0.2.3 action mirror:skvx action set:192.0.2.4 action mirror:skvx action continue [flood a]",
 		"repa prio 21251 proto 0x0003 dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.5 action mirror:skvx action set:192.0.2.6 action redirect:skvx [flood a]",
@@ -253,9 +260,7 @@ func TestCompileFloodChunks(t *testing.T) {
 		"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repa [flood ]",
 		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
 	}
-	if got := sorted(render(rs)); !slices.Equal(got, want) {
-		t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-	}
+	expect(t, "", Input{Reps: reps, Targets: targets, VXLAN: "skvx"}, p, want)
 }
 
 // A veth standing in for the VF behind repa: its traffic enters repa's
@@ -265,10 +270,7 @@ func TestCompileStandIn(t *testing.T) {
 	p, reps := base()
 	delete(p.Local, "b")
 	delete(reps, "b")
-	rs, err := Compile(p, Input{Reps: reps, Targets: map[string]string{"a": "vetha"}, VXLAN: "skvx"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	targets := map[string]string{"a": "vetha"}
 	want := []string{
 		"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
 		"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.2 action redirect:skvx [flood a]",
@@ -278,7 +280,5 @@ func TestCompileStandIn(t *testing.T) {
 		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:vetha [decap a]",
 		"vetha UNI action mirred ingress redirect dev repa [standin a]",
 	}
-	if got := sorted(render(rs)); !slices.Equal(got, want) {
-		t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-	}
+	expect(t, "", Input{Reps: reps, Targets: targets, VXLAN: "skvx"}, p, want)
 }
