@@ -243,6 +243,18 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 			}
 		}
 	}
+	// Forget refusals of rules nobody wants any more.
+	if len(p.refusals) > len(rules) {
+		want := make(map[string]bool, len(rules))
+		for _, r := range rules {
+			want[r.String()] = true
+		}
+		for k := range p.refusals {
+			if !want[k] {
+				delete(p.refusals, k)
+			}
+		}
+	}
 	return fill(rules, states), errors.Join(errs...)
 }
 
