@@ -34,3 +34,11 @@ func TestRepresentor(t *testing.T) {
 		}
 	}
 }
+
+func TestGatewayMACAgrees(t *testing.T) {
+	for _, vni := range []uint32{1, 100, 0xabcdef, 1<<24 - 1} {
+		if a, b := software.GatewayMAC(vni), offloaddp.GatewayMAC(vni); a != b {
+			t.Errorf("vni %d: software %s, offload %s", vni, a, b)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -187,7 +188,20 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	var errs []error
-	rules, err := flower.Compile(p, flower.Input{Reps: reps, Targets: targets, VXLAN: VXLANName})
+	gws, err := d.gateways(p, reps, byName)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(gws) > 0 {
+		// New gateway ports must be known as devices below.
+		if links, err = d.h.LinkList(); err != nil {
+			return fmt.Errorf("offload datapath: listing links: %w", err)
+		}
+		for _, l := range links {
+			byName[l.Attrs().Name] = l
+		}
+	}
+	rules, err := flower.Compile(p, flower.Input{Reps: reps, Targets: targets, Gateways: gws, VXLAN: VXLANName})
 	if err != nil {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
@@ -392,4 +406,141 @@ func (d *Datapath) neighbours(p plan.Plan) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// GatewayName and GatewayPortName name the veth pair of a network's
+// gateway: GatewayName holds the gateway addresses in the node's stack,
+// GatewayPortName is where the rules send traffic for it.
+func GatewayName(vni uint32) string { return fmt.Sprintf("skg%d", vni) }
+
+// GatewayPortName names the eswitch side of a network's gateway.
+func GatewayPortName(vni uint32) string { return fmt.Sprintf("skh%d", vni) }
+
+// GatewayMAC is a network's gateway MAC: the same on every node, software
+// or offload (agent/datapath/software.GatewayMAC, which the agent's tests
+// hold equal).
+func GatewayMAC(vni uint32) string {
+	return fmt.Sprintf("02:73:6b:%02x:%02x:%02x", byte(vni>>16), byte(vni>>8), byte(vni))
+}
+
+// gateways gives every network with a plumbed local endpoint and a subnet
+// gateway a veth pair holding the gateway addresses (and the network's
+// gateway MAC) in the node's stack, with forwarding off on it (the gateway
+// answers; it routes nothing), and removes the pairs of networks that
+// need none.
+func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[string]netlink.Link) (map[string]flower.Gateway, error) {
+	out := map[string]flower.Gateway{}
+	want := map[string]bool{}
+	var errs []error
+	for name := range reps {
+		n, ok := p.Networks[p.Local[name].Network]
+		if !ok {
+			continue
+		}
+		if _, done := out[n.Name]; done {
+			continue
+		}
+		var addrs []netip.Prefix
+		var ips []netip.Addr
+		for _, sn := range n.Subnets {
+			if sn.Gateway.Is4() {
+				addrs = append(addrs, netip.PrefixFrom(sn.Gateway, sn.CIDR.Bits()))
+				ips = append(ips, sn.Gateway)
+			}
+		}
+		if len(addrs) == 0 {
+			continue
+		}
+		gw, port := GatewayName(n.VNI), GatewayPortName(n.VNI)
+		want[gw], want[port] = true, true
+		if err := d.gatewayPair(gw, port, n, addrs, byName); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: gateway of %s: %w", n.Name, err))
+			continue
+		}
+		out[n.Name] = flower.Gateway{Port: port, MAC: GatewayMAC(n.VNI), IPs: ips}
+	}
+	for name, l := range byName {
+		if owned(l.Attrs()) && strings.HasPrefix(name, "skg") && !want[name] {
+			d.log.Info("removing unneeded gateway", "link", name)
+			d.write()
+			if err := d.h.LinkDel(l); err != nil { // its peer goes with it
+				errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", name, err))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Prefix, byName map[string]netlink.Link) error {
+	mtu := int(n.MTU)
+	if mtu == 0 {
+		mtu = plan.DefaultMTU
+	}
+	l, ok := byName[gw]
+	if ok && !owned(l.Attrs()) {
+		return fmt.Errorf("%s exists and is not Skiff's; leaving it alone", gw)
+	}
+	if _, pok := byName[port]; !ok || !pok {
+		if ok {
+			d.write()
+			if err := d.h.LinkDel(l); err != nil {
+				return err
+			}
+		}
+		mac, _ := net.ParseMAC(GatewayMAC(n.VNI))
+		d.write()
+		if err := d.h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: gw, MTU: mtu, HardwareAddr: mac}, PeerName: port}); err != nil {
+			return fmt.Errorf("creating %s/%s: %w", gw, port, err)
+		}
+		for name, alias := range map[string]string{gw: aliasPrefix + "gateway:" + n.Name, port: aliasPrefix + "gateway-port:" + n.Name} {
+			x, err := d.h.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			d.write()
+			if err := d.h.LinkSetAlias(x, alias); err != nil {
+				return err
+			}
+			byName[name] = x
+		}
+		// The gateway answers; it forwards nothing between networks.
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+gw+"/forwarding", []byte("0"), 0o644); err != nil {
+			d.log.Warn("gateway forwarding stays on", "link", gw, "err", err)
+		}
+	}
+	for _, name := range []string{gw, port} {
+		x := byName[name]
+		if x.Attrs().Flags&net.FlagUp == 0 {
+			d.write()
+			if err := d.h.LinkSetUp(x); err != nil {
+				return err
+			}
+		}
+	}
+	have, err := d.h.AddrList(byName[gw], unix.AF_INET)
+	if err != nil {
+		return err
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, a := range have {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		ones, _ := a.Mask.Size()
+		pfx := netip.PrefixFrom(ip.Unmap(), ones)
+		seen[pfx] = true
+		if !slices.Contains(addrs, pfx) {
+			d.write()
+			if err := d.h.AddrDel(byName[gw], &a); err != nil {
+				return err
+			}
+		}
+	}
+	for _, a := range addrs {
+		if !seen[a] {
+			d.write()
+			if err := d.h.AddrAdd(byName[gw], &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), 32)}}); err != nil {
+				return fmt.Errorf("address %s on %s: %w", a, gw, err)
+			}
+		}
+	}
+	return nil
 }

@@ -48,6 +48,8 @@ const (
 	// KindStandIn: everything from a veth standing in for a VF enters
 	// the VF's representor.
 	KindStandIn = "standin"
+	// KindGateway: to and from the node's gateway of the network.
+	KindGateway = "gateway"
 	chunkActs   = 7          // copies' actions per flood filter
 	cookieLen   = 16         // TC_COOKIE_MAX_SIZE
 	magic       = "\x73\x6b" // "sk", first bytes of every Skiff cookie
@@ -221,12 +223,23 @@ type Input struct {
 	// traffic enters the representor's ingress (mirred ingress redirect)
 	// as the VF's would, and traffic for it is sent to the veth.
 	Targets map[string]string
+	// Gateways, by network: the node's gateway of that network, reached
+	// through Port (one end of a veth pair whose other end holds the
+	// gateway addresses in the node's stack). Optional.
+	Gateways map[string]Gateway
 	// Reps maps a local endpoint to the netdev that stands for it on the
 	// eswitch (its representor). Endpoints without one are not plumbed
 	// yet and get no rules.
 	Reps map[string]string
 	// VXLAN is the external-mode VXLAN device.
 	VXLAN string
+}
+
+// Gateway is a network's gateway on this node.
+type Gateway struct {
+	Port string
+	MAC  string
+	IPs  []netip.Addr
 }
 
 // Compile returns the exact rule set of p: sorted by device, priority and
@@ -309,6 +322,18 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 					out = append(out, a)
 				}
 			}
+			// To the node's gateway.
+			if gw, ok := in.Gateways[nname]; ok {
+				r := base
+				r.Kind, r.Match, r.Actions = KindGateway, Match{DstMAC: gw.MAC}, []Action{{Kind: Redirect, Dev: gw.Port}}
+				out = append(out, r)
+				for _, ip := range gw.IPs {
+					a := base
+					a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindGateway
+					a.Match, a.Actions = Match{ArpTIP: ip}, []Action{{Kind: Redirect, Dev: gw.Port}}
+					out = append(out, a)
+				}
+			}
 			// To remote endpoints: encap.
 			for _, rm := range remotes[nname] {
 				r := base
@@ -353,6 +378,30 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 				a.Match.ArpTIP = ip
 				out = append(out, a)
 			}
+		}
+		// From the node's gateway to the local endpoints: its unicast,
+		// its ARP requests for their addresses, its broadcast.
+		if gw, ok := in.Gateways[nname]; ok {
+			if !validMAC(gw.MAC) {
+				return nil, fmt.Errorf("gateways[%s].mac: %q is not a MAC address", nname, gw.MAC)
+			}
+			var copies [][]Action
+			for _, l := range locals {
+				g := Rule{Dev: gw.Port, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindGateway}
+				g.Match, g.Actions = Match{DstMAC: l.ep.MAC}, []Action{{Kind: Redirect, Dev: l.to}}
+				out = append(out, g)
+				for _, ip := range ipv4s(l.ep.IPs) {
+					a := g
+					a.Prio, a.EthType, a.Match = PrioARP, EthARP, Match{ArpTIP: ip}
+					out = append(out, a)
+				}
+				copies = append(copies, []Action{{Kind: Mirror, Dev: l.to}})
+			}
+			fl, err := flood(Rule{Dev: gw.Port, Network: nname, EthType: EthAll, Kind: KindFlood, Match: Match{DstMAC: Broadcast}}, nil, copies)
+			if err != nil {
+				return nil, fmt.Errorf("gateways[%s]: %w", nname, err)
+			}
+			out = append(out, fl...)
 		}
 		// Broadcast from the tunnel to every local endpoint. The tunnel
 		// metadata goes (unset) only in the last chunk: the chunks

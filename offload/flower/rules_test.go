@@ -282,3 +282,31 @@ func TestCompileStandIn(t *testing.T) {
 	}
 	expect(t, "", Input{Reps: reps, Targets: targets, VXLAN: "skvx"}, p, want)
 }
+
+// The node's gateway of a network: pods reach it by MAC and ARP; it
+// reaches them the same way and floods to them only (never to VTEPs).
+func TestCompileGateway(t *testing.T) {
+	p, reps := base()
+	delete(p.Local, "b")
+	delete(reps, "b")
+	delete(p.Remote, "r1")
+	n := p.Networks["blue"]
+	n.FloodVTEPs = nil
+	p.Networks["blue"] = n
+	in := Input{Reps: reps, VXLAN: "skvx", Gateways: map[string]Gateway{
+		"blue": {Port: "skh100", MAC: "02:73:6b:00:00:64", IPs: vteps("198.51.100.254")}}}
+	expect(t, "gateway", in, p, []string{
+		"repa ARP tip 198.51.100.254 action redirect:skh100 [gateway a]",
+		"repa UNI dst_mac 02:73:6b:00:00:64 action redirect:skh100 [gateway a]",
+		"skh100 ARP tip 198.51.100.10 action redirect:repa [gateway a]",
+		"skh100 FLOOD dst_mac ff:ff:ff:ff:ff:ff action redirect:repa [flood ]",
+		"skh100 UNI dst_mac 02:00:00:00:00:0a action redirect:repa [gateway a]",
+		"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
+		"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repa [flood ]",
+		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
+	})
+	in.Gateways["blue"] = Gateway{Port: "skh100", MAC: "bad", IPs: vteps("198.51.100.254")}
+	if _, err := Compile(p, in); err == nil || !strings.Contains(err.Error(), `gateways[blue].mac: "bad"`) {
+		t.Errorf("bad gateway MAC: %v", err)
+	}
+}

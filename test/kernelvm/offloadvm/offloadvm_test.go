@@ -359,7 +359,7 @@ func TestOffloadNodes(t *testing.T) {
 	skiffctl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 
 	// Pods through each node's local API.
-	ips := map[string]string{}
+	ips, gateways := map[string]string{}, map[string]string{}
 	for i, n := range nodes {
 		pod := fmt.Sprintf("skoep%d", i+1)
 		// The pod's namespace by a process that holds it: the agents run
@@ -390,6 +390,7 @@ func TestOffloadNodes(t *testing.T) {
 			t.Fatalf("create %s on %s: %v", pod, n.name, err)
 		}
 		ips[pod] = strings.Split(resp.IPs[0], "/")[0]
+		gateways[pod] = resp.Gateways[0]
 		t.Logf("%s on %s: %s %s host side %s", pod, n.name, resp.MAC, resp.IPs, resp.HostIf)
 	}
 	// A VF endpoint on n1 whose representor is netdevsim's pf0vf0: the
@@ -427,6 +428,16 @@ func TestOffloadNodes(t *testing.T) {
 	ping("skoep3", "skoep2")
 	ping("skoep1", "skoep3")
 
+	// Each pod's gateway answers on its own node, offload or software.
+	for _, pod := range []string{"skoep1", "skoep2", "skoep3"} {
+		if gateways[pod] == "" {
+			t.Fatalf("%s has no gateway", pod)
+		}
+		if out, err := exec.Command(ipBin, "netns", "exec", pod, "/bin/ping", "-c", "2", "-W", "3", gateways[pod]).CombinedOutput(); err != nil {
+			t.Fatalf("ping %s's gateway %s: %v\n%s\n%s", pod, gateways[pod], err, out, diagnose(t))
+		}
+	}
+
 	// TCP across the two offload nodes.
 	const size = 4 << 20
 	if got := tcpTransfer(t, "skoep1", "skoep2", ips["skoep2"], size); got != size {
@@ -458,6 +469,10 @@ func TestOffloadNodes(t *testing.T) {
 		switch {
 		case r.Device == "skvx" && r.State != "refused":
 			t.Errorf("decap rule %s: state %q, want refused (no NIC offloads this tunnel device here)", r.Rule, r.State)
+		case strings.HasPrefix(r.Device, "skh"): // the gateway's port, a veth
+			if r.State != "software" || !strings.Contains(r.Reason, "not a switchdev port") {
+				t.Errorf("gateway rule %s: state %q reason %q", r.Rule, r.State, r.Reason)
+			}
 		case r.Kind == "standin":
 			standin++
 			if r.State != "software" || !strings.Contains(r.Reason, "not a switchdev port") || pkts(r) < 1000 {
@@ -472,7 +487,7 @@ func TestOffloadNodes(t *testing.T) {
 	}
 	vfRules := 0
 	for _, r := range eps["skoevf"].OffloadRules {
-		if r.Device == "skvx" {
+		if r.Device == "skvx" || strings.HasPrefix(r.Device, "skh") {
 			continue
 		}
 		vfRules++
