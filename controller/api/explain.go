@@ -76,6 +76,8 @@ func flowEnd(eps []*skiffv1.Endpoint, field, s string) (*policy.Endpoint, netip.
 		return nil, netip.Addr{}, status.Errorf(codes.InvalidArgument, "%s: required (an endpoint name or an IP address)", field)
 	}
 	ip, ipErr := netip.ParseAddr(s)
+	var found []*policy.Endpoint
+	var addr netip.Addr
 	for _, e := range eps {
 		pe := policy.Endpoint{Name: e.GetName(), Node: e.GetNode(), Namespace: e.GetNamespace(), Labels: e.GetLabels()}
 		match := e.GetName() == s
@@ -86,15 +88,24 @@ func flowEnd(eps []*skiffv1.Endpoint, field, s string) (*policy.Endpoint, netip.
 			}
 		}
 		if match {
-			var addr netip.Addr
-			if len(pe.IPs) > 0 {
-				addr = pe.IPs[0]
-			}
-			if ipErr == nil {
-				addr = ip
-			}
-			return &pe, addr, nil
+			found = append(found, &pe)
 		}
+	}
+	switch {
+	case len(found) > 1:
+		var names []string
+		for _, f := range found {
+			names = append(names, f.Name)
+		}
+		return nil, netip.Addr{}, status.Errorf(codes.InvalidArgument, "%s: %s is held by endpoints %s (networks may reuse addresses): name the endpoint instead", field, s, strings.Join(names, ", "))
+	case len(found) == 1:
+		if len(found[0].IPs) > 0 {
+			addr = found[0].IPs[0]
+		}
+		if ipErr == nil {
+			addr = ip
+		}
+		return found[0], addr, nil
 	}
 	if ipErr == nil {
 		return nil, ip, nil
