@@ -1,0 +1,106 @@
+package flower
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func policyRules() []PolicyRule {
+	est := PolicyMatch{EthType: EthIPv4, CtState: CtTracked | CtEstablished, CtStateMask: CtTracked | CtEstablished}
+	allow := PolicyMatch{EthType: EthIPv4, IPProto: unix.IPPROTO_TCP, Src: netip.MustParsePrefix("198.51.100.8/29"),
+		Dst: netip.MustParsePrefix("198.51.100.20/32"), DstPortMin: 8000, DstPortMax: 8099,
+		CtState: CtTracked | CtNew, CtStateMask: CtTracked | CtNew | CtInvalid}
+	return []PolicyRule{
+		{Dev: "va", Index: 3, Chain: 0, Prio: 1, Match: PolicyMatch{EthType: EthIPv4},
+			Actions: []PolicyAction{{Kind: PolicyCt, Zone: 1}, {Kind: PolicyGoto, Chain: 1}}},
+		{Dev: "va", Index: 3, Chain: 0, Prio: 2, Match: PolicyMatch{EthType: EthARP}, Actions: []PolicyAction{{Kind: PolicyGoto, Chain: 2}}},
+		{Dev: "va", Index: 3, Chain: 1, Prio: 1, Match: est, Actions: []PolicyAction{{Kind: PolicyGoto, Chain: 2}}},
+		{Dev: "va", Index: 3, Chain: 1, Prio: 2, Match: allow, Actions: []PolicyAction{{Kind: PolicyCt, Zone: 1, Commit: true}, {Kind: PolicyGoto, Chain: 2}}},
+		{Dev: "va", Index: 3, Chain: 1, Prio: 3, Match: PolicyMatch{EthType: EthIPv4, IPProto: unix.IPPROTO_UDP, DstPortMin: 53, DstPortMax: 53}, Actions: []PolicyAction{{Kind: PolicyPass}}},
+		{Dev: "va", Index: 3, Chain: 1, Prio: 4, Match: PolicyMatch{EthType: EthIPv4}, Actions: []PolicyAction{{Kind: PolicyDrop}}},
+		{Dev: "va", Index: 3, Chain: 2, Prio: 1, Match: PolicyMatch{EthType: EthIPv4, IPProto: unix.IPPROTO_SCTP, DstPortMin: 9}, Actions: []PolicyAction{{Kind: PolicyContinue}}},
+		{Dev: "va", Index: 3, Chain: 2, Prio: 2, Match: PolicyMatch{EthType: EthIPv4}, Actions: []PolicyAction{{Kind: PolicyRedirect, Index: 4}}},
+	}
+}
+
+// Every rule comes back from its own encoding as it went in, cookie
+// included.
+func TestPolicyRoundTrip(t *testing.T) {
+	for _, r := range policyRules() {
+		if r.Match.DstPortMin == 9 { // one port given as min only: not a range
+			if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "DstPortMin/Max") {
+				t.Errorf("%s: Validate = %v, want a DstPortMin/Max error", r, err)
+			}
+			continue
+		}
+		b, err := EncodePolicy(r, 7, flagSkipHW)
+		if err != nil {
+			t.Fatalf("%s: %v", r, err)
+		}
+		f, ok, err := DecodePolicy(b)
+		if err != nil || !ok {
+			t.Fatalf("%s: decode: ok=%v err=%v", r, ok, err)
+		}
+		if f.Rule.String() != r.String() || f.Rule.Index != r.Index || f.Handle != 7 || f.Flags != flagSkipHW {
+			t.Errorf("decoded %s (index %d handle %d flags %d), want %s (index %d)", f.Rule, f.Rule.Index, f.Handle, f.Flags, r, r.Index)
+		}
+		if !f.Skiff() || string(f.Cookie) != string(PolicyCookie(r)) {
+			t.Errorf("%s: cookie %x, want %x", r, f.Cookie, PolicyCookie(r))
+		}
+	}
+}
+
+func TestPolicyStrings(t *testing.T) {
+	rs := policyRules()
+	for i, want := range map[int]string{
+		0: "chain 0 prio 1 ip: ct zone 1, goto chain 1",
+		3: "chain 1 prio 2 ip ip_proto 6 src 198.51.100.8/29 dst 198.51.100.20/32 dst_port 8000-8099 ct_state +trk+new-inv: ct commit zone 1, goto chain 2",
+		2: "chain 1 prio 1 ip ct_state +trk+est: goto chain 2",
+	} {
+		if got := rs[i].String(); got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+	if PolicyCookie(rs[0])[0] != 's' || string(PolicyCookie(rs[0])) == string(PolicyCookie(rs[1])) {
+		t.Error("cookies of different rules are equal or not Skiff's")
+	}
+}
+
+// Validate names the field the kernel would refuse.
+func TestPolicyValidate(t *testing.T) {
+	ok := PolicyRule{Dev: "va", Index: 3, Prio: 1, Match: PolicyMatch{EthType: EthIPv4}, Actions: []PolicyAction{{Kind: PolicyDrop}}}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for field, mod := range map[string]func(r *PolicyRule){
+		"index":                func(r *PolicyRule) { r.Index = 0 },
+		"prio: 0":              func(r *PolicyRule) { r.Prio = 0 },
+		"prio 0x5300":          func(r *PolicyRule) { r.Prio = PrioARP },
+		"match.EthType:":       func(r *PolicyRule) { r.Match.EthType = 0 },
+		"match.EthType 0x0806": func(r *PolicyRule) { r.Match.EthType, r.Match.IPProto = EthARP, 6 },
+		"IPv4 prefixes":        func(r *PolicyRule) { r.Match.Src = netip.MustParsePrefix("2001:db8::/64") },
+		"match.IPProto 1":      func(r *PolicyRule) { r.Match.IPProto, r.Match.DstPortMin, r.Match.DstPortMax = 1, 80, 80 },
+		"DstPortMin/Max":       func(r *PolicyRule) { r.Match.IPProto, r.Match.DstPortMin, r.Match.DstPortMax = 6, 90, 80 },
+		"outside the mask":     func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = CtTracked|CtNew, CtTracked },
+		"without +trk":         func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = CtNew, CtTracked|CtNew },
+		"exclude each other":   func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = ctAll&^CtInvalid, ctAll },
+		"actions: none":        func(r *PolicyRule) { r.Actions = nil },
+		"actions[0].Chain 0":   func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyGoto}} },
+		"actions[0].Index":     func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyRedirect}} },
+		"actions[1].Kind":      func(r *PolicyRule) { r.Actions = append(r.Actions, PolicyAction{Kind: "accept"}) },
+	} {
+		r := ok
+		r.Actions = append([]PolicyAction(nil), ok.Actions...)
+		mod(&r)
+		err := r.Validate()
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: Validate = %v, want an error naming %q", field, err, field)
+		}
+		if _, err := EncodePolicy(r, 0, 0); err == nil {
+			t.Errorf("%s: EncodePolicy accepted an invalid rule", field)
+		}
+	}
+}
