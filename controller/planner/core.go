@@ -82,9 +82,10 @@ type Planner struct {
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
 	pidx       *policy.Index
-	compiled   map[string]nodePolicy          // node -> what its plan holds
-	epNode     map[string]string              // isolated endpoint -> node whose plan holds its rules
-	groupNodes map[string]map[string]struct{} // group -> nodes holding it
+	compiled   map[string]nodePolicy              // node -> what its plan holds
+	epNode     map[string]string                  // isolated endpoint -> node whose plan holds its rules
+	groupNodes map[string]map[string]struct{}     // group -> nodes holding it
+	netGroups  map[string]map[string][]netip.Addr // group -> network -> members' addresses (cache)
 	subs       map[string]map[*Subscription]struct{}
 	ext        externals   // learned over BGP (external.go)
 	extStaged  *[]External // applied by the next Update
@@ -117,6 +118,7 @@ func (p *Planner) reset() {
 	p.compiled = map[string]nodePolicy{}
 	p.epNode = map[string]string{}
 	p.groupNodes = map[string]map[string]struct{}{}
+	p.netGroups = map[string]map[string][]netip.Addr{}
 }
 
 // Revision returns the store revision the planner has applied.

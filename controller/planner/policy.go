@@ -2,6 +2,7 @@ package planner
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/skiff-sdn/skiff/controller/policy"
@@ -17,12 +18,13 @@ type NamespaceLabels struct {
 // nodePolicy is what one node's plan holds of the compiled policies.
 type nodePolicy struct {
 	policies map[string]plan.EndpointPolicy
-	groups   map[string]plan.AddressGroup
+	groups   map[string]plan.AddressGroup // by plan name: "<group>-<network>"
+	gids     map[string]struct{}          // the index's groups behind them
 }
 
 // policyEndpoint is what the policy index needs of an endpoint.
 func policyEndpoint(e plan.Endpoint) policy.Endpoint {
-	pe := policy.Endpoint{Name: e.Name, Node: e.Node, Namespace: e.Namespace, Labels: e.Labels}
+	pe := policy.Endpoint{Name: e.Name, Node: e.Node, Network: e.Network, Namespace: e.Namespace, Labels: e.Labels}
 	for _, ip := range e.IPs {
 		pe.IPs = append(pe.IPs, ip.Addr())
 	}
@@ -39,38 +41,73 @@ func (p *Planner) setPolicy(pol policy.Policy) {
 }
 
 // nodePolicyOf builds what a node's plan holds of the compiled policies:
-// the rules of its local endpoints and the groups they refer to. Caller
-// holds mu.
+// the rules of its local endpoints and the groups they refer to. Networks
+// may reuse addresses, so a group is narrowed to the endpoints of the
+// isolated endpoint's own network (the only ones whose packets can reach
+// it through its bridge) and named after both: "<group>-<network>".
+// Caller holds mu.
 func (p *Planner) nodePolicyOf(node string) nodePolicy {
-	np := nodePolicy{policies: map[string]plan.EndpointPolicy{}, groups: map[string]plan.AddressGroup{}}
+	np := nodePolicy{policies: map[string]plan.EndpointPolicy{}, groups: map[string]plan.AddressGroup{}, gids: map[string]struct{}{}}
 	for name := range p.byNode[node] {
 		er, ok := p.pidx.Rules(name)
 		if !ok {
 			continue
 		}
-		np.policies[name] = plan.EndpointPolicy{Endpoint: name, IngressIsolated: er.IngressIsolated, EgressIsolated: er.EgressIsolated,
-			Ingress: rules(er.Ingress), Egress: rules(er.Egress)}
-		for _, r := range slices.Concat(er.Ingress, er.Egress) {
-			for _, peer := range r.Peers {
-				if peer.Group == "" {
-					continue
-				}
-				if _, ok := np.groups[peer.Group]; ok {
-					continue
-				}
-				g, _ := p.pidx.Group(peer.Group)
-				np.groups[peer.Group] = plan.AddressGroup{Name: peer.Group, Members: g.Members}
-			}
-		}
+		network := p.eps[name].Network
+		ep := plan.EndpointPolicy{Endpoint: name, IngressIsolated: er.IngressIsolated, EgressIsolated: er.EgressIsolated,
+			Ingress: p.netRules(er.Ingress, network, np), Egress: p.netRules(er.Egress, network, np)}
+		np.policies[name] = ep
 	}
 	return np
+}
+
+// netRules converts rules for an endpoint of network, naming each group
+// after the network and adding it, narrowed, to groups. Caller holds mu.
+func (p *Planner) netRules(rs []policy.Rule, network string, np nodePolicy) []plan.PolicyRule {
+	out := rules(rs)
+	for i := range out {
+		for j := range out[i].Peers {
+			peer := &out[i].Peers[j]
+			if peer.Group == "" {
+				continue
+			}
+			id := peer.Group + "-" + network
+			if _, ok := np.groups[id]; !ok {
+				np.groups[id] = plan.AddressGroup{Name: id, Members: p.groupOn(peer.Group, network)}
+				np.gids[peer.Group] = struct{}{}
+			}
+			peer.Group = id
+		}
+	}
+	return out
+}
+
+// groupOn returns the addresses of a group's members on one network,
+// sorted, cached until the group changes. Caller holds mu.
+func (p *Planner) groupOn(gid, network string) []netip.Addr {
+	if m, ok := p.netGroups[gid][network]; ok {
+		return m
+	}
+	var m []netip.Addr
+	for name := range p.pidx.GroupMembers(gid) {
+		if e, ok := p.pidx.Endpoint(name); ok && e.Network == network {
+			m = append(m, e.IPs...)
+		}
+	}
+	slices.SortFunc(m, netip.Addr.Compare)
+	m = slices.Compact(m)
+	if p.netGroups[gid] == nil {
+		p.netGroups[gid] = map[string][]netip.Addr{}
+	}
+	p.netGroups[gid][network] = m
+	return m
 }
 
 // setNodePolicy records a node's compiled policy and which groups it
 // holds. Caller holds mu.
 func (p *Planner) setNodePolicy(node string, np nodePolicy) {
 	if old, ok := p.compiled[node]; ok {
-		for g := range old.groups {
+		for g := range old.gids {
 			delete(p.groupNodes[g], node)
 			if len(p.groupNodes[g]) == 0 {
 				delete(p.groupNodes, g)
@@ -82,7 +119,7 @@ func (p *Planner) setNodePolicy(node string, np nodePolicy) {
 		return
 	}
 	p.compiled[node] = np
-	for g := range np.groups {
+	for g := range np.gids {
 		if p.groupNodes[g] == nil {
 			p.groupNodes[g] = map[string]struct{}{}
 		}
@@ -125,6 +162,7 @@ func (p *Planner) syncPolicy(t touchSet) {
 		for n := range p.groupNodes[g] {
 			nodes[n] = true
 		}
+		delete(p.netGroups, g)
 	}
 	for node := range nodes {
 		np := p.nodePolicyOf(node)

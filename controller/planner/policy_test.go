@@ -42,44 +42,56 @@ kind: NetworkPolicy
 metadata: {name: r-from-b, namespace: shop}
 spec:
   podSelector: {matchLabels: {app: r}}
-  ingress: [{from: [{podSelector: {matchLabels: {app: b}}}], ports: [{port: 80}]}]
+  ingress: [{from: [{podSelector: {matchExpressions: [{key: app, operator: In, values: [b, g]}]}}], ports: [{port: 80}]}]
 `)
 	p := newPlanner()
 	p.Load(1, s)
-	// r2 is on n2, r3 on n3: both isolated, with the group of b endpoints.
+	// r2 is on n2, r3 on n3, both on red: isolated, with the group of b
+	// and g endpoints narrowed to red, where only g4 (198.51.100.5) is.
+	// b1 and b2 are on blue: networks may reuse addresses, and no packet
+	// of theirs reaches red's bridge.
 	want := map[string]string{
 		"n1": "[]",
-		"n2": "[r2 in=true out=false rules=1 group [198.51.100.1 198.51.100.2]]",
-		"n3": "[r3 in=true out=false rules=1 group [198.51.100.1 198.51.100.2]]",
+		"n2": "[r2 in=true out=false rules=1 group [198.51.100.5]]",
+		"n3": "[r3 in=true out=false rules=1 group [198.51.100.5]]",
 	}
 	for n, w := range want {
 		if got := policySummary(p.Plan(n)); got != w {
 			t.Errorf("%s: %s, want %s", n, got, w)
 		}
 	}
-	// A new b endpoint changes the group: only the nodes holding it, plus
-	// the endpoint's own nodes, get deltas.
-	nb := ep("b9", "blue", "n1", 9)
-	nb.Namespace, nb.Labels = "shop", map[string]string{"app": "b"}
-	ds := p.Update(2, []Change{{Endpoint: &nb}})
+	// A new g endpoint on red changes the group: the nodes holding it,
+	// plus the endpoint's own node, get deltas.
+	ng := ep("g9", "red", "n1", 9)
+	ng.Namespace, ng.Labels = "shop", map[string]string{"app": "g"}
+	ds := p.Update(2, []Change{{Endpoint: &ng}})
 	var nodes []string
 	for _, d := range ds {
 		nodes = append(nodes, d.Node)
-		if d.Node == "n3" && (len(d.UpsertGroups) != 1 || len(d.UpsertGroups[0].Members) != 3) {
+		if d.Node == "n3" && (len(d.UpsertGroups) != 1 || len(d.UpsertGroups[0].Members) != 2) {
 			t.Errorf("n3 group delta %+v", d.UpsertGroups)
 		}
 	}
-	if fmt.Sprint(nodes) != "[n1 n2 n3]" {
-		t.Errorf("deltas for %v, want n1 (endpoint), n2 (endpoint + group), n3 (group)", nodes)
+	if fmt.Sprint(nodes) != "[n1 n2 n3 n4]" {
+		t.Errorf("deltas for %v, want n1 (endpoint), n2 and n3 (remote + group), n4 (remote)", nodes)
 	}
-	s.Endpoints = append(s.Endpoints, nb)
+	// A new b endpoint on blue, with the same address as r3's peer g9:
+	// red's groups do not change.
+	nb := ep("b9", "blue", "n1", 9)
+	nb.Namespace, nb.Labels = "shop", map[string]string{"app": "b"}
+	for _, d := range p.Update(3, []Change{{Endpoint: &nb}}) {
+		if len(d.UpsertGroups)+len(d.RemoveGroups) > 0 {
+			t.Errorf("%s: a blue endpoint changed red's groups: %+v", d.Node, d.UpsertGroups)
+		}
+	}
+	s.Endpoints = append(s.Endpoints, ng, nb)
 	for _, n := range []string{"n1", "n2", "n3"} {
 		if b := Build(s, n); !b.Equal(p.Plan(n)) {
 			t.Errorf("%s: incremental %s, full %s", n, policySummary(p.Plan(n)), policySummary(b))
 		}
 	}
 	// Deleting the policy lifts isolation everywhere.
-	p.Update(3, []Change{{Delete: true, Policy: &policy.Policy{Namespace: "shop", Name: "r-from-b"}}})
+	p.Update(4, []Change{{Delete: true, Policy: &policy.Policy{Namespace: "shop", Name: "r-from-b"}}})
 	for _, n := range []string{"n2", "n3"} {
 		if got := policySummary(p.Plan(n)); got != "[]" {
 			t.Errorf("%s after delete: %s", n, got)

@@ -18,6 +18,7 @@ import (
 type Endpoint struct {
 	Name      string
 	Node      string
+	Network   string // tenant network; networks may reuse addresses
 	Namespace string
 	Labels    map[string]string
 	IPs       []netip.Addr

@@ -77,7 +77,7 @@ func NewIndex() *Index {
 // SetEndpoint adds or replaces an endpoint.
 func (x *Index) SetEndpoint(e Endpoint) {
 	if old, ok := x.eps[e.Name]; ok {
-		if old.Namespace == e.Namespace && maps.Equal(old.Labels, e.Labels) && slices.Equal(old.IPs, e.IPs) {
+		if old.Namespace == e.Namespace && old.Network == e.Network && maps.Equal(old.Labels, e.Labels) && slices.Equal(old.IPs, e.IPs) {
 			if old.Node != e.Node {
 				x.eps[e.Name] = e
 				x.dirtyEps[e.Name] = true // its rules move with it
@@ -214,6 +214,7 @@ func (x *Index) SetPolicy(p Policy) error {
 				}
 			}
 			x.groups[id] = g
+			x.dirtyGroup[id] = true // a new incarnation of an ID: caches of it are stale
 			if g.nss != nil {
 				x.nsGroups[id] = g
 			} else {
@@ -287,6 +288,7 @@ func (x *Index) deletePolicy(key string) {
 		if g := x.groups[id]; g != nil {
 			if g.refs--; g.refs == 0 {
 				delete(x.groups, id)
+				x.dirtyGroup[id] = true
 				delete(x.nsGroups, id)
 				delete(x.groupsByNS[g.ns], id)
 				if len(x.groupsByNS[g.ns]) == 0 {
@@ -435,6 +437,21 @@ func (x *Index) Group(id string) (Group, bool) {
 	}
 	// Callers share the cached slice: it is replaced, never changed.
 	return Group{ID: g.g.ID, Selector: g.g.Selector, Members: g.sorted}, true
+}
+
+// GroupMembers returns the endpoints a group selects (nil for an unknown
+// group), in no order. Callers must not keep or change the map.
+func (x *Index) GroupMembers(id string) map[string]struct{} {
+	if g, ok := x.groups[id]; ok {
+		return g.members
+	}
+	return nil
+}
+
+// Endpoint returns an endpoint the index holds.
+func (x *Index) Endpoint(name string) (Endpoint, bool) {
+	e, ok := x.eps[name]
+	return e, ok
 }
 
 // Take returns the endpoints whose rules and the groups whose members
