@@ -61,7 +61,11 @@ func (ca *testCA) issue(t *testing.T, cn string) ([]byte, []byte) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }
 
-func TestMTLSNodeMaySpeakOnlyForItself(t *testing.T) {
+// startTLS runs a controller with mTLS in-process until the test ends
+// (more adds to its configuration) and returns a dialer: a connection
+// with a certificate for cn signed by the controller's client CA (no
+// certificate for an empty cn).
+func startTLS(t *testing.T, more func(*Config)) func(cn string) *grpc.ClientConn {
 	ca := newCA(t)
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
@@ -75,17 +79,19 @@ func TestMTLSNodeMaySpeakOnlyForItself(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
+	cfg := Config{Listen: addr, DataDir: filepath.Join(dir, "data"), TLSCert: write("s.crt", sc), TLSKey: write("s.key", sk),
+		TLSClientCA: write("ca.crt", ca.pem)}
+	if more != nil {
+		more(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{Listen: addr, DataDir: filepath.Join(dir, "data"), TLSCert: write("s.crt", sc), TLSKey: write("s.key", sk),
-			TLSClientCA: write("ca.crt", ca.pem)}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}()
-	defer func() { cancel(); <-done }()
+	go func() { done <- Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	t.Cleanup(func() { cancel(); <-done })
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.pem)
-	conn := func(cn string) *grpc.ClientConn {
+	return func(cn string) *grpc.ClientConn {
 		tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 		if cn != "" {
 			c, k := ca.issue(t, cn)
@@ -102,6 +108,10 @@ func TestMTLSNodeMaySpeakOnlyForItself(t *testing.T) {
 		t.Cleanup(func() { cc.Close() })
 		return cc
 	}
+}
+
+func TestMTLSNodeMaySpeakOnlyForItself(t *testing.T) {
+	conn := startTLS(t, nil)
 	n1 := skiffv1.NewAgentServiceClient(conn("node:n1"))
 	reg := func(name, ip string) error {
 		_, err := n1.Register(context.Background(), &skiffv1.RegisterRequest{Node: &skiffv1.Node{Name: name, UnderlayIp: ip}})
