@@ -411,9 +411,7 @@ func (a *Agent) metrics() {
 	a.writesTotal = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skiff_agent_netlink_writes", Help: "Netlink writes made since start."}, func() float64 { return float64(a.kernel.Writes()) })
 	a.reg.MustRegister(a.revision, a.connected, a.applies, a.applySecs, a.writesTotal,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	if a.fw != nil {
-		a.reg.MustRegister(newPolicyCollector(a.fw))
-	}
+	a.reg.MustRegister(newPolicyCollector(a))
 }
 
 func (a *Agent) serveMetrics(addr string) (*http.Server, error) {

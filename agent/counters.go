@@ -44,8 +44,8 @@ func (a *Agent) counters() (*skiffv1.ReportCountersRequest, error) {
 	}
 	p := a.current()
 	var pol map[string][]*skiffv1.PolicyRuleCounter
-	if a.fw != nil && len(p.Policies) > 0 {
-		if pol, err = policyCounters(a.fw); err != nil {
+	if src := a.policy(); src != nil && len(p.Policies) > 0 {
+		if pol, err = policyCounters(src); err != nil {
 			a.log.Warn("reading policy counters", "err", err)
 		}
 	}
@@ -61,7 +61,7 @@ func (a *Agent) counters() (*skiffv1.ReportCountersRequest, error) {
 				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}, Policy: pol[name], Rules: a.offloadRules(rules, name)})
 		} else if len(rules[name]) > 0 {
 			// A VF endpoint: no host interface, its rules only.
-			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Rules: a.offloadRules(rules, name)})
+			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Policy: pol[name], Rules: a.offloadRules(rules, name)})
 		}
 	}
 	for name, n := range p.Networks {

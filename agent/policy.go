@@ -9,10 +9,50 @@ import (
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
-// policyCounters reads the per-rule counters of the nftables policy
-// table, by endpoint. A node without the table has none.
-func policyCounters(fw *nl.Firewall) (map[string][]*skiffv1.PolicyRuleCounter, error) {
-	cs, err := fw.PolicyCounters()
+// policySource is where a node enforces policy: the nftables table
+// (software datapath) or the offload datapath's tc-flower pipeline.
+type policySource interface {
+	// PolicyCounters reads the per-rule counters now.
+	PolicyCounters() ([]nl.PolicyCounter, error)
+	// PolicyWriteCounts is what enforcement has written, by kind.
+	PolicyWriteCounts() map[string]int
+}
+
+// nftSource is the nftables policy table.
+type nftSource struct{ fw *nl.Firewall }
+
+func (s nftSource) PolicyCounters() ([]nl.PolicyCounter, error) { return s.fw.PolicyCounters() }
+
+func (s nftSource) PolicyWriteCounts() map[string]int {
+	w := s.fw.PolicyWrites()
+	return map[string]int{"table": w.Tables, "element": w.Elements}
+}
+
+// offloadSource is the offload datapath's policy filters.
+type offloadSource struct{ a *Agent }
+
+func (s offloadSource) PolicyCounters() ([]nl.PolicyCounter, error) { return s.a.off.PolicyCounters() }
+
+func (s offloadSource) PolicyWriteCounts() map[string]int {
+	return map[string]int{"filter": s.a.off.PolicyWrites()}
+}
+
+// policy is the node's policy source: the offload datapath's when the
+// agent runs it, else the nftables table; nil without either.
+func (a *Agent) policy() policySource {
+	switch {
+	case a.off != nil:
+		return offloadSource{a}
+	case a.fw != nil:
+		return nftSource{a.fw}
+	}
+	return nil
+}
+
+// policyCounters reads the per-rule counters of the node's policy, by
+// endpoint. A node without policy has none.
+func policyCounters(src policySource) (map[string][]*skiffv1.PolicyRuleCounter, error) {
+	cs, err := src.PolicyCounters()
 	if err != nil {
 		return nil, err
 	}
@@ -37,18 +77,18 @@ func policyCounterPB(c nl.PolicyCounter) *skiffv1.PolicyRuleCounter {
 // policyCollector exports the policy table's rule counters and how much
 // the agent has written to it.
 type policyCollector struct {
-	fw      *nl.Firewall
+	a       *Agent
 	packets *prometheus.Desc
 	bytes   *prometheus.Desc
 	writes  *prometheus.Desc
 }
 
-func newPolicyCollector(fw *nl.Firewall) *policyCollector {
+func newPolicyCollector(a *Agent) *policyCollector {
 	l := []string{"endpoint", "direction", "rule", "verdict"}
-	return &policyCollector{fw: fw,
+	return &policyCollector{a: a,
 		packets: prometheus.NewDesc("skiff_agent_policy_packets_total", "Packets that opened a connection and matched a policy rule (rule -1: the default deny).", l, nil),
 		bytes:   prometheus.NewDesc("skiff_agent_policy_bytes_total", "Bytes of those packets.", l, nil),
-		writes:  prometheus.NewDesc("skiff_agent_policy_writes_total", "Changes to the policy table: whole-table rewrites, or set elements added and deleted.", []string{"kind"}, nil),
+		writes:  prometheus.NewDesc("skiff_agent_policy_writes_total", "Changes to policy enforcement: nftables whole-table rewrites and set elements added and deleted (software datapath), or tc filters added, replaced and deleted (offload datapath).", []string{"kind"}, nil),
 	}
 }
 
@@ -59,10 +99,14 @@ func (c *policyCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *policyCollector) Collect(ch chan<- prometheus.Metric) {
-	w := c.fw.PolicyWrites()
-	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(w.Tables), "table")
-	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(w.Elements), "element")
-	cs, err := c.fw.PolicyCounters()
+	src := c.a.policy()
+	if src == nil {
+		return
+	}
+	for kind, n := range src.PolicyWriteCounts() {
+		ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(n), kind)
+	}
+	cs, err := src.PolicyCounters()
 	if err != nil {
 		return
 	}

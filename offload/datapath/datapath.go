@@ -30,6 +30,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 )
@@ -71,6 +72,7 @@ type Datapath struct {
 	log  *slog.Logger
 	h    *netlink.Handle
 	prog *flower.Programmer
+	pol  *flower.PolicyProgrammer
 
 	op sync.Mutex // one netlink conversation at a time: Apply or Rules
 
@@ -78,8 +80,11 @@ type Datapath struct {
 	states []flower.State
 	devs   map[string]flower.Device
 	rules  []flower.Rule
-	linkW  int // link writes
-	probes int // neighbour resolutions asked for
+	// The policy pipeline (chains 0-2) as last installed.
+	polRules  []flower.PolicyRule
+	polStates []flower.PolicyState
+	linkW     int // link writes
+	probes    int // neighbour resolutions asked for
 }
 
 // New opens the netlink sockets of a datapath.
@@ -109,11 +114,18 @@ func New(o Options) (*Datapath, error) {
 		h.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
-	return &Datapath{opts: o, log: o.Logger, h: h, prog: prog}, nil
+	pol, err := flower.OpenPolicyProgrammer(ns, o.Logger)
+	if err != nil {
+		prog.Close()
+		h.Close()
+		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
+	return &Datapath{opts: o, log: o.Logger, h: h, prog: prog, pol: pol}, nil
 }
 
 // Close releases the netlink sockets.
 func (d *Datapath) Close() {
+	d.pol.Close()
 	d.prog.Close()
 	d.h.Close()
 }
@@ -123,7 +135,75 @@ func (d *Datapath) Close() {
 func (d *Datapath) Writes() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.prog.Writes() + d.linkW
+	return d.prog.Writes() + d.pol.Writes() + d.linkW
+}
+
+// PolicyWrites is the number of policy filters added, replaced or
+// deleted so far.
+func (d *Datapath) PolicyWrites() int { return d.pol.Writes() }
+
+// PolicyRules returns the state of every policy filter of the last Apply,
+// with counters read now (the last Apply's when the kernel cannot be read).
+func (d *Datapath) PolicyRules() []flower.PolicyState {
+	d.op.Lock()
+	defer d.op.Unlock()
+	d.mu.Lock()
+	devs, rules, states := d.devs, d.polRules, d.polStates
+	d.mu.Unlock()
+	if len(rules) == 0 {
+		return states
+	}
+	now, err := d.pol.Read(devs, rules)
+	if err != nil {
+		d.log.Warn("reading policy rules", "err", err)
+		return states
+	}
+	return now
+}
+
+// PolicyCounters sums the counters of the policy filters per endpoint,
+// direction and rule of its policy (-1: the default deny): the packets
+// that opened a connection through the rule, or were dropped.
+func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
+	type key struct {
+		ep, dir string
+		rule    int
+	}
+	sum := map[key]*nl.PolicyCounter{}
+	var keys []key
+	for _, s := range d.PolicyRules() {
+		r := s.Rule
+		if r.Endpoint == "" || r.Direction == "" {
+			continue
+		}
+		dir := nl.PolicyIngress
+		if r.Direction == flower.Egress {
+			dir = nl.PolicyEgress
+		}
+		k := key{r.Endpoint, dir, r.RuleIndex}
+		c, ok := sum[k]
+		if !ok {
+			c = &nl.PolicyCounter{Endpoint: r.Endpoint, Direction: dir, Rule: r.RuleIndex}
+			sum[k] = c
+			keys = append(keys, k)
+		}
+		c.Packets += s.Packets
+		c.Bytes += s.Bytes
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := strings.Compare(a.ep, b.ep); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.dir, b.dir); c != 0 {
+			return c
+		}
+		return a.rule - b.rule
+	})
+	out := make([]nl.PolicyCounter, len(keys))
+	for i, k := range keys {
+		out[i] = *sum[k]
+	}
+	return out, nil
 }
 
 // Probes is the number of underlay neighbour resolutions asked for so far
@@ -201,9 +281,15 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			byName[l.Attrs().Name] = l
 		}
 	}
-	rules, err := flower.Compile(p, flower.Input{Reps: reps, Targets: targets, Gateways: gws, VXLAN: VXLANName})
+	in := flower.Input{Reps: reps, Targets: targets, Gateways: gws, VXLAN: VXLANName}
+	rules, err := flower.Compile(p, in)
 	if err != nil {
 		return fmt.Errorf("offload datapath: %w", err)
+	}
+	// A policy that does not compile leaves the installed one in place.
+	polRules, polErr := flower.CompilePolicy(p, in, rules)
+	if polErr != nil {
+		errs = append(errs, fmt.Errorf("offload datapath: policy: %w", polErr))
 	}
 	vx, hasVX := byName[VXLANName]
 	if len(rules) > 0 {
@@ -252,8 +338,20 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err := d.prog.EnsureClsact(withRules); err != nil {
 		errs = append(errs, err)
 	}
+	// The policy pipeline first (chain 0 leads to the forwarding chain),
+	// then forwarding, then the policy filters nobody wants.
+	var polStates []flower.PolicyState
+	var stale []flower.PolicyFilter
+	if polErr == nil {
+		if polStates, stale, err = d.pol.Install(devs, polRules); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	states, err := d.prog.Sync(devs, rules)
 	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.pol.Delete(stale); err != nil {
 		errs = append(errs, err)
 	}
 	if err := d.neighbours(p); err != nil {
@@ -261,6 +359,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	d.mu.Lock()
 	d.states, d.devs, d.rules = states, devs, rules
+	if polErr == nil {
+		d.polRules, d.polStates = polRules, polStates
+	}
 	d.mu.Unlock()
 	// Delete last: the VXLAN device when no rule needs it.
 	if len(rules) == 0 && hasVX && owned(vx.Attrs()) {

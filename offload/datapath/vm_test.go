@@ -172,9 +172,10 @@ func TestApply(t *testing.T) {
 	for _, d := range devs {
 		counts[d] = len(filters(t, "skdpnode", d))
 	}
-	// a, b, v each: 2 local + 1 encap + 2 local ARP + 1 remote ARP + 1 flood = 7;
-	// rep also has the foreign filter. VXLAN: 3 decap + 3 ARP + 1 flood.
-	want := map[string]int{ha: 7, hb: 7, rep: 8, VXLANName: 7}
+	// a, b, v each: 2 local + 1 encap + 2 local ARP + 1 remote ARP + 1 flood = 7,
+	// and chain 0's filter sending all to them; rep also has the foreign
+	// filter. VXLAN: 3 decap + 3 ARP + 1 flood, and chain 0's.
+	want := map[string]int{ha: 8, hb: 8, rep: 9, VXLANName: 8}
 	if !maps.Equal(counts, want) {
 		t.Fatalf("filters per device %v, want %v", counts, want)
 	}
@@ -254,7 +255,7 @@ func TestApply(t *testing.T) {
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	if w := dp.Writes() - w0; w != 1 || len(filters(t, "skdpnode", hb)) != 7 {
+	if w := dp.Writes() - w0; w != 1 || len(filters(t, "skdpnode", hb)) != 8 {
 		t.Errorf("drift repair wrote %d times; %s has %d filters", w, hb, len(filters(t, "skdpnode", hb)))
 	}
 
@@ -302,5 +303,126 @@ func TestApply(t *testing.T) {
 	}
 	if _, err := exec.Command("/usr/sbin/ip", "netns", "exec", "skdpnode", "/usr/sbin/ip", "link", "show", VXLANName).CombinedOutput(); err == nil {
 		t.Errorf("%s still exists", VXLANName)
+	}
+}
+
+// TestApplyPolicy runs in the kernel VM: two pods on a node (veths as
+// representors), b isolated for ingress and open to the members of a
+// group. Real pings show the policy: allowed while a is a member, replies
+// of b's own connections pass, dropped (and counted) once a leaves the
+// group; a group change writes only the filters of that member; re-apply
+// writes nothing; a foreign filter matching ct_state is left alone and
+// does not break Skiff's dumps.
+func TestApplyPolicy(t *testing.T) {
+	guest.Require(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	node := newNS(t, "skpnode")
+	pods := map[string]string{"a": "skppa", "b": "skppb"}
+	p := plan.New("n1")
+	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1450}
+	nsExec(t, "skpnode", "/usr/sbin/ip", "link", "add", "skpu0", "type", "dummy")
+	nsExec(t, "skpnode", "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", "skpu0")
+	nsExec(t, "skpnode", "/usr/sbin/ip", "link", "set", "skpu0", "up")
+	for i, name := range []string{"a", "b"} {
+		newNS(t, pods[name])
+		mac := fmt.Sprintf("02:00:00:00:00:%02x", 10+i)
+		ip := fmt.Sprintf("198.51.100.%d", 10+i)
+		host := software.HostIfName(name)
+		sh(t, "/usr/sbin/ip", "link", "add", host, "netns", "skpnode", "type", "veth", "peer", "name", "eth0", "netns", pods[name])
+		nsExec(t, "skpnode", "/usr/sbin/ip", "link", "set", host, "alias", software.HostIfAlias(name), "up")
+		nsExec(t, pods[name], "/usr/sbin/ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
+		nsExec(t, pods[name], "/usr/sbin/ip", "addr", "add", ip+"/24", "dev", "eth0")
+		p.Local[name] = plan.Endpoint{Name: name, Network: "blue", Kind: plan.KindVeth, MAC: mac, IPs: []netip.Prefix{netip.MustParsePrefix(ip + "/24")}, VFIndex: -1}
+	}
+	ha, hb := software.HostIfName("a"), software.HostIfName("b")
+	reps := func(e plan.Endpoint) (Port, bool) { return Port{Rep: software.HostIfName(e.Name)}, true }
+	dp, err := New(Options{Logger: log, NetNS: node, Representor: reps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	apply := func(what string) int {
+		t.Helper()
+		w0 := dp.Writes()
+		if err := dp.Apply(p); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return dp.Writes() - w0
+	}
+	ping := func(from, to string) bool {
+		_, err := exec.Command("/usr/sbin/ip", "netns", "exec", pods[from], "/bin/ping", "-c", "1", "-W", "1", p.Local[to].IPs[0].Addr().String()).CombinedOutput()
+		return err == nil
+	}
+	// A foreign filter that matches ct_state, ahead of Skiff's.
+	apply("open")
+	nsExec(t, "skpnode", "/usr/sbin/tc", "filter", "add", "dev", ha, "ingress", "prio", "7", "protocol", "ip", "flower", "ct_state", "+trk+inv", "action", "drop")
+	if !ping("a", "b") || !ping("b", "a") {
+		t.Fatal("no policy: pings fail")
+	}
+
+	p.Groups["g"] = plan.AddressGroup{Name: "g", Members: []netip.Addr{netip.MustParseAddr("198.51.100.10")}}
+	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{{Peers: []plan.PolicyPeer{{Group: "g"}}}}}
+	apply("b isolated")
+	chain2 := nsExec(t, "skpnode", "/usr/sbin/tc", "filter", "show", "dev", ha, "ingress", "chain", "2")
+	for _, w := range []string{"ct_state +trk+new", "src_ip 198.51.100.10", "dst_ip 198.51.100.11", "ct commit zone 101", "goto chain 3", "action order 1: gact action drop"} {
+		if !strings.Contains(chain2, w) {
+			t.Errorf("iproute2 does not read %q back from chain 2 of %s:\n%s", w, ha, chain2)
+		}
+	}
+	if !ping("a", "b") {
+		t.Error("a is in the group: a -> b must pass")
+	}
+	if !ping("b", "a") {
+		t.Error("b -> a: b is not isolated for egress and the replies are established: must pass")
+	}
+	if w := apply("re-apply"); w != 0 {
+		t.Errorf("re-apply wrote %d times", w)
+	}
+
+	// a leaves the group: the filters of that member go (on a's
+	// representor and on the VXLAN device), nothing else is written.
+	p.Groups["g"] = plan.AddressGroup{Name: "g"}
+	if w := apply("a leaves the group"); w != 2 {
+		t.Errorf("one member leaving wrote %d times, want 2 (its filter on %s and on %s)", w, ha, VXLANName)
+	}
+	if ping("a", "b") {
+		t.Error("a left the group: a -> b must be dropped")
+	}
+	if !ping("b", "a") {
+		t.Error("b -> a must still pass")
+	}
+	cs, err := dp.PolicyCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped uint64
+	for _, c := range cs {
+		if c.Endpoint == "b" && c.Rule == -1 {
+			dropped += c.Packets
+		}
+	}
+	if dropped == 0 {
+		t.Errorf("the default deny of b counted nothing: %+v", cs)
+	}
+
+	// Policies gone: no conntrack, only chain 0's filters ahead of
+	// forwarding; the foreign filter is still there.
+	delete(p.Policies, "b")
+	apply("policy removed")
+	if !ping("a", "b") {
+		t.Error("policy removed: a -> b must pass")
+	}
+	for _, d := range []string{ha, hb} {
+		out := nsExec(t, "skpnode", "/usr/sbin/tc", "filter", "show", "dev", d, "ingress")
+		if strings.Contains(out, "ct commit") || strings.Contains(out, "chain 1") || strings.Contains(out, "chain 2") {
+			t.Errorf("%s keeps policy filters:\n%s", d, out)
+		}
+	}
+	if out := nsExec(t, "skpnode", "/usr/sbin/tc", "filter", "show", "dev", ha, "ingress", "prio", "7"); !strings.Contains(out, "ct_state +trk+inv") {
+		t.Errorf("the foreign filter is gone:\n%s", out)
+	}
+	if w := apply("re-apply"); w != 0 {
+		t.Errorf("re-apply wrote %d times", w)
 	}
 }

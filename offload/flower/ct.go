@@ -67,6 +67,7 @@ const (
 	tcaFlowerKeyTCPDst      = 19
 	tcaFlowerKeyUDPDst      = 21
 	tcaFlowerFlags          = 22
+	tcaFlowerKeyEncKeyID    = 26
 	tcaFlowerKeyTCPDstMask  = 36
 	tcaFlowerKeyUDPDstMask  = 38
 	tcaFlowerKeySCTPDstMask = 41
@@ -82,6 +83,7 @@ const (
 	tcaActCookie  = 6
 
 	tcaStatsBasic  = 1
+	tcaStatsHW     = 7 // TCA_STATS_BASIC_HW
 	tcaStatsPkt64  = 8
 	tcaCtParms     = 1
 	tcaCtAction    = 3
@@ -111,12 +113,21 @@ type PolicyRule struct {
 	Prio    uint16 // not Skiff's datapath priorities (PrioARP..PrioFloodLast)
 	Match   PolicyMatch
 	Actions []PolicyAction
+	// What the filter enforces, for counters (not part of the filter):
+	// the endpoint whose policy it is ("" for the pipeline's own
+	// filters), Direction "ingress" or "egress", and RuleIndex, the
+	// rule's place in that direction of the endpoint's policy (-1: the
+	// default deny).
+	Endpoint  string
+	Direction string
+	RuleIndex int
 }
 
 // PolicyMatch is what a policy rule matches. EthType is required; the IP
 // keys need EthIPv4 (IPv6 addresses are not encoded yet).
 type PolicyMatch struct {
-	EthType  uint16 // EthIPv4, EthIPv6, EthARP
+	EthType  uint16 // EthIPv4, EthIPv6, EthARP, or EthAll (every protocol)
+	EncKeyID uint32 // the tunnel's VNI (on the VXLAN device); 0: any
 	IPProto  uint8  // 0: any; unix.IPPROTO_TCP, _UDP, _SCTP for ports
 	Src, Dst netip.Prefix
 	// DstPortMin..DstPortMax: one port when equal, a range
@@ -160,8 +171,13 @@ func (m PolicyMatch) String() string {
 		b.WriteString("ipv6")
 	case EthARP:
 		b.WriteString("arp")
+	case EthAll:
+		b.WriteString("all")
 	default:
 		fmt.Fprintf(&b, "eth_type %#04x", m.EthType)
+	}
+	if m.EncKeyID != 0 {
+		fmt.Fprintf(&b, " enc_key_id %d", m.EncKeyID)
 	}
 	if m.IPProto != 0 {
 		fmt.Fprintf(&b, " ip_proto %d", m.IPProto)
@@ -317,7 +333,12 @@ func EncodePolicy(r PolicyRule, handle, flags uint32) ([]byte, error) {
 	ae.String(tcaKind, "flower")
 	ae.Uint32(tcaChain, r.Chain)
 	ae.Nested(tcaOptions, func(ae *netlink.AttributeEncoder) error {
-		ae.Uint16(tcaFlowerKeyEthType, htons(m.EthType))
+		if m.EthType != EthAll {
+			ae.Uint16(tcaFlowerKeyEthType, htons(m.EthType))
+		}
+		if m.EncKeyID != 0 {
+			ae.Bytes(tcaFlowerKeyEncKeyID, binary.BigEndian.AppendUint32(nil, m.EncKeyID))
+		}
 		if m.IPProto != 0 {
 			ae.Uint8(tcaFlowerKeyIPProto, m.IPProto)
 		}
@@ -430,8 +451,11 @@ type PolicyFilter struct {
 	Handle uint32
 	Flags  uint32 // TCA_FLOWER_FLAGS (skip_sw, in_hw, not_in_hw...)
 	Cookie []byte
-	// Counters of each action, in order.
-	Packets, Bytes []uint64
+	// Info is the tcmsg's: priority << 16 | protocol (network order).
+	Info uint32
+	// Counters of each action, in order; HW: what the NIC counted.
+	Packets, Bytes     []uint64
+	HWPackets, HWBytes []uint64
 }
 
 // Skiff reports whether the filter carries a policy rule's cookie.
@@ -447,7 +471,9 @@ func DecodePolicy(b []byte) (f PolicyFilter, ok bool, err error) {
 	f.Rule.Index = int(binary.NativeEndian.Uint32(b[4:]))
 	f.Handle = binary.NativeEndian.Uint32(b[8:])
 	info := binary.NativeEndian.Uint32(b[16:])
+	f.Info = info
 	f.Rule.Prio = uint16(info >> 16)
+	f.Rule.Match.EthType = htons(uint16(info))
 	ad, err := netlink.NewAttributeDecoder(b[20:])
 	if err != nil {
 		return f, false, fmt.Errorf("flower: filter attributes: %w", err)
@@ -495,6 +521,10 @@ func decodeFlower(b []byte, f *PolicyFilter) error {
 			m.EthType = be16()
 		case tcaFlowerKeyIPProto:
 			m.IPProto = ad.Uint8()
+		case tcaFlowerKeyEncKeyID:
+			if v := ad.Bytes(); len(v) == 4 {
+				m.EncKeyID = binary.BigEndian.Uint32(v)
+			}
 		case tcaFlowerKeyIPv4Src:
 			src = ad.Bytes()
 		case tcaFlowerKeyIPv4SrcMask:
@@ -603,7 +633,7 @@ func decodeAction(ad *netlink.AttributeDecoder, f *PolicyFilter) error {
 	if err := od.Err(); err != nil {
 		return fmt.Errorf("action %s options: %w", kind, err)
 	}
-	var pk, by uint64
+	var pk, by, hwpk, hwby uint64
 	if sd, err := netlink.NewAttributeDecoder(stats); err == nil {
 		for sd.Next() {
 			v := sd.Bytes()
@@ -611,6 +641,10 @@ func decodeAction(ad *netlink.AttributeDecoder, f *PolicyFilter) error {
 			case tcaStatsBasic:
 				if len(v) >= 12 {
 					by, pk = binary.NativeEndian.Uint64(v), uint64(binary.NativeEndian.Uint32(v[8:]))
+				}
+			case tcaStatsHW:
+				if len(v) >= 12 {
+					hwby, hwpk = binary.NativeEndian.Uint64(v), uint64(binary.NativeEndian.Uint32(v[8:]))
 				}
 			case tcaStatsPkt64:
 				if len(v) == 8 {
@@ -622,6 +656,8 @@ func decodeAction(ad *netlink.AttributeDecoder, f *PolicyFilter) error {
 	f.Rule.Actions = append(f.Rule.Actions, a)
 	f.Packets = append(f.Packets, pk)
 	f.Bytes = append(f.Bytes, by)
+	f.HWPackets = append(f.HWPackets, hwpk)
+	f.HWBytes = append(f.HWBytes, hwby)
 	return nil
 }
 
@@ -663,6 +699,21 @@ func (p *PolicyConn) Add(r PolicyRule, flags uint32) error {
 	return nil
 }
 
+// Replace replaces the filter at handle (same chain, priority, protocol
+// and key) with r.
+func (p *PolicyConn) Replace(r PolicyRule, handle, flags uint32) error {
+	b, err := EncodePolicy(r, handle, flags)
+	if err != nil {
+		return err
+	}
+	_, err = p.c.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_NEWTFILTER,
+		Flags: netlink.Request | netlink.Acknowledge | netlink.Replace}, Data: b})
+	if err != nil {
+		return fmt.Errorf("flower: replacing filter %#x with policy rule %s on %s: %w", handle, r, r.Dev, err)
+	}
+	return nil
+}
+
 // Delete removes the filter f from the ingress of dev.
 func (p *PolicyConn) Delete(f PolicyFilter) error {
 	ae := netlink.NewAttributeEncoder()
@@ -672,7 +723,11 @@ func (p *PolicyConn) Delete(f PolicyFilter) error {
 	if err != nil {
 		return fmt.Errorf("flower: encoding delete: %w", err)
 	}
-	b := append(tcmsg(f.Rule.Index, f.Handle, uint32(f.Rule.Prio)<<16|uint32(htons(f.Rule.Match.EthType))), attrs...)
+	info := f.Info
+	if info == 0 {
+		info = uint32(f.Rule.Prio)<<16 | uint32(htons(f.Rule.Match.EthType))
+	}
+	b := append(tcmsg(f.Rule.Index, f.Handle, info), attrs...)
 	_, err = p.c.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_DELTFILTER,
 		Flags: netlink.Request | netlink.Acknowledge}, Data: b})
 	if err != nil {

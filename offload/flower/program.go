@@ -62,6 +62,7 @@ type State struct {
 // Programmer installs rule sets with tc over netlink.
 type Programmer struct {
 	tc     *tc.Tc
+	raw    *PolicyConn // dumps: go-tc's fails on keys it does not know (ct_state)
 	log    *slog.Logger
 	writes atomic.Int64
 	// Refusal messages (with the driver's extack) by rule, kept for as
@@ -81,11 +82,16 @@ func Open(netns int, log *slog.Logger) (*Programmer, error) {
 		t.Close()
 		return nil, fmt.Errorf("flower: extended acks: %w", err)
 	}
-	return &Programmer{tc: t, log: log, refusals: map[string]string{}}, nil
+	raw, err := OpenPolicy(netns)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	return &Programmer{tc: t, raw: raw, log: log, refusals: map[string]string{}}, nil
 }
 
-// Close releases the netlink socket.
-func (p *Programmer) Close() error { return p.tc.Close() }
+// Close releases the netlink sockets.
+func (p *Programmer) Close() error { return errors.Join(p.tc.Close(), p.raw.Close()) }
 
 // Writes is the number of netlink writes made so far.
 func (p *Programmer) Writes() int { return int(p.writes.Load()) }
@@ -120,6 +126,7 @@ func (p *Programmer) EnsureClsact(devs []Device) error {
 
 // installed is one of Skiff's filters as dumped.
 type installed struct {
+	chain        uint32
 	handle, info uint32
 	cookie       []byte
 	flags        uint32
@@ -127,7 +134,7 @@ type installed struct {
 	hwpk, hwby   uint64
 }
 
-func (h installed) id() uint64 { return uint64(h.info)<<32 | uint64(h.handle) }
+func (h installed) id() uint64 { return uint64(h.chain)<<48 ^ uint64(h.info)<<16 ^ uint64(h.handle) }
 
 func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLast }
 
@@ -135,32 +142,17 @@ func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLa
 // with a cookie that starts with Skiff's mark. Others are never returned,
 // so never touched.
 func (p *Programmer) dump(dev Device) ([]installed, error) {
-	objs, err := p.tc.Filter().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(dev.Index), Parent: ingress})
+	fs, err := p.raw.Dump(dev.Index)
 	if err != nil {
 		return nil, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
 	}
 	var out []installed
-	for _, o := range objs {
-		if o.Kind != "flower" || o.Flower == nil || o.Flower.Actions == nil || o.Handle == 0 || !skiffPrio(uint16(o.Info>>16)) {
+	for _, f := range fs {
+		if !skiffPrio(f.Rule.Prio) || len(f.Cookie) != cookieLen || !bytes.HasPrefix(f.Cookie, []byte(magic)) || IsPolicyCookie(f.Cookie) || len(f.Packets) == 0 {
 			continue
 		}
-		acts := *o.Flower.Actions
-		if len(acts) == 0 || acts[0].Cookie == nil || len(*acts[0].Cookie) != cookieLen || !bytes.HasPrefix(*acts[0].Cookie, []byte(magic)) {
-			continue
-		}
-		in := installed{handle: o.Handle, info: o.Info, cookie: *acts[0].Cookie}
-		if o.Flower.Flags != nil {
-			in.flags = *o.Flower.Flags
-		}
-		if s := acts[0].Stats; s != nil {
-			if s.Basic != nil {
-				in.pk, in.by = uint64(s.Basic.Packets), s.Basic.Bytes
-			}
-			if s.BasicHw != nil {
-				in.hwpk, in.hwby = uint64(s.BasicHw.Packets), s.BasicHw.Bytes
-			}
-		}
-		out = append(out, in)
+		out = append(out, installed{chain: f.Rule.Chain, handle: f.Handle, info: f.Info, cookie: f.Cookie, flags: f.Flags,
+			pk: f.Packets[0], by: f.Bytes[0], hwpk: f.HWPackets[0], hwby: f.HWBytes[0]})
 	}
 	return out, nil
 }
@@ -199,7 +191,9 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 		}
 		byMatch := map[string]installed{}
 		for _, h := range have {
-			byMatch[string(h.cookie[4:10])] = h
+			if h.chain == ChainForward { // elsewhere: an older layout's, deleted below
+				byMatch[string(h.cookie[4:10])] = h
+			}
 		}
 		keep := map[uint64]bool{} // by priority+protocol and handle: handles repeat across priorities
 		for _, i := range byDev[name] {
@@ -236,8 +230,9 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 	for _, d := range dels {
 		for _, h := range d.del {
 			p.writes.Add(1)
+			chain := h.chain
 			err := p.tc.Filter().Delete(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(d.dev.Index), Handle: h.handle, Parent: ingress, Info: h.info},
-				Attribute: tc.Attribute{Kind: "flower"}})
+				Attribute: tc.Attribute{Kind: "flower", Chain: &chain}})
 			if err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("flower: deleting filter %#x prio %d of %s: %w", h.handle, h.info>>16, d.dev.Name, err))
 			}
@@ -305,7 +300,9 @@ func (p *Programmer) read(dev Device, rules []Rule, cookies [][]byte, idx []int,
 	}
 	got := map[string]installed{}
 	for _, h := range now {
-		got[string(h.cookie[4:])] = h
+		if h.chain == ChainForward {
+			got[string(h.cookie[4:])] = h
+		}
 	}
 	for _, i := range idx {
 		if h, ok := got[string(cookies[i][4:])]; ok {
@@ -474,8 +471,9 @@ func filterObject(devs map[string]Device, dev Device, r Rule, handle, flags uint
 		acts = append(acts, act)
 	}
 	f.Actions = &acts
+	chain := ChainForward
 	return &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(dev.Index), Handle: handle, Parent: ingress,
-		Info: uint32(r.Prio)<<16 | uint32(htons(proto))}, Attribute: tc.Attribute{Kind: "flower", Flower: f}}, nil
+		Info: uint32(r.Prio)<<16 | uint32(htons(proto))}, Attribute: tc.Attribute{Kind: "flower", Chain: &chain, Flower: f}}, nil
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

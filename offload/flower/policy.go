@@ -1,0 +1,412 @@
+package flower
+
+// The policy pipeline: a plan's compiled NetworkPolicy (plan.Policies
+// over plan.Groups) as flower filters with conntrack, in chains ahead of
+// the forwarding rules. On every device that holds Skiff rules:
+//
+//	chain 0 (entry)    IPv4 of a network with an isolated local endpoint:
+//	                   ct zone Z, goto 1. IPv6 from an isolated endpoint:
+//	                   drop (offload nodes carry no IPv6). Everything
+//	                   else: goto 3.
+//	chain 1 (egress)   +trk+est, +trk+rel: goto 3. On the representor of
+//	                   an egress-isolated endpoint: its egress rules
+//	                   (+trk+new), goto 2; else drop. Elsewhere: goto 2.
+//	chain 2 (ingress)  for each ingress-isolated local endpoint the
+//	                   packet may be for: its ingress rules (+trk+new,
+//	                   destination one of its addresses): ct commit, goto
+//	                   3; else, to its addresses: drop. Everything else:
+//	                   ct commit, goto 3.
+//	chain 3 (forward)  the datapath's rules (Compile).
+//
+// Replies and later packets of an allowed connection are +est in the same
+// zone (one per network) and skip the rules; a NIC that offloads ct
+// carries them in hardware, the first packets go through software
+// conntrack (+new is never offloaded). Flower has no sets: a group is one
+// filter per member, an ipBlock with except one filter per prefix of the
+// difference, times one per port.
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// Chains of a device's ingress.
+const (
+	ChainEntry   uint32 = 0
+	ChainEgress  uint32 = 1
+	ChainIngress uint32 = 2
+	ChainForward uint32 = 3
+)
+
+// Priorities of the policy pipeline's filters (outside the forwarding
+// rules' PrioARP..PrioFloodLast).
+const (
+	PrioEntryCt   uint16 = 0x5310 // chain 0: IPv4 into conntrack
+	PrioEntryIPv6 uint16 = 0x5311 // chain 0: IPv6 of an isolated endpoint
+	PrioEntryAll  uint16 = 0x5312 // chain 0: the rest, to forwarding
+	PrioTracked   uint16 = 0x5310 // chains 1: established
+	PrioRelated   uint16 = 0x5311 // chains 1: related
+	PrioRule      uint16 = 0x5400 // rule i of an endpoint's direction at PrioRule+i
+	PrioDeny      uint16 = 0x6400 // the default deny of an isolated endpoint
+	PrioOpen      uint16 = 0x6401 // not isolated: on
+	// MaxPolicyRules is how many rules one direction of an endpoint's
+	// policy may have on an offload node.
+	MaxPolicyRules = int(PrioDeny - PrioRule)
+)
+
+// EthAll is also a policy match's EthType: every protocol.
+
+// Directions of PolicyRule.Direction.
+const (
+	Ingress = "ingress"
+	Egress  = "egress"
+)
+
+// Zone is the conntrack zone of a network's connections on an offload
+// node: 1..65535 from the VNI. Two networks of one node whose VNIs share
+// a zone are refused by CompilePolicy.
+func Zone(vni uint32) uint16 { return uint16(vni%65535) + 1 }
+
+var protoNumbers = map[string]uint8{"TCP": unix.IPPROTO_TCP, "UDP": unix.IPPROTO_UDP, "SCTP": unix.IPPROTO_SCTP}
+
+// CompilePolicy returns the policy pipeline of p (chains 0-2) for the
+// devices of in, and a chain-0 filter sending everything else to
+// ChainForward on every device that holds one of fwd (the forwarding
+// rules Compile made of the same plan). Sorted by device, chain and
+// priority; no two filters share a device, chain, priority and match.
+// Bad input is an error naming the field.
+func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
+	var out []PolicyRule
+	add := func(r PolicyRule) { out = append(out, r) }
+	gotoChain := func(c uint32) PolicyAction { return PolicyAction{Kind: PolicyGoto, Chain: c} }
+	ip := func() PolicyMatch { return PolicyMatch{EthType: EthIPv4} }
+
+	// Local endpoints with representors, by network.
+	byNet := map[string][]plan.Endpoint{}
+	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
+		if rep := in.Reps[name]; rep != "" {
+			e := p.Local[name]
+			byNet[e.Network] = append(byNet[e.Network], e)
+		}
+	}
+	isolated := func(name string) (in, eg bool) {
+		pol, ok := p.Policies[name]
+		return ok && pol.IngressIsolated, ok && pol.EgressIsolated
+	}
+	zones := map[uint16]string{}
+	netZone := map[string]uint16{}
+	for _, nname := range slices.Sorted(maps.Keys(byNet)) {
+		need := false
+		for _, e := range byNet[nname] {
+			i, eg := isolated(e.Name)
+			need = need || i || eg
+		}
+		if !need {
+			continue
+		}
+		n, ok := p.Networks[nname]
+		if !ok {
+			return nil, fmt.Errorf("networks: %q (of local endpoints) is not in the plan", nname)
+		}
+		z := Zone(n.VNI)
+		if other, ok := zones[z]; ok {
+			return nil, fmt.Errorf("networks[%s].vni: %d shares conntrack zone %d with network %s on this node; give one of them another VNI", nname, n.VNI, z, other)
+		}
+		zones[z], netZone[nname] = nname, z
+	}
+
+	// Each endpoint's rules, expanded once.
+	type expanded struct {
+		in, eg [][]PolicyMatch // by rule index: the matches that allow
+	}
+	exp := map[string]expanded{}
+	for _, nname := range slices.Sorted(maps.Keys(netZone)) {
+		for _, e := range byNet[nname] {
+			pol, ok := p.Policies[e.Name]
+			if !ok {
+				continue
+			}
+			var x expanded
+			var err error
+			if x.in, err = expandRules(pol.Ingress, p.Groups, true); err != nil {
+				return nil, fmt.Errorf("policies[%s].ingress%w", e.Name, err)
+			}
+			if x.eg, err = expandRules(pol.Egress, p.Groups, false); err != nil {
+				return nil, fmt.Errorf("policies[%s].egress%w", e.Name, err)
+			}
+			exp[e.Name] = x
+		}
+	}
+
+	// Chain 2 of a device of network nname: the ingress rules of its
+	// isolated local endpoints (all but skip), then on.
+	ingress := func(dev, nname string, vni uint32, skip string) {
+		z := netZone[nname]
+		commit := []PolicyAction{{Kind: PolicyCt, Zone: z, Commit: true}, gotoChain(ChainForward)}
+		for _, e := range byNet[nname] {
+			if i, _ := isolated(e.Name); !i || e.Name == skip {
+				continue
+			}
+			for _, a := range ipv4s(e.IPs) {
+				dst := netip.PrefixFrom(a, 32)
+				for ri, ms := range exp[e.Name].in {
+					for _, m := range ms {
+						m.Dst, m.EncKeyID = dst, vni
+						add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: PrioRule + uint16(ri), Match: m, Actions: commit,
+							Endpoint: e.Name, Direction: Ingress, RuleIndex: ri})
+					}
+				}
+				m := ip()
+				m.Dst, m.EncKeyID = dst, vni
+				add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: PrioDeny, Match: m, Actions: []PolicyAction{{Kind: PolicyDrop}},
+					Endpoint: e.Name, Direction: Ingress, RuleIndex: -1})
+			}
+		}
+		m := ip()
+		m.EncKeyID = vni
+		add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: PrioOpen, Match: m, Actions: commit})
+	}
+	// Chain 1's conntrack verdicts.
+	tracked := func(dev string) {
+		for _, s := range []struct {
+			prio  uint16
+			state uint16
+		}{{PrioTracked, CtEstablished}, {PrioRelated, CtRelated}} {
+			m := ip()
+			m.CtState, m.CtStateMask = CtTracked|s.state, CtTracked|s.state
+			add(PolicyRule{Dev: dev, Chain: ChainEgress, Prio: s.prio, Match: m, Actions: []PolicyAction{gotoChain(ChainForward)}})
+		}
+	}
+	entry := func(dev string, zone uint16, vni uint32) {
+		m := ip()
+		m.EncKeyID = vni
+		add(PolicyRule{Dev: dev, Chain: ChainEntry, Prio: PrioEntryCt, Match: m,
+			Actions: []PolicyAction{{Kind: PolicyCt, Zone: zone}, gotoChain(ChainEgress)}})
+	}
+
+	for _, nname := range slices.Sorted(maps.Keys(netZone)) {
+		z := netZone[nname]
+		for _, e := range byNet[nname] {
+			rep := in.Reps[e.Name]
+			ii, ei := isolated(e.Name)
+			entry(rep, z, 0)
+			if ii || ei {
+				add(PolicyRule{Dev: rep, Chain: ChainEntry, Prio: PrioEntryIPv6, Match: PolicyMatch{EthType: EthIPv6},
+					Actions: []PolicyAction{{Kind: PolicyDrop}}, Endpoint: e.Name, RuleIndex: -1})
+			}
+			tracked(rep)
+			if ei {
+				for ri, ms := range exp[e.Name].eg {
+					for _, m := range ms {
+						add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: PrioRule + uint16(ri), Match: m,
+							Actions: []PolicyAction{gotoChain(ChainIngress)}, Endpoint: e.Name, Direction: Egress, RuleIndex: ri})
+					}
+				}
+				add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: PrioDeny, Match: ip(), Actions: []PolicyAction{{Kind: PolicyDrop}},
+					Endpoint: e.Name, Direction: Egress, RuleIndex: -1})
+			} else {
+				add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: PrioOpen, Match: ip(), Actions: []PolicyAction{gotoChain(ChainIngress)}})
+			}
+			ingress(rep, nname, 0, e.Name)
+		}
+		// Into the network from the tunnel and from the node's gateway:
+		// the sender's node checked its egress.
+		n := p.Networks[nname]
+		for _, d := range []struct {
+			dev string
+			vni uint32
+		}{{in.VXLAN, n.VNI}, {in.Gateways[nname].Port, 0}} {
+			if d.dev == "" {
+				continue
+			}
+			entry(d.dev, z, d.vni)
+			m := ip()
+			m.EncKeyID = d.vni
+			add(PolicyRule{Dev: d.dev, Chain: ChainEgress, Prio: PrioOpen, Match: m, Actions: []PolicyAction{gotoChain(ChainIngress)}})
+			ingress(d.dev, nname, d.vni, "")
+		}
+	}
+	if len(netZone) > 0 && in.VXLAN != "" {
+		tracked(in.VXLAN) // once for every network
+	}
+	for _, nname := range slices.Sorted(maps.Keys(netZone)) {
+		if gw := in.Gateways[nname].Port; gw != "" {
+			tracked(gw)
+		}
+	}
+	// Everything else on every device with forwarding rules.
+	seen := map[string]bool{}
+	for _, r := range fwd {
+		if !seen[r.Dev] {
+			seen[r.Dev] = true
+			add(PolicyRule{Dev: r.Dev, Chain: ChainEntry, Prio: PrioEntryAll, Match: PolicyMatch{EthType: EthAll},
+				Actions: []PolicyAction{gotoChain(ChainForward)}})
+		}
+	}
+	return sortPolicy(out)
+}
+
+// sortPolicy sorts rules by device, chain, priority and match, drops
+// exact repeats (the same prefix from two peers of one rule) and refuses
+// two rules with one place and different actions.
+func sortPolicy(rs []PolicyRule) ([]PolicyRule, error) {
+	type keyed struct {
+		key string
+		r   PolicyRule
+	}
+	ks := make([]keyed, len(rs))
+	for i, r := range rs {
+		ks[i] = keyed{fmt.Sprintf("%s\x00%010d\x00%05d\x00%s", r.Dev, r.Chain, r.Prio, r.Match), r}
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	out := rs[:0]
+	for i, k := range ks {
+		if i > 0 && k.key == ks[i-1].key {
+			if k.r.String() != ks[i-1].r.String() {
+				return nil, fmt.Errorf("two policy rules on %s at %s: %q and %q", k.r.Dev, k.r.Match, ks[i-1].r, k.r)
+			}
+			continue
+		}
+		out = append(out, k.r)
+	}
+	return out, nil
+}
+
+// expandRules turns a direction's rules into flower matches (IPv4,
+// +trk+new), by rule index: the peers' prefixes (Src for ingress, Dst for
+// egress) times the ports. A rule whose peers select no IPv4 address
+// has no match: it allows nothing here.
+func expandRules(rules []plan.PolicyRule, groups map[string]plan.AddressGroup, ingress bool) ([][]PolicyMatch, error) {
+	if len(rules) > MaxPolicyRules {
+		return nil, fmt.Errorf(": %d rules, more than the %d an offload node takes", len(rules), MaxPolicyRules)
+	}
+	out := make([][]PolicyMatch, len(rules))
+	for ri, r := range rules {
+		var prefixes []netip.Prefix // nil with any: every peer
+		any := len(r.Peers) == 0
+		for pi, peer := range r.Peers {
+			switch {
+			case peer.Group != "":
+				g, ok := groups[peer.Group]
+				if !ok {
+					return nil, fmt.Errorf("[%d].peers[%d].group: %q is not in the plan", ri, pi, peer.Group)
+				}
+				for _, a := range g.Members {
+					if a.Is4() {
+						prefixes = append(prefixes, netip.PrefixFrom(a, 32))
+					}
+				}
+			case peer.CIDR.IsValid():
+				if !peer.CIDR.Addr().Is4() {
+					continue // offload nodes carry IPv4 only
+				}
+				ps, err := subtract(peer.CIDR, peer.Except)
+				if err != nil {
+					return nil, fmt.Errorf("[%d].peers[%d].except: %w", ri, pi, err)
+				}
+				prefixes = append(prefixes, ps...)
+			default:
+				return nil, fmt.Errorf("[%d].peers[%d]: neither a group nor a CIDR", ri, pi)
+			}
+		}
+		type port struct {
+			proto    uint8
+			min, max uint16
+		}
+		var ports []port
+		for pi, pp := range r.Ports {
+			proto, ok := protoNumbers[pp.Protocol]
+			if !ok {
+				return nil, fmt.Errorf("[%d].ports[%d].protocol: %q is not TCP, UDP or SCTP", ri, pi, pp.Protocol)
+			}
+			max := pp.EndPort
+			if max == 0 {
+				max = pp.Port
+			}
+			if pp.Port != 0 && max < pp.Port {
+				return nil, fmt.Errorf("[%d].ports[%d].endPort: %d is below port %d", ri, pi, pp.EndPort, pp.Port)
+			}
+			if pp.Port == 0 {
+				max = 0
+			}
+			ports = append(ports, port{proto, pp.Port, max})
+		}
+		if len(ports) == 0 {
+			ports = []port{{}}
+		}
+		if any {
+			prefixes = []netip.Prefix{{}}
+		}
+		for _, pre := range prefixes {
+			for _, pt := range ports {
+				m := PolicyMatch{EthType: EthIPv4, IPProto: pt.proto, DstPortMin: pt.min, DstPortMax: pt.max,
+					CtState: CtTracked | CtNew, CtStateMask: CtTracked | CtNew}
+				if ingress {
+					m.Src = pre
+				} else {
+					m.Dst = pre
+				}
+				out[ri] = append(out[ri], m)
+			}
+		}
+	}
+	return out, nil
+}
+
+// subtract returns the prefixes that cover p except the given prefixes,
+// fewest first-found: each except inside p splits the prefix holding it
+// along its path. An except outside p is an error.
+func subtract(p netip.Prefix, except []netip.Prefix) ([]netip.Prefix, error) {
+	p = p.Masked()
+	set := []netip.Prefix{p}
+	for _, x := range except {
+		x = x.Masked()
+		if !x.Addr().Is4() || !p.Contains(x.Addr()) || x.Bits() < p.Bits() {
+			return nil, fmt.Errorf("%s is not inside %s", x, p)
+		}
+		var next []netip.Prefix
+		for _, s := range set {
+			switch {
+			case x.Bits() <= s.Bits() && x.Contains(s.Addr()):
+				// s lies wholly in the except: gone.
+			case s.Bits() < x.Bits() && s.Contains(x.Addr()):
+				// Split s down to x, keeping the halves that miss it.
+				cur := s
+				for cur.Bits() < x.Bits() {
+					lo, hi := halves(cur)
+					if lo.Contains(x.Addr()) {
+						next, cur = append(next, hi), lo
+					} else {
+						next, cur = append(next, lo), hi
+					}
+				}
+			default:
+				next = append(next, s)
+			}
+		}
+		set = next
+	}
+	slices.SortFunc(set, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return set, nil
+}
+
+// halves splits an IPv4 prefix in its two halves.
+func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
+	b := p.Bits() + 1
+	lo := netip.PrefixFrom(p.Addr(), b)
+	a := p.Addr().As4()
+	a[(b-1)/8] |= 0x80 >> ((b - 1) % 8)
+	return lo, netip.PrefixFrom(netip.AddrFrom4(a), b)
+}
