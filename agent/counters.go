@@ -50,18 +50,20 @@ func (a *Agent) counters() (*skiffv1.ReportCountersRequest, error) {
 		}
 	}
 	var rules map[string][]flower.State
+	var polStates map[string][]flower.PolicyState
 	if a.off != nil {
 		rules = a.off.Rules()
+		polStates = policyByEndpoint(a.off.PolicyRules())
 	}
 	req := &skiffv1.ReportCountersRequest{Node: a.cfg.Node, Time: timestamppb.Now()}
 	for name := range p.Local {
 		if s, ok := stats[software.HostIfName(name)]; ok {
 			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Counters: &skiffv1.Counters{
 				RxPackets: s.TxPackets, RxBytes: s.TxBytes, RxDropped: s.TxDropped,
-				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}, Policy: pol[name], Rules: a.offloadRules(rules, name)})
-		} else if len(rules[name]) > 0 {
+				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}, Policy: pol[name], Rules: a.offloadRules(rules, polStates, name)})
+		} else if len(rules[name]) > 0 || len(polStates[name]) > 0 {
 			// A VF endpoint: no host interface, its rules only.
-			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Policy: pol[name], Rules: a.offloadRules(rules, name)})
+			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Policy: pol[name], Rules: a.offloadRules(rules, polStates, name)})
 		}
 	}
 	for name, n := range p.Networks {

@@ -52,12 +52,32 @@ func (a *Agent) representor(e plan.Endpoint) (offloaddp.Port, bool) {
 	}
 }
 
-// offloadRules is what the controller gets for an endpoint's rules.
-func (a *Agent) offloadRules(rules map[string][]flower.State, endpoint string) []*skiffv1.OffloadRule {
+// offloadRules is what the controller gets for an endpoint's rules: its
+// forwarding rules, then the policy filters that enforce its policy (kind
+// "policy-ingress" or "policy-egress").
+func (a *Agent) offloadRules(rules map[string][]flower.State, pol map[string][]flower.PolicyState, endpoint string) []*skiffv1.OffloadRule {
 	var out []*skiffv1.OffloadRule
 	for _, s := range rules[endpoint] {
 		out = append(out, &skiffv1.OffloadRule{Device: s.Rule.Dev, Kind: s.Rule.Kind, Rule: s.Rule.String(), State: s.State,
 			Reason: s.Reason, Handle: s.Handle, Packets: s.Packets, Bytes: s.Bytes, HwPackets: s.HWPackets, HwBytes: s.HWBytes})
+	}
+	for _, s := range pol[endpoint] {
+		kind := "policy"
+		if s.Rule.Direction != "" {
+			kind += "-" + s.Rule.Direction
+		}
+		out = append(out, &skiffv1.OffloadRule{Device: s.Rule.Dev, Kind: kind, Rule: s.Rule.String(), State: s.State,
+			Reason: s.Reason, Handle: s.Handle, Packets: s.Packets, Bytes: s.Bytes, HwPackets: s.HWPackets, HwBytes: s.HWBytes})
+	}
+	return out
+}
+
+// policyByEndpoint groups policy filter states by the endpoint whose
+// policy they enforce; the pipeline's own filters go under "".
+func policyByEndpoint(states []flower.PolicyState) map[string][]flower.PolicyState {
+	out := map[string][]flower.PolicyState{}
+	for _, s := range states {
+		out[s.Rule.Endpoint] = append(out[s.Rule.Endpoint], s)
 	}
 	return out
 }
@@ -71,6 +91,7 @@ var (
 	offPackets = prometheus.NewDesc("skiff_agent_offload_rule_packets_total", "Packets matched by an endpoint's offload rules, by rule kind (tc statistics; hardware included where offloaded).", []string{"endpoint", "kind"}, nil)
 	offBytes   = prometheus.NewDesc("skiff_agent_offload_rule_bytes_total", "Bytes matched by an endpoint's offload rules, by rule kind.", []string{"endpoint", "kind"}, nil)
 	offWrites  = prometheus.NewDesc("skiff_agent_offload_writes", "Netlink writes of the offload datapath since start (links, qdiscs, filters).", nil, nil)
+	offPolicy  = prometheus.NewDesc("skiff_agent_offload_policy_filters", "Policy tc-flower filters (conntrack pipeline and rules) by state (hardware, software, refused, or empty when not installed).", []string{"state"}, nil)
 )
 
 func (c *offloadCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -78,10 +99,18 @@ func (c *offloadCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- offPackets
 	ch <- offBytes
 	ch <- offWrites
+	ch <- offPolicy
 }
 
 func (c *offloadCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(offWrites, prometheus.GaugeValue, float64(c.a.off.Writes()))
+	pol := map[string]int{}
+	for _, s := range c.a.off.PolicyRules() {
+		pol[s.State]++
+	}
+	for st, n := range pol {
+		ch <- prometheus.MustNewConstMetric(offPolicy, prometheus.GaugeValue, float64(n), st)
+	}
 	for ep, states := range c.a.off.Rules() {
 		count := map[string]int{}
 		pk, by := map[string]uint64{}, map[string]uint64{}

@@ -572,7 +572,9 @@ type OffloadRule struct {
 	// The netdev whose ingress holds the rule (a representor, or the VXLAN
 	// device for decap).
 	Device string `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
-	// encap | decap | local | arp | flood
+	// encap | decap | local | arp | flood | standin | gateway, or
+	// policy-ingress | policy-egress | policy (the conntrack policy filters
+	// enforcing the endpoint's NetworkPolicy on an offload node)
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// The rule in tc's words (match and actions).
 	Rule string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
