@@ -379,6 +379,23 @@ func TestApplyPolicy(t *testing.T) {
 	if w := apply("re-apply"); w != 0 {
 		t.Errorf("re-apply wrote %d times", w)
 	}
+	// A restarted agent (a new datapath on the same kernel state) writes
+	// nothing either, and the handles stay.
+	before := handles(t, "skpnode", ha, hb, VXLANName)
+	dp2, err := New(Options{Logger: log, NetNS: node, Representor: reps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dp2.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if w := dp2.Writes(); w != 0 {
+		t.Errorf("a restarted datapath wrote %d times", w)
+	}
+	dp2.Close()
+	if after := handles(t, "skpnode", ha, hb, VXLANName); !slices.Equal(before, after) {
+		t.Errorf("handles changed across the restart:\n%v\n%v", before, after)
+	}
 
 	// a leaves the group: the filters of that member go (on a's
 	// representor and on the VXLAN device), nothing else is written.
