@@ -18,7 +18,16 @@
 // hardware, a rule is asked for with skip_sw first; a refusal is kept
 // (with the driver's message) and the rule is installed in software.
 //
+// The forwarding rules sit in chain 3. CompilePolicy puts the node's
+// NetworkPolicy ahead of them: chain 0 sends IPv4 of networks with an
+// isolated endpoint through conntrack (one zone per network), chain 1
+// passes established connections and checks the sender's egress rules,
+// chain 2 the receiver's ingress rules and commits (policy.go).
+// PolicyProgrammer installs those filters (encoded here: go-tc lacks
+// ct_state).
+//
 //	rules, err := flower.Compile(p, flower.Input{Reps: reps, VXLAN: "skvx"})
+//	pol, err := flower.CompilePolicy(p, flower.Input{Reps: reps, VXLAN: "skvx"}, rules)
 //	prog, err := flower.Open(0, log)
 //	states, err := prog.Sync(devs, rules)
 package flower
