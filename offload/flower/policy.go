@@ -146,8 +146,26 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 	}
 
 	// Chain 2 of a device of network nname: the ingress rules of its
-	// isolated local endpoints (all but skip), then on.
-	ingress := func(dev, nname string, vni uint32, skip string) {
+	// isolated local endpoints, then on. On the representor of from,
+	// whatever enters comes from from: rules for other sources can never
+	// match there and are left out (a forged source meets the deny).
+	ingress := func(dev, nname string, vni uint32, from *plan.Endpoint) {
+		skip := ""
+		var srcs []netip.Addr
+		if from != nil {
+			skip, srcs = from.Name, ipv4s(from.IPs)
+		}
+		reaches := func(m PolicyMatch) bool {
+			if from == nil || !m.Src.IsValid() {
+				return true
+			}
+			for _, a := range srcs {
+				if m.Src.Contains(a) {
+					return true
+				}
+			}
+			return false
+		}
 		z := netZone[nname]
 		commit := []PolicyAction{{Kind: PolicyCt, Zone: z, Commit: true}, gotoChain(ChainForward)}
 		for _, e := range byNet[nname] {
@@ -158,6 +176,9 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 				dst := netip.PrefixFrom(a, 32)
 				for ri, ms := range exp[e.Name].in {
 					for _, m := range ms {
+						if !reaches(m) {
+							continue
+						}
 						m.Dst, m.EncKeyID = dst, vni
 						add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: PrioRule + uint16(ri), Match: m, Actions: commit,
 							Endpoint: e.Name, Direction: Ingress, RuleIndex: ri})
@@ -214,7 +235,7 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 			} else {
 				add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: PrioOpen, Match: ip(), Actions: []PolicyAction{gotoChain(ChainIngress)}})
 			}
-			ingress(rep, nname, 0, e.Name)
+			ingress(rep, nname, 0, &e)
 		}
 		// Into the network from the tunnel and from the node's gateway:
 		// the sender's node checked its egress.
@@ -230,7 +251,7 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 			m := ip()
 			m.EncKeyID = d.vni
 			add(PolicyRule{Dev: d.dev, Chain: ChainEgress, Prio: PrioOpen, Match: m, Actions: []PolicyAction{gotoChain(ChainIngress)}})
-			ingress(d.dev, nname, d.vni, "")
+			ingress(d.dev, nname, d.vni, nil)
 		}
 	}
 	if len(netZone) > 0 && in.VXLAN != "" {

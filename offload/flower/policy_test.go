@@ -121,7 +121,8 @@ func TestCompilePolicyTransitions(t *testing.T) {
 			dev + " 2 DENY ip" + k + " dst 198.51.100.11/32: drop [b ingress 0]",
 		}
 	}
-	isoB := sorted(entryAll, ctBlue, bIn("repa", ""), bIn("skvx", "enc_key_id 100"), []string{
+	// On a's representor only the filters that can match a's packets.
+	isoB := sorted(entryAll, ctBlue, without(bIn("repa", ""), "src 198.51.100.1/32", "src 203.0.113.0/25"), bIn("skvx", "enc_key_id 100"), []string{
 		"repa 1 OPEN ip: goto chain 2",
 		"repb 1 OPEN ip: goto chain 2",
 		"repb 0 V6 ipv6: drop [b  0]",
