@@ -6,20 +6,17 @@
 package offloadvm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,84 +36,11 @@ func run(t testing.TB, args ...string) string { t.Helper(); return guest.Run(t, 
 
 func in(t testing.TB, ns string, args ...string) string { t.Helper(); return guest.In(t, ns, args...) }
 
-// buf is an output buffer safe for a process writing and a test reading.
-type buf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *buf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *buf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-// daemon is a project binary running (in a namespace) until stopped.
-type daemon struct {
-	cmd  *exec.Cmd
-	out  *buf
-	done chan struct{}
-}
-
-func startIn(t *testing.T, ns, name string, args ...string) *daemon {
-	t.Helper()
-	argv := append([]string{guest.Bin(t, name)}, args...)
-	if ns != "" {
-		argv = append([]string{ipBin, "netns", "exec", ns}, argv...)
-	}
-	d := &daemon{cmd: exec.Command(argv[0], argv[1:]...), out: &buf{}, done: make(chan struct{})}
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { _ = d.cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() {
-		d.signal(syscall.SIGTERM)
-		t.Logf("---- %s %s ----\n%s", ns, strings.Join(argv, " "), tail(d.out.String(), 60))
-	})
-	return d
-}
-
-func (d *daemon) signal(sig syscall.Signal) {
-	select {
-	case <-d.done:
-		return
-	default:
-	}
-	_ = d.cmd.Process.Signal(sig)
-	select {
-	case <-d.done:
-	case <-time.After(10 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func waitFor(t *testing.T, what string, within time.Duration, ok func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		good, why := ok()
-		if good {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, within, why)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // node is a worker namespace on the underlay.
 type node struct {
 	name, ns, ip, sock, state string
 	pf                        string // the netdevsim uplink, offload nodes
-	agent                     *daemon
+	agent                     *guest.Daemon
 	args                      []string
 }
 
@@ -301,8 +225,8 @@ func TestOffloadNodes(t *testing.T) {
 	run(t, ipBin, "addr", "add", "192.0.2.254/24", "dev", "skoebr")
 	run(t, ipBin, "link", "set", "skoebr", "up")
 	ctl := "192.0.2.254:7400"
-	startIn(t, "", "skiff-controller", "--listen", ctl, "--data-dir", filepath.Join(dir, "etcd"))
-	waitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+	guest.StartIn(t, "", "skiff-controller", "--listen", ctl, "--data-dir", filepath.Join(dir, "etcd"))
+	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
 		out, err := exec.Command(guest.Bin(t, "skiffctl"), "--controller", ctl, "get", "nodes", "-o", "json").CombinedOutput()
 		return err == nil, string(out)
 	})
@@ -329,25 +253,16 @@ func TestOffloadNodes(t *testing.T) {
 		} else {
 			// A netdevsim eswitch made from inside the node's namespace
 			// lives there (its devlink instance too).
-			id := 61 + i
-			in(t, n.ns, "/bin/sh", "-c", fmt.Sprintf("echo '%d 1' > /sys/bus/netdevsim/new_device", id))
-			t.Cleanup(func() { _ = os.WriteFile("/sys/bus/netdevsim/del_device", fmt.Appendf(nil, "%d", id), 0) })
-			time.Sleep(300 * time.Millisecond)
-			in(t, n.ns, "/bin/sh", "-c", fmt.Sprintf("echo 2 > /sys/bus/netdevsim/devices/netdevsim%d/sriov_numvfs", id))
-			in(t, n.ns, "/usr/sbin/devlink", "dev", "eswitch", "set", fmt.Sprintf("netdevsim/netdevsim%d", id), "mode", "switchdev")
-			n.pf = strings.TrimSpace(in(t, n.ns, "/bin/sh", "-c", "for d in /sys/class/net/*; do case \"$(cat $d/phys_port_name 2>/dev/null)\" in p[0-9]*) basename $d;; esac; done"))
-			if n.pf == "" || strings.Contains(n.pf, "\n") {
-				t.Fatalf("want one netdevsim uplink (phys_port_name pN) in %s, got %q", n.ns, n.pf)
-			}
+			n.pf = guest.SwitchdevEswitch(t, n.ns, 61+i, 2)
 		}
 		n.args = []string{"--controller", ctl, "--node", n.name, "--underlay-ip", n.ip, "--state-dir", n.state,
 			"--socket", n.sock, "--mode", mode, "--stats-interval", "1s", "--metrics-addr", n.ip + ":9100"}
-		n.agent = startIn(t, n.ns, "skiff-agent", n.args...)
+		n.agent = guest.StartIn(t, n.ns, "skiff-agent", n.args...)
 	}
 	skiffctl := func(args ...string) string {
 		return run(t, append([]string{guest.Bin(t, "skiffctl"), "--controller", ctl}, args...)...)
 	}
-	waitFor(t, "three nodes registered", 60*time.Second, func() (bool, string) {
+	guest.WaitFor(t, "three nodes registered", 60*time.Second, func() (bool, string) {
 		out, err := exec.Command(guest.Bin(t, "skiffctl"), "--controller", ctl, "get", "nodes", "-o", "json").CombinedOutput()
 		return err == nil && strings.Count(string(out), `"underlayIp"`) == 3, string(out)
 	})
@@ -362,20 +277,8 @@ func TestOffloadNodes(t *testing.T) {
 	ips, gateways := map[string]string{}, map[string]string{}
 	for i, n := range nodes {
 		pod := fmt.Sprintf("skoep%d", i+1)
-		// The pod's namespace by a process that holds it: the agents run
-		// under ip netns exec, in mount namespaces of their own, where
-		// files bound under /var/run/netns in this guest do not show.
-		holder := exec.Command(ipBin, "netns", "exec", pod, "/bin/sleep", "3600")
-		if err := holder.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
-		self, _ := os.Readlink("/proc/self/ns/net")
-		nsPath := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
-		waitFor(t, pod+" holder in its namespace", 10*time.Second, func() (bool, string) {
-			l, err := os.Readlink(nsPath)
-			return err == nil && l != self, l
-		})
+		// The pod's namespace by a process that holds it (guest.HoldNetns).
+		nsPath := guest.HoldNetns(t, pod)
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		req := localapi.CreateRequest{Name: pod, Network: "blue", NetNS: nsPath, IfName: "eth0"}
 		if n.pf != "" {
@@ -399,7 +302,7 @@ func TestOffloadNodes(t *testing.T) {
 
 	// Underlay neighbours of the remote VTEPs are resolved before any
 	// pod traffic (the nodes exchange nothing else over the underlay).
-	waitFor(t, "n1 resolves the VTEPs of n2 and n3 ahead of traffic", 20*time.Second, func() (bool, string) {
+	guest.WaitFor(t, "n1 resolves the VTEPs of n2 and n3 ahead of traffic", 20*time.Second, func() (bool, string) {
 		out := in(t, "skoen1", ipBin, "neigh", "show", "dev", "eth0")
 		ok := true
 		for _, v := range []string{"192.0.2.2", "192.0.2.3"} {
@@ -446,7 +349,7 @@ func TestOffloadNodes(t *testing.T) {
 
 	// The rules' state and counters reach the controller.
 	var eps map[string]endpoint
-	waitFor(t, "rule counters at the controller", 20*time.Second, func() (bool, string) {
+	guest.WaitFor(t, "rule counters at the controller", 20*time.Second, func() (bool, string) {
 		eps = endpoints(t, ctl)
 		var encap, decap uint64
 		for _, r := range eps["skoep1"].OffloadRules {
@@ -516,16 +419,16 @@ func TestOffloadNodes(t *testing.T) {
 		t.Fatalf("n1 has only %d filters: %v", len(before), before)
 	}
 	monitor := exec.Command(ipBin, "netns", "exec", "skoen1", tcBin, "monitor")
-	mon := &buf{}
+	mon := &guest.Buffer{}
 	monitor.Stdout, monitor.Stderr = mon, mon
 	if err := monitor.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = monitor.Process.Kill(); _ = monitor.Wait() }()
 	n1 := nodes[0]
-	n1.agent.signal(syscall.SIGKILL)
-	n1.agent = startIn(t, n1.ns, "skiff-agent", n1.args...)
-	waitFor(t, "restarted agent applied its plan", 30*time.Second, func() (bool, string) {
+	n1.agent.Signal(syscall.SIGKILL)
+	n1.agent = guest.StartIn(t, n1.ns, "skiff-agent", n1.args...)
+	guest.WaitFor(t, "restarted agent applied its plan", 30*time.Second, func() (bool, string) {
 		resp, err := http.Get("http://192.0.2.1:9100/metrics")
 		if err != nil {
 			return false, err.Error()
