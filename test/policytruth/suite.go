@@ -40,6 +40,10 @@ type Options struct {
 	// Settle is how long a measured matrix may take to equal the
 	// expected one (the policy travelling to the nodes); 20 s when zero.
 	Settle time.Duration
+	// SettleFailing, when set, replaces Settle once a matrix has failed
+	// to match: a datapath that enforces nothing then fails in minutes,
+	// every case still reported.
+	SettleFailing time.Duration
 	// Diagnose, when set, is called when a matrix differs, and what it
 	// returns is added to the failure (rules, counters of the nodes).
 	Diagnose func(t *testing.T, what string) string
@@ -79,11 +83,12 @@ func Run(t *testing.T, env Env, o Options) []*Pod {
 		}
 		Serve(t, p, o.Probes)
 	}
+	settle, failed := o.Settle, false
 	check := func(what string, want map[string]bool) {
 		t.Helper()
 		start := time.Now()
-		var diff []string
-		for time.Since(start) < o.Settle {
+		var diff, first []string
+		for round := 1; round == 1 || time.Since(start) < settle; round++ {
 			got := Measure(pods, o.Probes, o.Timeout)
 			diff = diff[:0]
 			for _, k := range slices.Sorted(maps.Keys(want)) {
@@ -91,8 +96,18 @@ func Run(t *testing.T, env Env, o Options) []*Pod {
 					diff = append(diff, fmt.Sprintf("%s: measured %v, Kubernetes says %v", k, got[k], want[k]))
 				}
 			}
+			if round == 1 {
+				first = slices.Clone(diff)
+			}
 			if len(diff) == 0 {
-				t.Logf("%s: %d probes match (%v)", what, len(want), time.Since(start).Round(time.Millisecond))
+				msg := fmt.Sprintf("%s: %d probes match (%v)", what, len(want), time.Since(start).Round(time.Millisecond))
+				if round > 1 {
+					// Slow convergence is worth seeing: the first
+					// round tells propagation (a deny still open)
+					// from lost probes (an allow that timed out).
+					msg += fmt.Sprintf(", after %d rounds; the first differed in %d probes: %s", round, len(first), strings.Join(first[:min(len(first), 4)], "; "))
+				}
+				t.Log(msg)
 				return
 			}
 		}
@@ -101,6 +116,10 @@ func Run(t *testing.T, env Env, o Options) []*Pod {
 			msg += "\n" + o.Diagnose(t, what)
 		}
 		t.Error(msg)
+		if !failed && o.SettleFailing != 0 {
+			failed, settle = true, o.SettleFailing
+			t.Logf("from now on a matrix settles for at most %v", settle)
+		}
 	}
 	open := Expected(nil, pods, o.Probes)
 	check("no policy", open)
