@@ -1,0 +1,291 @@
+// Package offloadpolicyvm holds offload nodes to the NetworkPolicy truth
+// table (package policytruth) inside the kernel VM: the real controller
+// and three agents in mode offload, nodes as network namespaces on an
+// underlay bridge, each with a netdevsim eswitch in switchdev mode, and
+// the six pods of the layout as veths standing in for VFs (made through
+// each agent's local API), so that their policy is tc-flower and act_ct
+// rules on the VF representors. Every case's measured matrix must equal
+// the reference; the offload nodes must have no nftables policy table,
+// and an isolated endpoint's policy counters must move.
+//
+// TestPolicyTruthSoftware, run on demand, is the control: the same on
+// three software nodes, where it passes and the offload test fails, the
+// harness is not the one to blame.
+package offloadpolicyvm
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"google.golang.org/protobuf/encoding/protojson"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/skiff-sdn/skiff/agent/localapi"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/policytruth"
+)
+
+const (
+	ctlAddr     = "192.0.2.254:7400"
+	policyTable = "skiff-policy" // the software datapath's nftables table (family inet)
+	// denyCase isolates web1 (n1) and db1 (n2) for ingress: whatever
+	// reaches them is the default deny's.
+	denyCase = "deny all ingress in a namespace"
+)
+
+// The probes in the VM: fewer than the e2e tier's (the VM emulates its
+// CPUs), still one of each protocol, a port inside and one outside the
+// cases' ranges; every case changes the matrix on them.
+var probes = []policytruth.Probe{{Proto: "TCP", Port: 80}, {Proto: "TCP", Port: 443}, {Proto: "TCP", Port: 8080}, {Proto: "UDP", Port: 53}, {Proto: "UDP", Port: 5353}, {Proto: "ICMP"}}
+
+type node struct {
+	name, ns, ip, sock, pf string
+	nsPath                 string
+	vfs                    int // VFs handed to pods so far
+}
+
+type cluster struct {
+	mode     string
+	nodes    map[string]*node
+	skiffctl string        // a copy on the guest's tmpfs
+	ctlTime  time.Duration // spent in skiffctl
+	ctlCalls int
+}
+
+func (c *cluster) ctl(t *testing.T, args ...string) string {
+	t.Helper()
+	start := time.Now()
+	defer func() { c.ctlTime += time.Since(start); c.ctlCalls++ }()
+	return guest.Run(t, append([]string{c.skiffctl, "--controller", ctlAddr}, args...)...)
+}
+
+// newCluster starts the controller on an underlay bridge and one agent in
+// mode mode per node; in mode offload each node has a netdevsim eswitch in
+// switchdev mode with two VFs.
+func newCluster(t *testing.T, mode string) *cluster {
+	dir := t.TempDir()
+	guest.Run(t, guest.IP, "link", "add", "skpbr", "type", "bridge")
+	t.Cleanup(func() { _ = exec.Command(guest.IP, "link", "del", "skpbr").Run() })
+	guest.Run(t, guest.IP, "addr", "add", "192.0.2.254/24", "dev", "skpbr")
+	guest.Run(t, guest.IP, "link", "set", "skpbr", "up")
+	guest.StartIn(t, "", "skiff-controller", "--listen", ctlAddr, "--data-dir", filepath.Join(dir, "etcd"))
+	nodesUp := func(n int) func() (bool, string) {
+		return func() (bool, string) {
+			out, err := exec.Command(guest.Bin(t, "skiffctl"), "--controller", ctlAddr, "get", "nodes", "-o", "json").CombinedOutput()
+			return err == nil && strings.Count(string(out), `"underlayIp"`) == n, string(out)
+		}
+	}
+	guest.WaitFor(t, "controller up", 90*time.Second, nodesUp(0))
+	// skiffctl runs some hundred times: from the 9p share (no cache) each
+	// start reads the whole binary again.
+	c := &cluster{mode: mode, nodes: map[string]*node{}, skiffctl: filepath.Join(dir, "skiffctl")}
+	guest.Run(t, "/bin/cp", guest.Bin(t, "skiffctl"), c.skiffctl)
+	for i, name := range policytruth.Nodes {
+		n := &node{name: name, ns: "skp" + name, ip: fmt.Sprintf("192.0.2.%d", i+1)}
+		c.nodes[name] = n
+		guest.AddNetns(t, n.ns)
+		n.nsPath = guest.HoldNetns(t, n.ns)
+		guest.Run(t, guest.IP, "link", "add", "skpu"+name, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
+		guest.Run(t, guest.IP, "link", "set", "skpu"+name, "master", "skpbr", "up")
+		guest.In(t, n.ns, guest.IP, "addr", "add", n.ip+"/24", "dev", "eth0")
+		guest.In(t, n.ns, guest.IP, "link", "set", "eth0", "up")
+		if mode == "offload" {
+			n.pf = guest.SwitchdevEswitch(t, n.ns, 81+i, 2)
+		}
+		n.sock = filepath.Join(dir, name+".sock")
+		guest.StartIn(t, n.ns, "skiff-agent", "--controller", ctlAddr, "--node", name, "--underlay-ip", n.ip,
+			"--state-dir", filepath.Join(dir, name+".state"), "--socket", n.sock, "--mode", mode,
+			"--stats-interval", "1s", "--metrics-addr", n.ip+":9100")
+	}
+	guest.WaitFor(t, "three nodes registered", 60*time.Second, nodesUp(3))
+	nodes := c.ctl(t, "get", "nodes", "-o", "json")
+	if got := strings.Count(strings.ReplaceAll(nodes, " ", ""), `"mode":"`+mode+`"`); got != 3 {
+		t.Fatalf("want 3 nodes registered in mode %s, got %d:\n%s", mode, got, nodes)
+	}
+	c.ctl(t, "network", "create", "blue", "--vni", "100")
+	c.ctl(t, "subnet", "create", "blue-v4", "--network", "blue", "--cidr", policytruth.Subnet)
+	return c
+}
+
+// env is how the truth table acts on this cluster: pods through the local
+// API of their node's agent (on offload nodes standing in for the node's
+// next VF), policies with skiffctl.
+func (c *cluster) env() policytruth.Env {
+	return policytruth.Env{
+		LabelNamespace: func(t *testing.T, ns, k, v string) { c.ctl(t, "namespace", "label", ns, k+"="+v) },
+		CreatePod: func(t *testing.T, p *policytruth.Pod) {
+			n := c.nodes[p.Node]
+			ns := "skpp" + p.Name
+			guest.AddNetns(t, ns)
+			path := guest.HoldNetns(t, ns)
+			req := localapi.CreateRequest{Name: p.Name, Network: "blue", NetNS: path, IfName: "eth0",
+				Labels: p.Labels, Owner: "pod:" + p.Namespace + "/" + p.Name, Namespace: p.Namespace}
+			if n.pf != "" {
+				vf := n.vfs
+				n.vfs++
+				req.PF, req.VF = n.pf, &vf
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			resp, err := localapi.NewClient(n.sock).Create(ctx, req)
+			if err != nil {
+				t.Fatalf("create %s on %s: %v", p.Name, n.name, err)
+			}
+			p.NetNS, p.IP = path, strings.Split(resp.IPs[0], "/")[0]
+			t.Logf("pod %s/%s on %s: %s, host side %s", p.Namespace, p.Name, n.name, resp.IPs[0], resp.HostIf)
+		},
+		Apply: func(t *testing.T, doc string) {
+			file := filepath.Join(t.TempDir(), "p.yaml")
+			if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c.ctl(t, "policy", "apply", "-f", file)
+		},
+		Delete: func(t *testing.T, name string) { c.ctl(t, "delete", "policy", name) },
+	}
+}
+
+// policyTables lists the inet nftables tables of a node's namespace.
+func policyTables(t *testing.T, n *node) []string {
+	t.Helper()
+	f, err := os.Open(n.nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatalf("%s: list nftables tables: %v", n.name, err)
+	}
+	var names []string
+	for _, tb := range tables {
+		names = append(names, tb.Name)
+	}
+	return names
+}
+
+// endpoints decodes skiffctl get endpoints -o json (an array of the API's
+// objects in protojson).
+func (c *cluster) endpoints(t *testing.T) map[string]*skiffv1.Endpoint {
+	t.Helper()
+	out := c.ctl(t, "get", "endpoints", "-o", "json")
+	var raw []json.RawMessage
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("skiffctl get endpoints: %v\n%s", err, out)
+	}
+	m := map[string]*skiffv1.Endpoint{}
+	for _, r := range raw {
+		e := &skiffv1.Endpoint{}
+		if err := protojson.Unmarshal(r, e); err != nil {
+			t.Fatalf("skiffctl get endpoints: %v\n%s", err, r)
+		}
+		m[e.Name] = e
+	}
+	return m
+}
+
+// afterCase checks, once the deny case's matrix matched, where the
+// enforcement comes from: on offload nodes no nftables policy table (on
+// software nodes, the control, there is one), and the isolated web1's
+// policy counters at the controller have moved.
+func (c *cluster) afterCase(t *testing.T, cs policytruth.Case, _ []networkingv1.NetworkPolicy, _ []*policytruth.Pod) {
+	if cs.Name != denyCase {
+		return
+	}
+	for _, name := range policytruth.Nodes {
+		n := c.nodes[name]
+		has := slices.Contains(policyTables(t, n), policyTable)
+		if c.mode == "offload" && has {
+			t.Errorf("offload node %s has the nftables table inet %s: policy is not (only) in tc", n.name, policyTable)
+		}
+		if c.mode == "software" && !has && (name == "n1" || name == "n2") {
+			t.Errorf("software node %s has no nftables table inet %s: the check cannot see it", n.name, policyTable)
+		}
+	}
+	var last *skiffv1.Endpoint
+	guest.WaitFor(t, "web1's policy counters at the controller", 20*time.Second, func() (bool, string) {
+		last = c.endpoints(t)["web1"]
+		var sum uint64
+		for _, x := range last.GetPolicyCounters() {
+			sum += x.Packets
+		}
+		return sum > 0, fmt.Sprintf("web1 on %s: %v", last.GetNode(), last.GetPolicyCounters())
+	})
+	t.Logf("web1 on %s, isolated by %q: policy counters %v", last.Node, cs.Name, last.PolicyCounters)
+}
+
+// diagnose shows, for the first mismatches, the policy counters and the
+// policy filters (chains 0-2; chain 3 is forwarding) of every VF
+// representor's ingress, with their statistics.
+func (c *cluster) diagnose() func(t *testing.T, what string) string {
+	shown := 0
+	return func(t *testing.T, what string) string {
+		if shown++; shown > 2 {
+			return "(diagnostics shown for the first two mismatches)"
+		}
+		var b strings.Builder
+		for _, name := range policytruth.Nodes {
+			n := c.nodes[name]
+			reps := guest.Representors(t, n.ns)
+			for _, port := range slices.Sorted(maps.Keys(reps)) {
+				for _, chain := range []string{"0", "1", "2"} {
+					out, _ := exec.Command(guest.IP, "netns", "exec", n.ns, guest.TC, "-s", "filter", "show", "dev", reps[port], "ingress", "chain", chain).CombinedOutput()
+					fmt.Fprintf(&b, "==== %s: tc -s filter show dev %s (%s) ingress chain %s\n%s\n", n.name, reps[port], port, chain, out)
+				}
+			}
+		}
+		eps := c.endpoints(t)
+		for _, name := range slices.Sorted(maps.Keys(eps)) {
+			fmt.Fprintf(&b, "policy counters of %s on %s: %v\n", name, eps[name].Node, eps[name].PolicyCounters)
+		}
+		return b.String()
+	}
+}
+
+func truthTable(t *testing.T, mode string) {
+	guest.Require(t)
+	start := time.Now()
+	c := newCluster(t, mode)
+	t.Logf("cluster of 3 %s nodes up in %v", mode, time.Since(start).Round(time.Millisecond))
+	policytruth.Run(t, c.env(), policytruth.Options{
+		Probes:        probes,
+		Timeout:       2 * time.Second, // time for a TCP SYN retransmission (1 s) under emulation
+		Settle:        30 * time.Second,
+		SettleFailing: 5 * time.Second,
+		Diagnose:      c.diagnose(),
+		AfterCase:     c.afterCase,
+	})
+	t.Logf("truth table on %s nodes: %v, of which %d skiffctl calls %v", mode, time.Since(start).Round(time.Second), c.ctlCalls, c.ctlTime.Round(time.Second))
+}
+
+// TestPolicyTruthSoftware is the control: the same on three software
+// nodes (nftables). It runs only when -run names it
+// (hack/kernelvm/run.sh -run TestPolicyTruthSoftware
+// ./test/kernelvm/offloadpolicyvm): together the two take close to the
+// 10 minutes the guest gives a test binary.
+func TestPolicyTruthSoftware(t *testing.T) {
+	if f := flag.Lookup("test.run"); f == nil || !strings.Contains(f.Value.String(), "Software") {
+		t.Log("the software control runs only when -run names it")
+		return
+	}
+	truthTable(t, "software")
+}
+
+// TestPolicyTruthOffload: the truth table on three offload nodes.
+func TestPolicyTruthOffload(t *testing.T) { truthTable(t, "offload") }
