@@ -1,13 +1,16 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -363,7 +366,11 @@ func TestApplyPolicy(t *testing.T) {
 
 	p.Groups["g"] = plan.AddressGroup{Name: "g", Members: []netip.Addr{netip.MustParseAddr("198.51.100.10")}}
 	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{{Peers: []plan.PolicyPeer{{Group: "g"}}}}}
-	apply("b isolated")
+	// b -> a is allowed before, during and after: not one packet of it
+	// may be lost while the pipeline is put in front of forwarding.
+	if sent, lost := udpWhile(t, pods["b"], pods["a"], "198.51.100.10", func() { apply("b isolated") }); lost != 0 {
+		t.Errorf("applying the policy lost %d of %d packets of an allowed flow", lost, sent)
+	}
 	chain2 := nsExec(t, "skpnode", "/usr/sbin/tc", "filter", "show", "dev", ha, "ingress", "chain", "2")
 	for _, w := range []string{"ct_state +trk+new", "src_ip 198.51.100.10", "dst_ip 198.51.100.11", "ct commit zone 101", "goto chain 3", "action order 1: gact action drop"} {
 		if !strings.Contains(chain2, w) {
@@ -426,7 +433,9 @@ func TestApplyPolicy(t *testing.T) {
 	// Policies gone: no conntrack, only chain 0's filters ahead of
 	// forwarding; the foreign filter is still there.
 	delete(p.Policies, "b")
-	apply("policy removed")
+	if sent, lost := udpWhile(t, pods["b"], pods["a"], "198.51.100.10", func() { apply("policy removed") }); lost != 0 {
+		t.Errorf("removing the policy lost %d of %d packets of an allowed flow", lost, sent)
+	}
 	if !ping("a", "b") {
 		t.Error("policy removed: a -> b must pass")
 	}
@@ -441,5 +450,94 @@ func TestApplyPolicy(t *testing.T) {
 	}
 	if w := apply("re-apply"); w != 0 {
 		t.Errorf("re-apply wrote %d times", w)
+	}
+}
+
+// udpWhile sends numbered UDP datagrams from namespace from to addr in
+// namespace to, one every 200µs, from before fn starts until 200 ms after
+// it returns, and returns how many were sent and how many never arrived.
+func udpWhile(t *testing.T, from, to, addr string, fn func()) (sent, lost int) {
+	t.Helper()
+	var srv, cli net.PacketConn
+	inNetns(t, to, func() error {
+		var err error
+		srv, err = net.ListenPacket("udp4", addr+":9999")
+		return err
+	})
+	defer srv.Close()
+	inNetns(t, from, func() error {
+		var err error
+		cli, err = net.ListenPacket("udp4", ":0")
+		return err
+	})
+	defer cli.Close()
+	dst := &net.UDPAddr{IP: net.ParseIP(addr), Port: 9999}
+	got := map[uint32]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := make([]byte, 64)
+		for {
+			srv.SetReadDeadline(time.Now().Add(time.Second))
+			n, _, err := srv.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			if n == 4 {
+				got[binary.BigEndian.Uint32(b)] = true
+			}
+		}
+	}()
+	stop := make(chan struct{})
+	finished := make(chan int)
+	go func() {
+		n := uint32(0)
+		for {
+			select {
+			case <-stop:
+				finished <- int(n)
+				return
+			default:
+			}
+			if _, err := cli.WriteTo(binary.BigEndian.AppendUint32(nil, n), dst); err == nil {
+				n++
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	fn()
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	sent = <-finished
+	<-done
+	return sent, sent - len(got)
+}
+
+// inNetns runs fn with the calling thread in the named namespace (sockets
+// made there stay there).
+func inNetns(t *testing.T, name string, fn func() error) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := netns.Set(h); err != nil {
+		t.Fatal(err)
+	}
+	err = fn()
+	if err2 := netns.Set(orig); err2 != nil {
+		panic(err2) // this thread must not go back to the runtime elsewhere
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

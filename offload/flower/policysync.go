@@ -77,7 +77,10 @@ func (p *PolicyProgrammer) dump(dev Device) ([]PolicyFilter, error) {
 // Install makes every rule present on its device's ingress: missing rules
 // are added, a filter in a rule's place with other actions is replaced in
 // place, matching filters are left alone (nothing is written when all
-// match). Devices in devs that hold Skiff policy filters no rule wants
+// match). A device's chains are written last to first, and a chain in
+// rising priority, so that no packet is sent to a chain before its
+// filters are there, nor meets a new deny before the new rules ahead of
+// it. Devices in devs that hold Skiff policy filters no rule wants
 // return them as stale, for Delete once whatever depends on them has
 // moved. Rules on devices not in devs are an error; a device not in devs
 // is not looked at.
@@ -90,6 +93,15 @@ func (p *PolicyProgrammer) Install(devs map[string]Device, rules []PolicyRule) (
 			continue
 		}
 		byDev[r.Dev] = append(byDev[r.Dev], i)
+	}
+	for _, idx := range byDev {
+		slices.SortStableFunc(idx, func(a, b int) int {
+			ra, rb := rules[a], rules[b]
+			if ra.Chain != rb.Chain {
+				return int(rb.Chain) - int(ra.Chain)
+			}
+			return int(ra.Prio) - int(rb.Prio)
+		})
 	}
 	states = make([]PolicyState, len(rules))
 	for _, name := range slicesSortedKeys(devs) {
@@ -143,8 +155,20 @@ func filterID(f PolicyFilter) uint64 {
 }
 
 // Delete removes filters (stale ones from Install). A filter already gone
-// is not an error.
+// is not an error. A device's chains go first to last, each from its
+// highest priority down: the way into a chain goes before the chain, a
+// deny before the rules ahead of it.
 func (p *PolicyProgrammer) Delete(fs []PolicyFilter) error {
+	fs = slices.Clone(fs)
+	slices.SortStableFunc(fs, func(a, b PolicyFilter) int {
+		if a.Rule.Index != b.Rule.Index {
+			return a.Rule.Index - b.Rule.Index
+		}
+		if a.Rule.Chain != b.Rule.Chain {
+			return int(a.Rule.Chain) - int(b.Rule.Chain)
+		}
+		return int(b.Rule.Prio) - int(a.Rule.Prio)
+	})
 	var errs []error
 	for _, f := range fs {
 		p.writes.Add(1)
