@@ -1,11 +1,14 @@
 // Package offloadbench measures the offload datapath in the kernel VM
 // (software tc: netdevsim offloads no flower): how fast a node's rules for
 // 10,000 remote endpoints are installed, and how long one endpoint change
-// takes on a node that holds them, next to iproute2's tc -batch installing
-// the same rules. It asserts what the rules are, never how fast; the
-// figures are for docs/benchmarks.md.
+// takes on a node that holds them (TestScale); the same for a
+// NetworkPolicy whose peer is a group of 1,000 and 10,000 addresses, and
+// what the policy costs real traffic (TestPolicy, policy_test.go). Both
+// compare with iproute2's tc -batch installing the same filters. They
+// assert what the rules are, never how fast; the figures are for
+// docs/benchmarks.md.
 //
-//	hack/kernelvm/run.sh -v -bins "" ./test/kernelvm/offloadbench
+//	hack/kernelvm/run.sh -v -bins "" -timeout 20m ./test/kernelvm/offloadbench
 package offloadbench
 
 import (
@@ -33,10 +36,7 @@ const (
 
 func in(t testing.TB, args ...string) string { t.Helper(); return guest.In(t, "skbench", args...) }
 
-func count(t testing.TB, dev string) int {
-	out := in(t, guest.TC, "filter", "show", "dev", dev, "ingress")
-	return strings.Count(out, " handle ")
-}
+func count(t testing.TB, dev string) int { t.Helper(); return countIn(t, "skbench", dev) }
 
 func remote(i int) plan.Remote {
 	// Tenant addresses in the benchmarking range (no packet is sent).
@@ -91,11 +91,18 @@ func TestScale(t *testing.T) {
 	full := time.Since(start)
 	installed := dp.Writes() - w0
 	repRules := count(t, "skpbench")
-	// encap + ARP per remote, 5 flood filters (15 VTEPs, 3 per filter).
-	if want := 2*endpoints + 5; repRules != want {
+	// encap + ARP per remote, 5 flood filters (15 VTEPs, 3 per filter),
+	// all in the forwarding chain, and chain 0's filter sending
+	// everything there (no policy: no conntrack).
+	if want := 2*endpoints + 5 + 1; repRules != want {
 		t.Fatalf("representor holds %d rules, want %d", repRules, want)
 	}
-	total := repRules + count(t, datapath.VXLANName)
+	// Decap, ARP and flood for the local endpoint, and chain 0's.
+	vxRules := count(t, datapath.VXLANName)
+	if want := 3 + 1; vxRules != want {
+		t.Fatalf("%s holds %d rules, want %d", datapath.VXLANName, vxRules, want)
+	}
+	total := repRules + vxRules
 	t.Logf("FIGURE install: %d rules (%d writes incl. device and qdiscs) for %d remote endpoints in %v: %.0f rules/s",
 		total, installed, endpoints, full.Round(time.Millisecond), float64(total)/full.Seconds())
 
@@ -139,43 +146,35 @@ func TestScale(t *testing.T) {
 	}
 
 	// Reference: iproute2 installing the same representor rules with
-	// tc -batch (one process, one netlink socket) on another device.
-	rules, err := flower.Compile(p, flower.Input{Reps: map[string]string{"pod": "skbtc"}, VXLAN: datapath.VXLANName})
+	// tc -batch (one process, one netlink socket) on another device: the
+	// forwarding rules in their chain and chain 0's filter to it, from
+	// the same compiled rules.
+	refIn := flower.Input{Reps: map[string]string{"pod": "skbtc"}, VXLAN: datapath.VXLANName}
+	rules, err := flower.Compile(p, refIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := flower.CompilePolicy(p, refIn, rules)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	b.WriteString("qdisc add dev skbtc clsact\n")
 	nrules := 0
+	for _, r := range pol {
+		if r.Dev == "skbtc" {
+			nrules++
+			batchPolicy(t, &b, r)
+		}
+	}
 	for _, r := range rules {
-		if r.Dev != "skbtc" {
-			continue
+		if r.Dev == "skbtc" {
+			nrules++
+			batchRule(t, &b, r)
 		}
-		nrules++
-		proto := "all"
-		if r.EthType == flower.EthARP {
-			proto = "arp"
-		}
-		fmt.Fprintf(&b, "filter add dev skbtc ingress prio %d protocol %s flower", r.Prio, proto)
-		if r.Match.DstMAC != "" {
-			fmt.Fprintf(&b, " dst_mac %s", r.Match.DstMAC)
-		}
-		if r.Match.ArpTIP.IsValid() {
-			fmt.Fprintf(&b, " arp_op request arp_tip %s", r.Match.ArpTIP)
-		}
-		for _, a := range r.Actions {
-			switch a.Kind {
-			case flower.TunnelSet:
-				fmt.Fprintf(&b, " action tunnel_key set id %d src_ip %s dst_ip %s dst_port %d", a.VNI, a.Src, a.Dst, a.DstPort)
-			case flower.Redirect:
-				fmt.Fprintf(&b, " action mirred egress redirect dev %s", a.Dev)
-			case flower.Mirror:
-				fmt.Fprintf(&b, " action mirred egress mirror dev %s", a.Dev)
-			case flower.Continue:
-				b.WriteString(" action continue")
-			}
-		}
-		b.WriteString("\n")
+	}
+	if nrules != repRules {
+		t.Fatalf("the reference has %d rules for the representor, the datapath installed %d", nrules, repRules)
 	}
 	file := filepath.Join(t.TempDir(), "rules.tc")
 	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
@@ -187,7 +186,8 @@ func TestScale(t *testing.T) {
 	if got := count(t, "skbtc"); got != nrules {
 		t.Fatalf("tc -batch installed %d of %d rules", got, nrules)
 	}
-	t.Logf("FIGURE reference tc -batch: %d rules in %v: %.0f rules/s", nrules, ref.Round(time.Millisecond), float64(nrules)/ref.Seconds())
+	t.Logf("FIGURE reference tc -batch: %d rules in %v: %.0f rules/s (the datapath's rate is %.2f of it)", nrules, ref.Round(time.Millisecond),
+		float64(nrules)/ref.Seconds(), float64(total)/full.Seconds()/(float64(nrules)/ref.Seconds()))
 	start = time.Now()
 	out := in(t, guest.TC, "-s", "filter", "show", "dev", "skbtc", "ingress")
 	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, time.Since(start).Round(time.Millisecond), len(out))

@@ -1,0 +1,649 @@
+package offloadbench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	cnins "github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netns"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/offload/flower"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+)
+
+// The policy benchmark: NetworkPolicy on the offload datapath (flower
+// filters with act_ct in chains 0-2 ahead of forwarding in chain 3), in
+// software tc with software conntrack (netdevsim offloads no flower).
+//
+// Two node namespaces built alike, each with two pods (veth pairs into
+// pod namespaces, the host sides as representors) on one network with a
+// subnet gateway (the datapath's veth pair, as on a real node):
+//
+//   - "open": no policy at all (chain 0 sends everything to forwarding);
+//   - "policy": pod b isolated for ingress, with one rule allowing the
+//     members of an address group of N addresses (the clients, pod a and
+//     the node's gateway address, last) on two TCP ports. Flower has no sets: the group is one filter
+//     per member and port on each device traffic from any member may
+//     enter by (the VXLAN device, the gateway's port); a's representor
+//     holds only the filters a's own address can match.
+//
+// It measures installing the policy (Datapath.Apply) next to iproute2's
+// tc -batch installing the same filters, one member joining, an
+// unchanged re-apply, and TCP throughput and new connections per second
+// to b on both nodes, interleaved. It asserts what the filters
+// are (exact counts per device, writes) and that the policy holds (a port
+// outside it is dropped, every connection counted by b's rule), never
+// how fast; the figures are for docs/benchmarks.md.
+
+const (
+	portStream  = 5201 // throughput; allowed
+	portConn    = 8080 // new connections; allowed
+	portShut    = 8081 // not in the policy: dropped on the policy node
+	rounds      = 4    // traffic rounds
+	streamSlice = time.Second
+	connSlice   = 500 * time.Millisecond
+)
+
+var groupSizes = []int{1000, 10000}
+
+var podIP = map[string]string{"a": "198.51.100.10", "b": "198.51.100.11"}
+
+const (
+	vni       = 100
+	gatewayIP = "198.51.100.1"
+)
+
+// gwPort is the eswitch side of the network's gateway, which the
+// datapath makes (a veth pair).
+var gwPort = datapath.GatewayPortName(vni)
+
+// rep is the representor (host side of the pod's veth) of endpoint e.
+func rep(e string) string { return "skpb" + e }
+
+func countIn(t testing.TB, ns, dev string) int {
+	t.Helper()
+	return strings.Count(guest.In(t, ns, guest.TC, "filter", "show", "dev", dev, "ingress"), " handle ")
+}
+
+type node struct {
+	ns   string
+	pods map[string]string // endpoint -> pod namespace
+	p    plan.Plan
+	dp   *datapath.Datapath
+	srv  *servers
+}
+
+// newNode makes a node namespace with pods a and b and a datapath in it.
+func newNode(t *testing.T, ns string, log *slog.Logger) *node {
+	t.Helper()
+	guest.AddNetns(t, ns)
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	guest.In(t, ns, guest.IP, "link", "add", "skpbu0", "type", "dummy")
+	guest.In(t, ns, guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skpbu0")
+	guest.In(t, ns, guest.IP, "link", "set", "skpbu0", "up")
+	n := &node{ns: ns, pods: map[string]string{}, p: plan.New("n1")}
+	n.p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	n.p.Networks["blue"] = plan.Network{Name: "blue", VNI: vni, MTU: 1450, Subnets: []plan.Subnet{{Name: "blue-v4", Network: "blue",
+		CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr(gatewayIP)}}}
+	for i, e := range []string{"a", "b"} {
+		pod := ns + e
+		n.pods[e] = pod
+		guest.AddNetns(t, pod)
+		mac := fmt.Sprintf("02:00:00:00:00:%02x", 10+i)
+		guest.Run(t, guest.IP, "link", "add", rep(e), "netns", ns, "type", "veth", "peer", "name", "eth0", "netns", pod)
+		guest.In(t, ns, guest.IP, "link", "set", rep(e), "up")
+		guest.In(t, pod, guest.IP, "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
+		guest.In(t, pod, guest.IP, "addr", "add", podIP[e]+"/24", "dev", "eth0")
+		n.p.Local[e] = plan.Endpoint{Name: e, Network: "blue", Kind: plan.KindVeth, MAC: mac,
+			IPs: []netip.Prefix{netip.MustParsePrefix(podIP[e] + "/24")}, VFIndex: -1}
+	}
+	n.dp, err = datapath.New(datapath.Options{Logger: log, NetNS: h,
+		Representor: func(e plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: rep(e.Name)}, true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.dp.Close)
+	n.srv = serve(t, n.pods["b"], podIP["b"])
+	return n
+}
+
+// apply applies the node's plan and returns the writes and the time taken.
+func (n *node) apply(t *testing.T, what string) (int, time.Duration) {
+	t.Helper()
+	w0 := n.dp.Writes()
+	start := time.Now()
+	if err := n.dp.Apply(n.p); err != nil {
+		t.Fatalf("%s: %s: %v", n.ns, what, err)
+	}
+	return n.dp.Writes() - w0, time.Since(start)
+}
+
+// counts returns the filters on the ingress of the node's devices.
+func (n *node) counts(t *testing.T) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for d := range forwarding {
+		out[d] = countIn(t, n.ns, d)
+	}
+	return out
+}
+
+func sum(m map[string]int) int {
+	s := 0
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// Forwarding rules of the two-pod plan (chain 3): on each representor
+// unicast and ARP to the other pod and to the gateway, and one flood
+// filter; on the VXLAN device decap and ARP for each pod and one flood;
+// on the gateway's port unicast and ARP to each pod and one flood.
+var forwarding = map[string]int{rep("a"): 5, rep("b"): 5, datapath.VXLANName: 5, gwPort: 5}
+
+// policyFilters is the policy pipeline for b isolated for ingress with
+// one rule allowing a group of members (a among them) on ports.
+func policyFilters(members, ports int) map[string]int {
+	// Chain 0: into conntrack, the rest to forwarding. Chain 1:
+	// established, related, on to chain 2. Chain 2: b's rule (one filter
+	// per member and port), b's default deny, the rest on.
+	return map[string]int{
+		// Whatever enters a's representor comes from a: of b's rule,
+		// only a's address.
+		rep("a"): 2 + 3 + 1*ports + 2,
+		// Chain 0 also drops b's IPv6; chain 2 only sends the rest on
+		// (b's own traffic does not meet b's ingress rules).
+		rep("b"): 3 + 3 + 1,
+		// From the tunnel and from the gateway: any member (the VNI
+		// matched on the VXLAN device).
+		datapath.VXLANName: 2 + 3 + members*ports + 2,
+		gwPort:             2 + 3 + members*ports + 2,
+	}
+}
+
+// devicesWithGroup are the devices holding b's rule for every member.
+var devicesWithGroup = []string{datapath.VXLANName, gwPort}
+
+func TestPolicy(t *testing.T) {
+	guest.Require(t)
+	// New connections at a few thousand per second, each kept 10 s in
+	// CLOSE after its RST: more than the default table of a 1 GiB guest.
+	const ctMax = "/proc/sys/net/netfilter/nf_conntrack_max"
+	if old, err := os.ReadFile(ctMax); err == nil {
+		if err := os.WriteFile(ctMax, []byte("262144"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.WriteFile(ctMax, old, 0o644) })
+	}
+	for _, n := range groupSizes {
+		t.Run(fmt.Sprintf("members=%d", n), func(t *testing.T) { policyBench(t, n) })
+	}
+}
+
+func policyBench(t *testing.T, members int) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	const ports = 2
+	open := newNode(t, "skpbq", log)
+	pol := newNode(t, "skpbp", log)
+
+	// The open node: forwarding, and chain 0's filter to it.
+	open.apply(t, "no policy")
+	want := map[string]int{}
+	for d, n := range forwarding {
+		want[d] = n + 1
+	}
+	if got := open.counts(t); !maps.Equal(got, want) {
+		t.Fatalf("no policy: filters per device %v, want %v", got, want)
+	}
+
+	// (a) The policy node: forwarding and b's policy from nothing.
+	group := plan.AddressGroup{Name: "g"}
+	for i := range members - 2 {
+		group.Members = append(group.Members, netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
+	}
+	group.Members = append(group.Members, netip.MustParseAddr(gatewayIP), netip.MustParseAddr(podIP["a"]))
+	pol.p.Groups["g"] = group
+	pol.p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{{
+		Peers: []plan.PolicyPeer{{Group: "g"}},
+		Ports: []plan.PolicyPort{{Protocol: "TCP", Port: portStream}, {Protocol: "TCP", Port: portConn}},
+	}}}
+	pw0 := pol.dp.PolicyWrites()
+	tl := watchWrites(pol.dp)
+	writes, took := pol.apply(t, "policy from nothing")
+	tl.stop()
+	polWrites := pol.dp.PolicyWrites() - pw0
+	want = map[string]int{}
+	for d, n := range policyFilters(members, ports) {
+		want[d] = n + forwarding[d]
+	}
+	got := pol.counts(t)
+	if !maps.Equal(got, want) {
+		t.Fatalf("policy: filters per device %v, want %v", got, want)
+	}
+	total := sum(got)
+	if wantPol := sum(policyFilters(members, ports)); polWrites != wantPol {
+		t.Fatalf("policy from nothing: %d policy filter writes, want %d", polWrites, wantPol)
+	}
+	rate := float64(total) / took.Seconds()
+	t.Logf("FIGURE members=%d install: %d filters (%d policy, %d writes incl. the VXLAN device and qdiscs) in %v: %.0f filters/s",
+		members, total, polWrites, writes, took.Round(time.Millisecond), rate)
+	t.Logf("FIGURE members=%d install timeline: %s", members, tl.summary(polWrites))
+
+	// (d) Unchanged re-apply.
+	if w, took := pol.apply(t, "unchanged"); w != 0 {
+		t.Fatalf("unchanged re-apply wrote %d times", w)
+	} else {
+		t.Logf("FIGURE members=%d re-apply, nothing changed, %d filters: %v, 0 writes", members, total, took.Round(time.Millisecond))
+	}
+
+	// What a reconcile reads back: one dump of the VXLAN device (every
+	// chain), decoded, as each of the datapath's two programmers does
+	// for each device at every Apply.
+	dumpVX(t, pol, members)
+
+	// (b) The reference: the same filters by tc -batch, on devices of
+	// the same names and kinds in a namespace of their own.
+	refRate := reference(t, pol.p, got)
+	t.Logf("FIGURE members=%d datapath/tc-batch install rate: %.2f", members, rate/refRate)
+
+	// (c) One member joins: one filter per port on each device holding
+	// b's rule for every member (the VXLAN device, the gateway's port).
+	g := pol.p.Groups["g"]
+	g.Members = append(slices.Clone(g.Members), netip.MustParseAddr("10.255.0.1"))
+	pol.p.Groups["g"] = g
+	w, took := pol.apply(t, "one member joins")
+	if wantW := ports * len(devicesWithGroup); w != wantW {
+		t.Fatalf("one member joining wrote %d times, want %d (%d ports x %v)", w, wantW, ports, devicesWithGroup)
+	}
+	for _, d := range devicesWithGroup {
+		want[d] += ports
+	}
+	if got := pol.counts(t); !maps.Equal(got, want) {
+		t.Fatalf("after one member joined: filters per device %v, want %v", got, want)
+	}
+	t.Logf("FIGURE members=%d one member joins, %d filters: %v, %d writes", members, sum(want), took.Round(time.Millisecond), w)
+
+	// (e) Traffic to b from two members: pod a, whose representor holds
+	// only the filters a's address can match, and the node itself by its
+	// gateway address, whose packets enter by the gateway's port and meet
+	// the filters of every member (as packets from remote pods meet those
+	// of the VXLAN device). Established packets skip chain 2: only a
+	// connection's first packet is looked up among the group's filters.
+	// The policy holds: a port outside it is dropped on the policy node,
+	// open on the other.
+	type client struct {
+		name string
+		ns   func(*node) string
+	}
+	clients := []client{{"pod a", func(n *node) string { return n.pods["a"] }}, {"gateway", func(n *node) string { return n.ns }}}
+	for _, c := range clients {
+		if err := dialOnce(t, c.ns(open), portShut); err != nil {
+			t.Fatalf("no policy: %s to port %d: %v", c.name, portShut, err)
+		}
+		if err := dialOnce(t, c.ns(pol), portShut); err == nil {
+			t.Fatalf("policy: %s to port %d, which is not allowed, connected", c.name, portShut)
+		}
+	}
+	// Each round interleaves short slices on the two nodes (ABBA, twice)
+	// so that both see the same noise of the shared machine.
+	type tally struct{ n, secs float64 }
+	type key struct {
+		what string
+		n    *node
+	}
+	var conns int
+	ratios := map[string][]float64{}
+	all := map[key]*tally{}
+	add := func(m map[key]*tally, k key, n, secs float64) {
+		if m[k] == nil {
+			m[k] = &tally{}
+		}
+		m[k].n += n
+		m[k].secs += secs
+	}
+	whats := []string{"TCP Mbit/s, pod a", "new connections/s, pod a", "new connections/s, gateway"}
+	for r := range rounds {
+		order := []*node{open, pol, pol, open, open, pol, pol, open}
+		if r%2 == 1 {
+			order = []*node{pol, open, open, pol, pol, open, open, pol}
+		}
+		round := map[key]*tally{}
+		for _, n := range order {
+			b, secs := stream(t, n, streamSlice)
+			add(round, key{whats[0], n}, b/1e6, secs)
+		}
+		for i, c := range clients {
+			for _, n := range order {
+				got, secs := connect(t, c.ns(n), connSlice)
+				add(round, key{whats[1+i], n}, float64(got), secs)
+				if n == pol {
+					conns += got
+				}
+			}
+		}
+		var line strings.Builder
+		for _, w := range whats {
+			o, p := round[key{w, open}], round[key{w, pol}]
+			ratio := (p.n / p.secs) / (o.n / o.secs)
+			ratios[w] = append(ratios[w], ratio)
+			fmt.Fprintf(&line, "; %s %.0f / %.0f (ratio %.2f)", w, o.n/o.secs, p.n/p.secs, ratio)
+			add(all, key{w, open}, o.n, o.secs)
+			add(all, key{w, pol}, p.n, p.secs)
+		}
+		t.Logf("FIGURE members=%d traffic round %d, no policy / policy%s", members, r+1, line.String())
+	}
+	for _, w := range whats {
+		o, p := all[key{w, open}], all[key{w, pol}]
+		t.Logf("FIGURE members=%d traffic, policy / no policy, %s: rounds %.2f-%.2f, all rounds %.2f",
+			members, w, slices.Min(ratios[w]), slices.Max(ratios[w]), (p.n/p.secs)/(o.n/o.secs))
+	}
+
+	// Every connection on the policy node opened through b's rule.
+	cs, err := pol.dp.PolicyCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var through uint64
+	for _, c := range cs {
+		if c.Endpoint == "b" && c.Rule == 0 {
+			through += c.Packets
+		}
+	}
+	if through < uint64(conns) {
+		t.Fatalf("b's ingress rule counted %d packets for %d connections", through, conns)
+	}
+}
+
+func dumpVX(t *testing.T, n *node, members int) {
+	t.Helper()
+	h, err := netns.GetFromName(n.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	c, err := flower.OpenPolicy(int(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	idx, err := strconv.Atoi(strings.TrimSpace(guest.In(t, n.ns, "/bin/cat", "/sys/class/net/"+datapath.VXLANName+"/ifindex")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fs, err := c.Dump(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE members=%d one dump of %s (%d filters, every chain, decoded): %v", members, datapath.VXLANName, len(fs), time.Since(start).Round(time.Millisecond))
+}
+
+// writeWatch samples a datapath's policy writes while it applies: when
+// they start and end, and their rate through the run.
+type writeWatch struct {
+	done    chan struct{}
+	over    chan struct{}
+	start   time.Time
+	w0      int
+	samples []writeSample
+}
+
+type writeSample struct {
+	at     time.Duration
+	writes int
+}
+
+func watchWrites(dp *datapath.Datapath) *writeWatch {
+	w := &writeWatch{done: make(chan struct{}), over: make(chan struct{}), start: time.Now(), w0: dp.PolicyWrites()}
+	go func() {
+		defer close(w.over)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-tick.C:
+				w.samples = append(w.samples, writeSample{time.Since(w.start), dp.PolicyWrites() - w.w0})
+			}
+		}
+	}()
+	return w
+}
+
+func (w *writeWatch) stop() {
+	close(w.done)
+	<-w.over
+	w.samples = append(w.samples, writeSample{time.Since(w.start), w.samples[len(w.samples)-1].writes})
+}
+
+// summary: when the first policy write was seen, when the last, and the
+// write rate over each tenth of the writes.
+func (w *writeWatch) summary(total int) string {
+	if total == 0 || len(w.samples) == 0 {
+		return "no policy writes"
+	}
+	at := func(n int) time.Duration { // first sample with at least n writes
+		for _, s := range w.samples {
+			if s.writes >= n {
+				return s.at
+			}
+		}
+		return w.samples[len(w.samples)-1].at
+	}
+	first, last := at(1), at(total)
+	var b strings.Builder
+	fmt.Fprintf(&b, "policy writes from %v to %v (%.0f/s), Apply ends at %v; writes/s by tenth:", first.Round(10*time.Millisecond),
+		last.Round(10*time.Millisecond), float64(total)/(last-first).Seconds(), w.samples[len(w.samples)-1].at.Round(10*time.Millisecond))
+	for i := range 10 {
+		lo, hi := total*i/10, total*(i+1)/10
+		if d := at(hi) - at(max(lo, 1)); d > 0 {
+			fmt.Fprintf(&b, " %.0f", float64(hi-lo)/d.Seconds())
+		} else {
+			b.WriteString(" -")
+		}
+	}
+	return b.String()
+}
+
+// reference installs the filters of plan p (compiled as the datapath
+// does) with tc -batch in a namespace holding devices of the same names
+// and kinds, checks it holds want per device, and returns its rate.
+func reference(t *testing.T, p plan.Plan, want map[string]int) float64 {
+	t.Helper()
+	const ns = "skpbref"
+	guest.AddNetns(t, ns)
+	defer func() { _ = guest.Run(t, guest.IP, "netns", "del", ns) }() // free the filters before the traffic
+	for _, e := range []string{"a", "b"} {
+		guest.In(t, ns, guest.IP, "link", "add", rep(e), "type", "veth", "peer", "name", rep(e)+"p")
+		guest.In(t, ns, guest.IP, "link", "set", rep(e), "up")
+	}
+	guest.In(t, ns, guest.IP, "link", "add", datapath.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
+	guest.In(t, ns, guest.IP, "link", "set", datapath.VXLANName, "up")
+	guest.In(t, ns, guest.IP, "link", "add", gwPort, "type", "veth", "peer", "name", datapath.GatewayName(vni))
+	guest.In(t, ns, guest.IP, "link", "set", gwPort, "up")
+	in := flower.Input{Reps: map[string]string{"a": rep("a"), "b": rep("b")}, VXLAN: datapath.VXLANName,
+		Gateways: map[string]flower.Gateway{"blue": {Port: gwPort, MAC: datapath.GatewayMAC(vni), IPs: []netip.Addr{netip.MustParseAddr(gatewayIP)}}}}
+	start := time.Now()
+	rules, err := flower.Compile(p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := flower.CompilePolicy(p, in, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE compiling the plan (forwarding and policy, %d filters), as every Apply does: %v", len(rules)+len(pol), time.Since(start).Round(time.Millisecond))
+	var b strings.Builder
+	for _, d := range slices.Sorted(maps.Keys(want)) {
+		fmt.Fprintf(&b, "qdisc add dev %s clsact\n", d)
+	}
+	// As the datapath: the policy pipeline first, then forwarding.
+	for _, r := range pol {
+		batchPolicy(t, &b, r)
+	}
+	for _, r := range rules {
+		batchRule(t, &b, r)
+	}
+	file := filepath.Join(t.TempDir(), "policy.tc")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	guest.In(t, ns, guest.TC, "-batch", file)
+	took := time.Since(start)
+	got := map[string]int{}
+	for d := range want {
+		got[d] = countIn(t, ns, d)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("tc -batch: filters per device %v, the datapath's %v", got, want)
+	}
+	n := sum(got)
+	rate := float64(n) / took.Seconds()
+	t.Logf("FIGURE reference tc -batch: %d filters in %v: %.0f filters/s", n, took.Round(time.Millisecond), rate)
+	return rate
+}
+
+// Traffic: servers in pod b (Go, in the test binary), clients in pod a.
+
+type servers struct {
+	streamed chan int64 // bytes received by each stream, at its end
+}
+
+// inNS runs f on a thread in the named namespace (sockets made there stay
+// there).
+func inNS(ns string, f func() error) error {
+	return cnins.WithNetNSPath("/run/netns/"+ns, func(cnins.NetNS) error { return f() })
+}
+
+func serve(t *testing.T, pod, ip string) *servers {
+	t.Helper()
+	s := &servers{streamed: make(chan int64, 1)}
+	ls := map[int]net.Listener{}
+	if err := inNS(pod, func() error {
+		for _, port := range []int{portStream, portConn, portShut} {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				return err
+			}
+			ls[port] = l
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for port, l := range ls {
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				if port != portStream {
+					c.Close()
+					continue
+				}
+				go func() {
+					n, _ := io.Copy(io.Discard, c)
+					c.Close()
+					s.streamed <- n
+				}()
+			}
+		}()
+	}
+	return s
+}
+
+// dialOnce connects from pod to b's port once, with a 1 s timeout.
+func dialOnce(t *testing.T, pod string, port int) error {
+	t.Helper()
+	return inNS(pod, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(port)), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+}
+
+// stream sends from a to b for d and returns the bits b received and the
+// seconds from the first write to b's end of stream.
+func stream(t *testing.T, n *node, d time.Duration) (float64, float64) {
+	t.Helper()
+	var c net.Conn
+	if err := inNS(n.pods["a"], func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(portStream)), 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("%s: stream: %v", n.ns, err)
+	}
+	defer c.Close()
+	buf := make([]byte, 128<<10)
+	start := time.Now()
+	for time.Since(start) < d {
+		if _, err := c.Write(buf); err != nil {
+			t.Fatalf("%s: stream: %v", n.ns, err)
+		}
+	}
+	_ = c.(*net.TCPConn).CloseWrite()
+	select {
+	case got := <-n.srv.streamed:
+		return float64(got) * 8, time.Since(start).Seconds()
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: stream: the server did not see the end", n.ns)
+	}
+	return 0, 0
+}
+
+// connect opens and resets connections from pod to b for d, one at a
+// time, and returns how many and the seconds it took.
+func connect(t *testing.T, pod string, d time.Duration) (int, float64) {
+	t.Helper()
+	n := 0
+	var took time.Duration
+	err := inNS(pod, func() error {
+		start := time.Now()
+		defer func() { took = time.Since(start) }()
+		for time.Since(start) < d {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(portConn)), 2*time.Second)
+			if err != nil {
+				return fmt.Errorf("connection %d: %w", n+1, err)
+			}
+			// RST on close: no TIME_WAIT, so ports do not run out.
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Logf("conntrack: %s", guest.Run(t, "/bin/cat", "/proc/sys/net/netfilter/nf_conntrack_count"))
+		}
+		t.Fatalf("%s: connections: %v", pod, err)
+	}
+	return n, took.Seconds()
+}
