@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -605,7 +606,7 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 			byName[name] = x
 		}
 		// The gateway answers; it forwards nothing between networks.
-		if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+gw+"/forwarding", []byte("0"), 0o644); err != nil {
+		if err := d.sysctl("/proc/sys/net/ipv4/conf/"+gw+"/forwarding", "0"); err != nil {
 			d.log.Warn("gateway forwarding stays on", "link", gw, "err", err)
 		}
 	}
@@ -644,4 +645,31 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 		}
 	}
 	return nil
+}
+
+// sysctl writes a /proc/sys/net file of the datapath's namespace: with the
+// calling thread in it, since /proc/sys/net is the opener's.
+func (d *Datapath) sysctl(path, value string) error {
+	if d.opts.NetNS <= 0 {
+		return os.WriteFile(path, []byte(value), 0o644)
+	}
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("offload datapath: current namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := netns.Set(d.opts.NetNS); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("offload datapath: entering the namespace: %w", err)
+	}
+	werr := os.WriteFile(path, []byte(value), 0o644)
+	if err := netns.Set(orig); err != nil {
+		// The thread stays locked, so it ends with this goroutine
+		// instead of running others in the wrong namespace.
+		return errors.Join(werr, fmt.Errorf("offload datapath: leaving the namespace: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return werr
 }

@@ -323,10 +323,13 @@ func TestApplyPolicy(t *testing.T) {
 	pods := map[string]string{"a": "skppa", "b": "skppb"}
 	p := plan.New("n1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
-	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1450}
+	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1450, Subnets: []plan.Subnet{{Name: "blue-v4", Network: "blue",
+		CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
 	nsExec(t, "skpnode", "/usr/sbin/ip", "link", "add", "skpu0", "type", "dummy")
 	nsExec(t, "skpnode", "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", "skpu0")
 	nsExec(t, "skpnode", "/usr/sbin/ip", "link", "set", "skpu0", "up")
+	// A routing node: new interfaces forward unless told otherwise.
+	nsExec(t, "skpnode", "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 	for i, name := range []string{"a", "b"} {
 		newNS(t, pods[name])
 		mac := fmt.Sprintf("02:00:00:00:00:%02x", 10+i)
@@ -363,6 +366,18 @@ func TestApplyPolicy(t *testing.T) {
 	if !ping("a", "b") || !ping("b", "a") {
 		t.Fatal("no policy: pings fail")
 	}
+	// The gateway answers and forwards nothing: set in the node's
+	// namespace, not the caller's.
+	if v := strings.TrimSpace(nsExec(t, "skpnode", "/bin/cat", "/proc/sys/net/ipv4/conf/"+GatewayName(100)+"/forwarding")); v != "0" {
+		t.Errorf("forwarding on the gateway %s: %q", GatewayName(100), v)
+	}
+	fromNode := func(to string) bool {
+		_, err := exec.Command("/usr/sbin/ip", "netns", "exec", "skpnode", "/bin/ping", "-c", "1", "-W", "1", p.Local[to].IPs[0].Addr().String()).CombinedOutput()
+		return err == nil
+	}
+	if !fromNode("b") {
+		t.Error("no policy: the node does not reach b through its gateway")
+	}
 
 	p.Groups["g"] = plan.AddressGroup{Name: "g", Members: []netip.Addr{netip.MustParseAddr("198.51.100.10")}}
 	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{{Peers: []plan.PolicyPeer{{Group: "g"}}}}}
@@ -383,12 +398,21 @@ func TestApplyPolicy(t *testing.T) {
 	if !ping("b", "a") {
 		t.Error("b -> a: b is not isolated for egress and the replies are established: must pass")
 	}
+	// From the node (its gateway address is not in the group), through
+	// the gateway port's pipeline.
+	if fromNode("b") {
+		t.Error("the node is not in the group: node -> b must be dropped")
+	}
+	if !fromNode("a") {
+		t.Error("a is not isolated: node -> a must pass")
+	}
 	if w := apply("re-apply"); w != 0 {
 		t.Errorf("re-apply wrote %d times", w)
 	}
 	// A restarted agent (a new datapath on the same kernel state) writes
 	// nothing either, and the handles stay.
-	before := handles(t, "skpnode", ha, hb, VXLANName)
+	gwPort := GatewayPortName(100)
+	before := handles(t, "skpnode", ha, hb, VXLANName, gwPort)
 	dp2, err := New(Options{Logger: log, NetNS: node, Representor: reps})
 	if err != nil {
 		t.Fatal(err)
@@ -400,15 +424,15 @@ func TestApplyPolicy(t *testing.T) {
 		t.Errorf("a restarted datapath wrote %d times", w)
 	}
 	dp2.Close()
-	if after := handles(t, "skpnode", ha, hb, VXLANName); !slices.Equal(before, after) {
+	if after := handles(t, "skpnode", ha, hb, VXLANName, gwPort); !slices.Equal(before, after) {
 		t.Errorf("handles changed across the restart:\n%v\n%v", before, after)
 	}
 
 	// a leaves the group: the filters of that member go (on a's
 	// representor and on the VXLAN device), nothing else is written.
 	p.Groups["g"] = plan.AddressGroup{Name: "g"}
-	if w := apply("a leaves the group"); w != 2 {
-		t.Errorf("one member leaving wrote %d times, want 2 (its filter on %s and on %s)", w, ha, VXLANName)
+	if w := apply("a leaves the group"); w != 3 {
+		t.Errorf("one member leaving wrote %d times, want 3 (its filter on %s, %s and %s)", w, ha, VXLANName, gwPort)
 	}
 	if ping("a", "b") {
 		t.Error("a left the group: a -> b must be dropped")
