@@ -739,8 +739,32 @@ func (p *PolicyConn) Delete(f PolicyFilter) error {
 // Dump returns the flower filters of every chain of ifindex's ingress,
 // decoded as policy rules (Skiff's or not: see PolicyFilter.Skiff).
 func (p *PolicyConn) Dump(ifindex int) ([]PolicyFilter, error) {
+	return p.dump(ifindex, tcmsg(ifindex, 0, 0))
+}
+
+// DumpChains returns the flower filters of the given chains of ifindex's
+// ingress (one dump each, TCA_CHAIN), in that order.
+func (p *PolicyConn) DumpChains(ifindex int, chains ...uint32) ([]PolicyFilter, error) {
+	var out []PolicyFilter
+	for _, c := range chains {
+		ae := netlink.NewAttributeEncoder()
+		ae.Uint32(tcaChain, c)
+		attrs, err := ae.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("flower: encoding a dump of chain %d: %w", c, err)
+		}
+		fs, err := p.dump(ifindex, append(tcmsg(ifindex, 0, 0), attrs...))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fs...)
+	}
+	return out, nil
+}
+
+func (p *PolicyConn) dump(ifindex int, req []byte) ([]PolicyFilter, error) {
 	msgs, err := p.c.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETTFILTER,
-		Flags: netlink.Request | netlink.Dump}, Data: tcmsg(ifindex, 0, 0)})
+		Flags: netlink.Request | netlink.Dump}, Data: req})
 	if err != nil {
 		return nil, fmt.Errorf("flower: dumping filters of ifindex %d: %w", ifindex, err)
 	}

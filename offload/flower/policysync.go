@@ -61,7 +61,7 @@ func place(chain uint32, prio uint16, m PolicyMatch) string {
 // dump returns Skiff's policy filters on dev's ingress (a policy cookie on
 // the first action); others are never returned, so never touched.
 func (p *PolicyProgrammer) dump(dev Device) ([]PolicyFilter, error) {
-	fs, err := p.conn.Dump(dev.Index)
+	fs, err := p.conn.DumpChains(dev.Index, ChainEntry, ChainEgress, ChainIngress)
 	if err != nil {
 		return nil, fmt.Errorf("flower: policy filters of %s: %w", dev.Name, err)
 	}

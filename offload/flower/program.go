@@ -142,7 +142,9 @@ func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLa
 // with a cookie that starts with Skiff's mark. Others are never returned,
 // so never touched.
 func (p *Programmer) dump(dev Device) ([]installed, error) {
-	fs, err := p.raw.Dump(dev.Index)
+	// Chain 0 too: forwarding rules of the layout before the policy
+	// pipeline sat there, and go.
+	fs, err := p.raw.DumpChains(dev.Index, ChainEntry, ChainForward)
 	if err != nil {
 		return nil, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
 	}
