@@ -24,7 +24,7 @@ func main() {
 func run() int {
 	cache := flag.String("cache", kernelvm.DefaultCacheDir, "kernel cache prepared by hack/kernelvm/setup.sh")
 	version := flag.String("kernel", "", "kernel version in the cache (default: <cache>/current)")
-	timeout := flag.Duration("timeout", 15*time.Minute, "limit for the whole boot (the guest runs each test binary with go test's default limit, 10 minutes)")
+	timeout := flag.Duration("timeout", 15*time.Minute, "limit for the whole boot (the guest runs the test binaries directly: no per-binary limit)")
 	runRE := flag.String("run", "", "only run tests matching this regexp (go test -run)")
 	verbose := flag.Bool("v", false, "show the guest output of passing packages too")
 	bins := flag.String("bins", strings.Join(kernelvm.DefaultBinaries, ","), "comma-separated main packages built statically into $SKIFF_BIN of the guest (empty: none)")
