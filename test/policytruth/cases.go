@@ -202,10 +202,10 @@ spec:
 	{Name: "protocol without port is every port", YAML: `
 kind: NetworkPolicy
 apiVersion: networking.k8s.io/v1
-metadata: {name: prod-db-any-udp, namespace: prod}
+metadata: {name: prod-db-any-udp-sctp, namespace: prod}
 spec:
   podSelector: {matchLabels: {app: db}}
-  ingress: [{ports: [{protocol: UDP}]}]`},
+  ingress: [{ports: [{protocol: UDP}, {protocol: SCTP}]}]`},
 	{Name: "a policy selecting nothing changes nothing", Open: true, YAML: `
 kind: NetworkPolicy
 apiVersion: networking.k8s.io/v1

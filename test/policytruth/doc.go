@@ -16,6 +16,7 @@
 // policy. Run does the rest: pods and their probe servers, the open matrix,
 // every case applied, measured and deleted.
 //
-// SCTP rules in the cases are compiled and installed, but not probed: the
-// development kernel has no SCTP to send.
+// SCTP is probed only where the user adds SCTPProbes to its probe list
+// (the kernel VM): the development kernel has no SCTP to send. Elsewhere
+// the cases' SCTP rules are compiled and installed, but not probed.
 package policytruth

@@ -15,9 +15,10 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 )
 
-// Serve opens the probe ports inside the pod until the test ends: TCP
-// listeners that accept and close, UDP sockets that echo. ICMP needs no
-// server (the pod's kernel answers echoes).
+// Serve opens the probe ports inside the pod until the test ends: TCP and
+// SCTP listeners that accept and close, UDP sockets that echo. ICMP needs
+// no server (the pod's kernel answers echoes). An SCTP probe fails it
+// where the kernel has no SCTP.
 func Serve(t testing.TB, p *Pod, probes []Probe) {
 	t.Helper()
 	err := ns.WithNetNSPath(p.NetNS, func(ns.NetNS) error {
@@ -55,6 +56,12 @@ func Serve(t testing.TB, p *Pod, probes []Probe) {
 						_, _ = u.WriteTo(buf[:n], from)
 					}
 				}()
+			case "SCTP":
+				l, err := ListenSCTP(p.IP, pr.Port)
+				if err != nil {
+					return err
+				}
+				t.Cleanup(func() { l.Close() })
 			}
 		}
 		return nil
@@ -91,8 +98,8 @@ func Measure(pods []*Pod, probes []Probe, timeout time.Duration) map[string]bool
 }
 
 // Reach reports whether one probe from src gets through to dst within
-// timeout: a TCP connection established, a UDP datagram echoed, an ICMP
-// echo answered.
+// timeout: a TCP connection or SCTP association established, a UDP
+// datagram echoed, an ICMP echo answered.
 func Reach(src, dst *Pod, pr Probe, timeout time.Duration) bool {
 	ok := false
 	_ = ns.WithNetNSPath(src.NetNS, func(ns.NetNS) error {
@@ -101,6 +108,8 @@ func Reach(src, dst *Pod, pr Probe, timeout time.Duration) bool {
 			ok = echo(dst.IP, timeout)
 		case "TCP", "UDP":
 			ok = dial(strings.ToLower(pr.Proto), net.JoinHostPort(dst.IP, fmt.Sprint(pr.Port)), timeout)
+		case "SCTP":
+			ok = DialSCTP(dst.IP, pr.Port, timeout) == nil
 		}
 		return nil
 	})

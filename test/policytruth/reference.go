@@ -11,16 +11,23 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Probe is one kind of packet sent between pods: TCP or UDP to a port, or
-// an ICMP echo (Port 0).
+// Probe is one kind of packet sent between pods: TCP, UDP or SCTP to a
+// port, or an ICMP echo (Port 0).
 type Probe struct {
-	Proto string // TCP, UDP or ICMP
+	Proto string // TCP, UDP, SCTP or ICMP
 	Port  int
 }
 
-// Probes is the full probe list: the ports the cases' rules name and
-// their edges.
+// Probes is the full probe list where the kernel has no SCTP: the ports
+// the cases' rules name and their edges.
 var Probes = []Probe{{"TCP", 53}, {"TCP", 80}, {"TCP", 443}, {"TCP", 8080}, {"UDP", 53}, {"UDP", 5353}, {"ICMP", 0}}
+
+// SCTPProbes are added to a probe list where the kernel has SCTP (the
+// kernel VM; the development kernel has no sctp module). On port 80 the
+// cases both allow SCTP where TCP is denied (an SCTP entry without a
+// port) and deny it where TCP is allowed (an entry without a protocol is
+// TCP), so that a datapath taking one protocol for the other fails.
+var SCTPProbes = []Probe{{"SCTP", 80}}
 
 // Key names one probe between two pods in a matrix.
 func Key(src, dst *Pod, pr Probe) string {

@@ -1,9 +1,16 @@
 package policytruth
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"os"
+	"slices"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func layoutWithIPs() []*Pod {
@@ -27,21 +34,24 @@ func pod(pods []*Pod, name string) *Pod {
 // unless marked Open, and the suite has enough policies.
 func TestCasesRender(t *testing.T) {
 	pods := layoutWithIPs()
-	open := Expected(nil, pods, Probes)
-	for k, v := range open {
-		if !v {
-			t.Fatalf("open matrix denies %s", k)
-		}
-	}
 	n := 0
-	for _, c := range Cases {
-		_, pols, err := c.Render(pods)
-		if err != nil {
-			t.Fatal(err)
+	for _, probes := range [][]Probe{Probes, slices.Concat(Probes, SCTPProbes)} {
+		open := Expected(nil, pods, probes)
+		for k, v := range open {
+			if !v {
+				t.Fatalf("open matrix denies %s", k)
+			}
 		}
-		n += len(pols)
-		if changed := !maps.Equal(Expected(pols, pods, Probes), open); changed == c.Open {
-			t.Errorf("%s: changes the open matrix: %v, marked open: %v", c.Name, changed, c.Open)
+		n = 0
+		for _, c := range Cases {
+			_, pols, err := c.Render(pods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += len(pols)
+			if changed := !maps.Equal(Expected(pols, pods, probes), open); changed == c.Open {
+				t.Errorf("%s: changes the open matrix on %v: %v, marked open: %v", c.Name, probes, changed, c.Open)
+			}
 		}
 	}
 	if n < MinPolicies {
@@ -100,6 +110,26 @@ func TestReference(t *testing.T) {
 		{"range edges", "web1", "db1", Probe{"TCP", 8080}, true},
 		{"egress allowed by one side, ingress denied by the other", "client", "db1", Probe{"TCP", 80}, false},
 		{"egress allowed by one side, ingress denied by the other", "client", "db2", Probe{"TCP", 80}, true},
+		// SCTP: an entry with protocol SCTP matches SCTP only; an entry
+		// without a protocol is TCP; no ports is every protocol.
+		{"deny all ingress in a namespace", "api", "web1", Probe{"SCTP", 80}, false},
+		{"deny all ingress in a namespace", "web1", "api", Probe{"SCTP", 80}, true},
+		{"allow only the same namespace", "db2", "api", Probe{"SCTP", 80}, true}, // a rule without ports
+		{"allow only the same namespace", "web1", "api", Probe{"SCTP", 80}, false},
+		{"port range with endPort", "web1", "db2", Probe{"SCTP", 80}, false}, // TCP 8000-8100
+		{"egress deny with DNS allowed", "client", "db1", Probe{"SCTP", 80}, false},
+		{"two policies on one pod are a union", "web1", "db1", Probe{"TCP", 80}, true},
+		{"two policies on one pod are a union", "web1", "db1", Probe{"SCTP", 80}, false}, // {port: 80} is TCP
+		{"egress only to db on TCP 80", "web1", "db1", Probe{"SCTP", 80}, false},
+		{"UDP only", "web1", "db1", Probe{"SCTP", 80}, false},
+		{"port without protocol is TCP", "web1", "db2", Probe{"SCTP", 80}, false},
+		{"protocol without port is every port", "web1", "db2", Probe{"SCTP", 80}, true}, // {protocol: SCTP}
+		{"protocol without port is every port", "web1", "db2", Probe{"TCP", 80}, false},
+		{"protocol without port is every port", "web1", "db1", Probe{"SCTP", 80}, true}, // db1 is in default
+		{"range edges", "web1", "db1", Probe{"SCTP", 80}, true},
+		{"range edges", "web1", "db2", Probe{"SCTP", 80}, true}, // db2 is in prod
+		{"ingress and egress rules on one pod", "api", "db2", Probe{"TCP", 80}, true},
+		{"ingress and egress rules on one pod", "api", "db2", Probe{"SCTP", 80}, false},
 	} {
 		c, ok := cases[x.cas]
 		if !ok {
@@ -113,6 +143,87 @@ func TestReference(t *testing.T) {
 			t.Errorf("%s: %s -> %s %v: %v, want %v", x.cas, x.src, x.dst, x.pr, got, x.want)
 		}
 	}
+}
+
+// TestSCTPExercised: every SCTP probe meets, in some case, an allow where
+// TCP on its port is denied and a deny where TCP is allowed, so that a
+// datapath taking SCTP for TCP or ignoring SCTP rules fails the table.
+func TestSCTPExercised(t *testing.T) {
+	pods := layoutWithIPs()
+	for _, pr := range SCTPProbes {
+		tcp := Probe{"TCP", pr.Port}
+		if !slices.Contains(Probes, tcp) {
+			t.Errorf("%v: no TCP probe on its port", pr)
+		}
+		var allowed, denied string
+		for _, c := range Cases {
+			_, pols, err := c.Render(pods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, src := range pods {
+				for _, dst := range pods {
+					if src == dst {
+						continue
+					}
+					s, tc := Allows(pols, src, dst, pr), Allows(pols, src, dst, tcp)
+					if s && !tc && allowed == "" {
+						allowed = c.Name + ": " + Key(src, dst, pr)
+					}
+					if !s && tc && denied == "" {
+						denied = c.Name + ": " + Key(src, dst, pr)
+					}
+				}
+			}
+		}
+		if allowed == "" || denied == "" {
+			t.Errorf("%v: allowed where TCP is denied in %q, denied where TCP is allowed in %q: want both", pr, allowed, denied)
+		}
+		t.Logf("%v: allowed where TCP is denied in %s; denied where TCP is allowed in %s", pr, allowed, denied)
+	}
+}
+
+// TestSCTPSockets: ListenSCTP and DialSCTP on loopback, where the kernel
+// has SCTP (not the development kernel: it skips there).
+func TestSCTPSockets(t *testing.T) {
+	l, err := ListenSCTP("127.0.0.1", 0)
+	if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.ESOCKTNOSUPPORT) {
+		t.Skipf("no SCTP in this kernel: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := sctpPort(t, l)
+	for range 3 {
+		if err := DialSCTP("127.0.0.1", port, 2*time.Second); err != nil {
+			t.Fatalf("dial the listener: %v", err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := DialSCTP("127.0.0.1", port, 2*time.Second); err == nil {
+		t.Fatal("dial a closed listener: no error")
+	} else {
+		t.Logf("closed listener: %v after %v", err, time.Since(start))
+	}
+}
+
+// sctpPort is the port a listener bound to port 0 got.
+func sctpPort(t *testing.T, l io.Closer) int {
+	t.Helper()
+	rc, err := l.(*os.File).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa unix.Sockaddr
+	var serr error
+	if err := rc.Control(func(fd uintptr) { sa, serr = unix.Getsockname(int(fd)) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	return sa.(*unix.SockaddrInet4).Port
 }
 
 func TestChecksum(t *testing.T) {

@@ -47,8 +47,10 @@ const (
 
 // The probes in the VM: fewer than the e2e tier's (the VM emulates its
 // CPUs), still one of each protocol, a port inside and one outside the
-// cases' ranges; every case changes the matrix on them.
-var probes = []policytruth.Probe{{Proto: "TCP", Port: 80}, {Proto: "TCP", Port: 443}, {Proto: "TCP", Port: 8080}, {Proto: "UDP", Port: 53}, {Proto: "UDP", Port: 5353}, {Proto: "ICMP"}}
+// cases' ranges; every case changes the matrix on them. The VM's kernel
+// has SCTP (the development kernel has not): the SCTP probes too.
+var probes = slices.Concat([]policytruth.Probe{{Proto: "TCP", Port: 80}, {Proto: "TCP", Port: 443}, {Proto: "TCP", Port: 8080}, {Proto: "UDP", Port: 53}, {Proto: "UDP", Port: 5353}, {Proto: "ICMP"}},
+	policytruth.SCTPProbes)
 
 type node struct {
 	name, ns, ip, sock, pf string

@@ -5,8 +5,6 @@
 package policyvm
 
 import (
-	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/policytruth"
 )
 
 func TestSCTPPolicy(t *testing.T) {
@@ -97,35 +96,19 @@ func TestSCTPPolicy(t *testing.T) {
 	}
 }
 
-// sctpServe listens on SCTP (one-to-one style) in a namespace and accepts
-// until the test ends.
+// sctpServe listens on SCTP in a namespace, accepting until the test
+// ends.
 func sctpServe(t *testing.T, netns, ip string, port int) {
-	var fd int
 	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
-		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP)
-		if err != nil {
-			return fmt.Errorf("sctp socket: %w", err)
+		l, err := policytruth.ListenSCTP(ip, port)
+		if err == nil {
+			t.Cleanup(func() { l.Close() })
 		}
-		sa := &unix.SockaddrInet4{Port: port, Addr: netip.MustParseAddr(ip).As4()}
-		if err := unix.Bind(fd, sa); err != nil {
-			return err
-		}
-		return unix.Listen(fd, 16)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
-	go func() {
-		for {
-			c, _, err := unix.Accept(fd)
-			if err != nil {
-				return
-			}
-			unix.Close(c)
-		}
-	}()
 }
 
 // sctpConnect opens an SCTP association from a namespace, giving up after
@@ -133,27 +116,7 @@ func sctpServe(t *testing.T, netns, ip string, port int) {
 func sctpConnect(t *testing.T, netns, ip string, port int) error {
 	var result error
 	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, unix.IPPROTO_SCTP)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: netip.MustParseAddr(ip).As4()})
-		if err != nil && !errors.Is(err, unix.EINPROGRESS) {
-			result = err
-			return nil
-		}
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		n, err := unix.Poll(pfd, int(time.Second/time.Millisecond))
-		if err != nil || n == 0 {
-			result = fmt.Errorf("no association within a second")
-			return nil
-		}
-		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-		if err == nil && soerr != 0 {
-			err = unix.Errno(soerr)
-		}
-		result = err
+		result = policytruth.DialSCTP(ip, port, time.Second)
 		return nil
 	})
 	if err != nil {
