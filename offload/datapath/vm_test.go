@@ -380,17 +380,22 @@ func TestApplyPolicy(t *testing.T) {
 	}
 
 	p.Groups["g"] = plan.AddressGroup{Name: "g", Members: []netip.Addr{netip.MustParseAddr("198.51.100.10")}}
-	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{{Peers: []plan.PolicyPeer{{Group: "g"}}}}}
+	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{{Peers: []plan.PolicyPeer{{Group: "g"}}},
+		{Ports: []plan.PolicyPort{{Protocol: "SCTP", Port: 80}}}}}
 	// b -> a is allowed before, during and after: not one packet of it
 	// may be lost while the pipeline is put in front of forwarding.
 	if sent, lost := udpWhile(t, pods["b"], pods["a"], "198.51.100.10", func() { apply("b isolated") }); lost != 0 {
 		t.Errorf("applying the policy lost %d of %d packets of an allowed flow", lost, sent)
 	}
 	chain2 := nsExec(t, "skpnode", "/usr/sbin/tc", "filter", "show", "dev", ha, "ingress", "chain", "2")
-	for _, w := range []string{"ct_state +trk+new", "src_ip 198.51.100.10", "dst_ip 198.51.100.11", "ct commit zone 101", "goto chain 3", "action order 1: gact action drop"} {
+	for _, w := range []string{"ct_state +trk+new", "src_ip 198.51.100.10", "dst_ip 198.51.100.11", "ct commit zone 101", "goto chain 3", "action order 1: gact action drop",
+		"ip_proto sctp", "dst_port 80"} { // the one port rule: SCTP 80
 		if !strings.Contains(chain2, w) {
 			t.Errorf("iproute2 does not read %q back from chain 2 of %s:\n%s", w, ha, chain2)
 		}
+	}
+	if strings.Contains(chain2, "src_port") {
+		t.Errorf("a filter of chain 2 of %s matches a source port:\n%s", ha, chain2)
 	}
 	if !ping("a", "b") {
 		t.Error("a is in the group: a -> b must pass")

@@ -70,7 +70,7 @@ const (
 	tcaFlowerKeyEncKeyID    = 26
 	tcaFlowerKeyTCPDstMask  = 36
 	tcaFlowerKeyUDPDstMask  = 38
-	tcaFlowerKeySCTPDstMask = 41
+	tcaFlowerKeySCTPDstMask = 40
 	tcaFlowerKeySCTPDst     = 42
 	tcaFlowerKeyPortDstMin  = 89
 	tcaFlowerKeyPortDstMax  = 90
