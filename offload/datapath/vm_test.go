@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -488,17 +487,16 @@ func TestApplyPolicy(t *testing.T) {
 func udpWhile(t *testing.T, from, to, addr string, fn func()) (sent, lost int) {
 	t.Helper()
 	var srv, cli net.PacketConn
-	inNetns(t, to, func() error {
-		var err error
-		srv, err = net.ListenPacket("udp4", addr+":9999")
-		return err
-	})
+	var err error
+	guest.InNetns(t, to, func() { srv, err = net.ListenPacket("udp4", addr+":9999") })
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Close()
-	inNetns(t, from, func() error {
-		var err error
-		cli, err = net.ListenPacket("udp4", ":0")
-		return err
-	})
+	guest.InNetns(t, from, func() { cli, err = net.ListenPacket("udp4", ":0") })
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer cli.Close()
 	dst := &net.UDPAddr{IP: net.ParseIP(addr), Port: 9999}
 	got := map[uint32]bool{}
@@ -541,32 +539,4 @@ func udpWhile(t *testing.T, from, to, addr string, fn func()) (sent, lost int) {
 	sent = <-finished
 	<-done
 	return sent, sent - len(got)
-}
-
-// inNetns runs fn with the calling thread in the named namespace (sockets
-// made there stay there).
-func inNetns(t *testing.T, name string, fn func() error) {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		t.Fatal(err)
-	}
-	err = fn()
-	if err2 := netns.Set(orig); err2 != nil {
-		panic(err2) // this thread must not go back to the runtime elsewhere
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -14,14 +14,11 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -118,7 +115,7 @@ func filterHandles(t *testing.T, ns string) []string {
 func tcpTransfer(t *testing.T, from, to, ip string, n int) int {
 	t.Helper()
 	var l net.Listener
-	inNS(t, to, func() {
+	guest.InNetns(t, to, func() {
 		var err error
 		if l, err = net.Listen("tcp", net.JoinHostPort(ip, "5201")); err != nil {
 			t.Fatal(err)
@@ -138,7 +135,7 @@ func tcpTransfer(t *testing.T, from, to, ip string, n int) int {
 		got <- int(k)
 	}()
 	var c net.Conn
-	inNS(t, from, func() {
+	guest.InNetns(t, from, func() {
 		var err error
 		if c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "5201"), 10*time.Second); err != nil {
 			t.Fatal(err)
@@ -150,33 +147,6 @@ func tcpTransfer(t *testing.T, from, to, ip string, n int) int {
 	}
 	c.Close()
 	return <-got
-}
-
-// inNS runs fn on a thread in the named namespace: sockets made there stay
-// there.
-func inNS(t *testing.T, name string, fn func()) {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err)
-		}
-	}()
-	fn()
 }
 
 func metric(t *testing.T, url, prefix string) []string {
