@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/skiff-sdn/skiff/internal/testns"
 )
 
 const (
@@ -84,7 +86,9 @@ func run() error {
 	cmds := [][]string{
 		{"ip", "netns", "add", ul},
 		{"ip", "netns", "exec", ul, "ip", "link", "set", "lo", "up"},
-		{"ip", "netns", "exec", ul, "ip", "link", "add", "ul0", "type", "bridge"},
+		// A fixed address: a bridge that follows its ports' lowest MAC
+		// cuts off nodes that resolved it before (testns.UnderlayMAC).
+		append([]string{"ip", "netns", "exec", ul, "ip"}, testns.UnderlayBridgeArgs("ul0")...),
 		{"ip", "netns", "exec", ul, "ip", "addr", "add", "192.0.2.254/24", "dev", "ul0"},
 		{"ip", "netns", "exec", ul, "ip", "link", "set", "ul0", "up"},
 	}

@@ -37,9 +37,7 @@ const ctrlAddr = "192.0.2.254:7400"
 func newCluster(t testing.TB, names ...string) *cluster {
 	testns.Require(t)
 	c := &cluster{t: t, ul: testns.New(t), data: t.TempDir(), nodes: map[string]*node{}}
-	testns.Run(t, c.ul, "ip", "link", "add", "ul0", "type", "bridge")
-	testns.Run(t, c.ul, "ip", "addr", "add", "192.0.2.254/24", "dev", "ul0")
-	testns.Run(t, c.ul, "ip", "link", "set", "ul0", "up")
+	testns.UnderlayBridge(t, c.ul, "ul0", "192.0.2.254/24")
 	for i, n := range names {
 		ns := testns.New(t)
 		ip := fmt.Sprintf("192.0.2.%d", i+1)

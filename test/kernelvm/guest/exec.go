@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/testns"
 )
 
 // IP and TC are iproute2 inside the guest, by full path: busybox's applets
@@ -41,4 +43,15 @@ func AddNetns(t testing.TB, name string) {
 	Run(t, IP, "netns", "add", name)
 	t.Cleanup(func() { _ = exec.Command(IP, "netns", "del", name).Run() })
 	In(t, name, IP, "link", "set", "lo", "up")
+}
+
+// UnderlayBridge makes, in the guest's root namespace, an underlay bridge
+// with a fixed MAC (testns.UnderlayMAC says why it must have one) and the
+// address cidr, up; it is deleted when the test ends.
+func UnderlayBridge(t testing.TB, name, cidr string) {
+	t.Helper()
+	Run(t, append([]string{IP}, testns.UnderlayBridgeArgs(name)...)...)
+	t.Cleanup(func() { _ = exec.Command(IP, "link", "del", name).Run() })
+	Run(t, IP, "addr", "add", cidr, "dev", name)
+	Run(t, IP, "link", "set", name, "up")
 }

@@ -78,10 +78,7 @@ func (c *cluster) ctl(t *testing.T, args ...string) string {
 // switchdev mode with two VFs.
 func newCluster(t *testing.T, mode string) *cluster {
 	dir := t.TempDir()
-	guest.Run(t, guest.IP, "link", "add", "skpbr", "type", "bridge")
-	t.Cleanup(func() { _ = exec.Command(guest.IP, "link", "del", "skpbr").Run() })
-	guest.Run(t, guest.IP, "addr", "add", "192.0.2.254/24", "dev", "skpbr")
-	guest.Run(t, guest.IP, "link", "set", "skpbr", "up")
+	guest.UnderlayBridge(t, "skpbr", "192.0.2.254/24")
 	guest.StartIn(t, "", "skiff-controller", "--listen", ctlAddr, "--data-dir", filepath.Join(dir, "etcd"))
 	nodesUp := func(n int) func() (bool, string) {
 		return func() (bool, string) {

@@ -190,10 +190,7 @@ func TestOffloadNodes(t *testing.T) {
 
 	// Underlay: a bridge in the guest's root namespace; the controller
 	// listens on it.
-	run(t, ipBin, "link", "add", "skoebr", "type", "bridge")
-	t.Cleanup(func() { _ = exec.Command(ipBin, "link", "del", "skoebr").Run() })
-	run(t, ipBin, "addr", "add", "192.0.2.254/24", "dev", "skoebr")
-	run(t, ipBin, "link", "set", "skoebr", "up")
+	guest.UnderlayBridge(t, "skoebr", "192.0.2.254/24")
 	ctl := "192.0.2.254:7400"
 	guest.StartIn(t, "", "skiff-controller", "--listen", ctl, "--data-dir", filepath.Join(dir, "etcd"))
 	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
