@@ -74,3 +74,24 @@ func TestModuleOrder(t *testing.T) {
 		t.Errorf("unknown module: %v", err)
 	}
 }
+
+func TestEarlyPanic(t *testing.T) {
+	const oops = "[    1.270000] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n[    1.271000] RIP: 0010:enqueue_timer+0x1/0x90\n[    1.280000] Kernel panic - not syncing: Fatal exception in interrupt\n"
+	for _, tc := range []struct {
+		name, console string
+		early         bool
+	}{
+		{"oops at boot", "[    0.000000] Linux version 6.12\n" + oops, true},
+		{"panic after the first test started", "[    0.5] x\n" + startMarker + "\nKERNELVM-RAN a.test rc=0 3s\n" + oops, false},
+		{"clean boot, tests started", startMarker + "\n", false},
+		{"no console at all", "", false},
+	} {
+		line, early := earlyPanic(tc.console)
+		if early != tc.early {
+			t.Errorf("%s: early = %v (%q), want %v", tc.name, early, line, tc.early)
+		}
+		if early && !strings.Contains(line, "Oops: int3") {
+			t.Errorf("%s: line %q does not name the panic", tc.name, line)
+		}
+	}
+}

@@ -202,9 +202,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	log.Info("kernelvm: booting", "kernel", cfg.Version, "initramfs", initrd, "packages", len(names), "build", res.Build.Round(time.Millisecond))
 
-	console := filepath.Join(share, "console.log")
-	bootCtx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
 	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-machine", "q35", "-cpu", "max", "-accel", "tcg,thread=multi",
@@ -214,23 +211,37 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		"-device", "intel-iommu,intremap=off",
 		"-kernel", filepath.Join(verDir, "vmlinuz"), "-initrd", initrd,
 		"-append", "console=ttyS0 quiet panic=-1 oops=panic loglevel=4 rdinit=/init intel_iommu=on iommu=pt",
-		"-serial", "file:" + console,
+		"-serial", "file:" + filepath.Join(share, "console.log"),
 		"-virtfs", "local,path=" + share + ",mount_tag=host0,security_model=none,id=host0",
 		// A spare PCI function for driver binding tests (vfio-pci).
 		"-device", "virtio-rng-pci",
 	}
-	qemu := exec.CommandContext(bootCtx, "qemu-system-x86_64", args...)
-	var qout bytes.Buffer
-	qemu.Stdout, qemu.Stderr = &qout, &qout
 	start = time.Now()
-	qerr := qemu.Run() // its exit status says nothing about the tests
+	var b bootResult
+	for attempt := 1; ; attempt++ {
+		b = boot(ctx, cfg.Timeout, args, share)
+		res.Console = b.console
+		if b.done || b.timedOut || attempt > maxEarlyPanics {
+			break
+		}
+		panicLine, early := earlyPanic(b.console)
+		if !early {
+			break
+		}
+		// The emulator, not the code under test: a guest that died
+		// before its first test (an Oops in multi-threaded TCG's code
+		// patching, seen at boot) is booted again, at most twice.
+		log.Warn("kernelvm: the guest panicked before any test started; booting again", "attempt", attempt, "panic", panicLine)
+		fmt.Fprintf(cfg.Output, "kernelvm: the guest panicked before any test started (boot %d): %s; booting again\n", attempt, panicLine)
+		if err := resetOut(share); err != nil {
+			return res, err
+		}
+	}
 	res.Boot = time.Since(start)
-	cons, _ := os.ReadFile(console)
-	res.Console = string(cons)
-	if _, err := os.Stat(filepath.Join(share, "out", "DONE")); err != nil {
-		fmt.Fprintf(cfg.Output, "---- guest console ----\n%s\n---- qemu ----\n%s\n", cons, qout.String())
+	if !b.done {
+		fmt.Fprintf(cfg.Output, "---- guest console ----\n%s\n---- qemu ----\n%s\n", b.console, b.qemuOut)
 		why := "guest did not finish"
-		if bootCtx.Err() != nil {
+		if b.timedOut {
 			why = fmt.Sprintf("guest did not finish within %s", cfg.Timeout)
 		}
 		// Keep what the guest did write: a package's log may say where it hung.
@@ -239,7 +250,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				fmt.Fprintf(cfg.Output, "---- %s (unfinished) ----\n%s\n", n, b)
 			}
 		}
-		return res, fmt.Errorf("kernelvm: %s (qemu: %v)", why, qerr)
+		return res, fmt.Errorf("kernelvm: %s (qemu: %v)", why, b.qemuErr)
 	}
 	if b, _ := os.ReadFile(filepath.Join(share, "out", "uname")); len(b) > 0 {
 		res.Kernel = strings.TrimSpace(string(b))
@@ -260,6 +271,61 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Packages = append(res.Packages, pr)
 	}
 	return res, nil
+}
+
+// maxEarlyPanics is how often a guest that panicked before its first test
+// is booted again.
+const maxEarlyPanics = 2
+
+// startMarker is what the guest's init prints on the console before it
+// runs the first test binary.
+const startMarker = "KERNELVM-TESTS-START"
+
+type bootResult struct {
+	console  string
+	qemuOut  string
+	qemuErr  error
+	done     bool // the guest wrote its DONE marker
+	timedOut bool
+}
+
+// boot runs qemu once, until the guest powers off or timeout passes.
+func boot(ctx context.Context, timeout time.Duration, args []string, share string) bootResult {
+	bootCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_ = os.Remove(filepath.Join(share, "console.log"))
+	qemu := exec.CommandContext(bootCtx, "qemu-system-x86_64", args...)
+	var qout bytes.Buffer
+	qemu.Stdout, qemu.Stderr = &qout, &qout
+	qerr := qemu.Run() // its exit status says nothing about the tests
+	cons, _ := os.ReadFile(filepath.Join(share, "console.log"))
+	_, err := os.Stat(filepath.Join(share, "out", "DONE"))
+	return bootResult{console: string(cons), qemuOut: qout.String(), qemuErr: qerr, done: err == nil, timedOut: bootCtx.Err() != nil}
+}
+
+var rePanic = regexp.MustCompile(`(?m)^.*(Kernel panic|Oops:|BUG:|general protection fault).*$`)
+
+// earlyPanic reports whether a console shows the kernel dying before the
+// guest started its first test, and the line that says so. A panic after
+// the start marker is the tests' business and is never retried.
+func earlyPanic(console string) (string, bool) {
+	if strings.Contains(console, startMarker) {
+		return "", false
+	}
+	line := rePanic.FindString(console)
+	return strings.TrimSpace(line), line != ""
+}
+
+// resetOut empties the guest's output directory for another boot.
+func resetOut(share string) error {
+	out := filepath.Join(share, "out")
+	if err := os.RemoveAll(out); err != nil {
+		return fmt.Errorf("kernelvm: %w", err)
+	}
+	if err := os.Mkdir(out, 0o755); err != nil {
+		return fmt.Errorf("kernelvm: %w", err)
+	}
+	return nil
 }
 
 // judge reads what the guest wrote for one package.
