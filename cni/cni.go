@@ -10,6 +10,12 @@
 //	{"cniVersion": "1.1.0", "name": "blue", "type": "skiff-cni",
 //	 "network": "blue", "socket": "/run/skiff/agent.sock", "mtu": 1400,
 //	 "labels": {"tier": "web"}}
+//
+// An agent elsewhere (the agent on this host's DPU) is reached over the
+// local API's TCP transport with mTLS instead of the socket:
+//
+//	"agent": {"address": "dpu1:7401", "tlsCA": "/etc/skiff/ca.pem",
+//	          "tlsCert": "/etc/skiff/node.pem", "tlsKey": "/etc/skiff/node-key.pem"}
 package cni
 
 import (
@@ -45,9 +51,28 @@ type NetConf struct {
 	Socket  string            `json:"socket"`
 	MTU     int               `json:"mtu"`
 	Labels  map[string]string `json:"labels"`
-	Args    *struct {
+	// Agent, when set, is a remote agent reached over TCP with mTLS;
+	// Socket is then not used.
+	Agent *AgentConf `json:"agent,omitempty"`
+	Args  *struct {
 		CNI map[string]string `json:"cni"`
 	} `json:"args,omitempty"`
+}
+
+// AgentConf names an agent served over the local API's TCP transport.
+type AgentConf struct {
+	Address string `json:"address"`
+	TLSCA   string `json:"tlsCA"`
+	TLSCert string `json:"tlsCert"`
+	TLSKey  string `json:"tlsKey"`
+}
+
+// client is the local API client of a configuration; the caller closes it.
+func client(conf *NetConf) (*localapi.Client, error) {
+	if conf.Agent == nil {
+		return localapi.NewClient(conf.Socket), nil
+	}
+	return localapi.Dial(conf.Agent.Address, localapi.ClientTLS{CA: conf.Agent.TLSCA, Cert: conf.Agent.TLSCert, Key: conf.Agent.TLSKey})
 }
 
 // k8sArgs are the CNI_ARGS a kubelet passes.
@@ -77,6 +102,9 @@ func loadConf(b []byte, needNetwork bool) (*NetConf, error) {
 	}
 	if c.Socket == "" {
 		c.Socket = localapi.DefaultSocket
+	}
+	if a := c.Agent; a != nil && (a.Address == "" || a.TLSCA == "" || a.TLSCert == "" || a.TLSKey == "") {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, `"agent" needs "address", "tlsCA", "tlsCert" and "tlsKey"`, "")
 	}
 	return &c, nil
 }
@@ -129,7 +157,12 @@ func cmdAdd(args *skel.CmdArgs) error {
 	name := EndpointName(args.ContainerID, args.IfName)
 	c, cancel := ctx()
 	defer cancel()
-	r, err := localapi.NewClient(conf.Socket).Create(c, localapi.CreateRequest{
+	cl, err := client(conf)
+	if err != nil {
+		return agentError("add", err)
+	}
+	defer cl.Close()
+	r, err := cl.Create(c, localapi.CreateRequest{
 		Name: name, Network: conf.Network, NetNS: args.Netns, IfName: args.IfName, MTU: conf.MTU,
 		Labels: conf.Labels, Owner: owner, Namespace: string(ka.K8S_POD_NAMESPACE)})
 	if err != nil {
@@ -164,7 +197,12 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 	c, cancel := ctx()
 	defer cancel()
-	if err := localapi.NewClient(conf.Socket).Delete(c, EndpointName(args.ContainerID, args.IfName)); err != nil {
+	cl, err := client(conf)
+	if err != nil {
+		return agentError("del", err)
+	}
+	defer cl.Close()
+	if err := cl.Delete(c, EndpointName(args.ContainerID, args.IfName)); err != nil {
 		return agentError("del", err)
 	}
 	return nil
@@ -188,7 +226,12 @@ func cmdCheck(args *skel.CmdArgs) error {
 	c, cancel := ctx()
 	defer cancel()
 	name := EndpointName(args.ContainerID, args.IfName)
-	eps, err := localapi.NewClient(conf.Socket).List(c)
+	cl, err := client(conf)
+	if err != nil {
+		return agentError("check", err)
+	}
+	defer cl.Close()
+	eps, err := cl.List(c)
 	if err != nil {
 		return agentError("check", err)
 	}
@@ -203,6 +246,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrInternal, "check: "+err.Error(), "")
 	}
+	defer nl.Close(k)
 	have, err := nl.Inspect(k, args.IfName)
 	if err != nil {
 		return types.NewError(types.ErrInternal, "check: "+err.Error(), "")
@@ -244,7 +288,12 @@ func cmdStatus(args *skel.CmdArgs) error {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := localapi.NewClient(conf.Socket).Status(c)
+	cl, err := client(conf)
+	if err != nil {
+		return types.NewError(errPluginNotAvailable, "status: "+err.Error(), "")
+	}
+	defer cl.Close()
+	s, err := cl.Status(c)
 	if err != nil {
 		return types.NewError(errPluginNotAvailable, "status: "+err.Error(), "")
 	}
@@ -265,7 +314,11 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	c, cancel := ctx()
 	defer cancel()
-	cl := localapi.NewClient(conf.Socket)
+	cl, err := client(conf)
+	if err != nil {
+		return agentError("gc", err)
+	}
+	defer cl.Close()
 	eps, err := cl.List(c)
 	if err != nil {
 		return agentError("gc", err)

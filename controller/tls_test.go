@@ -2,16 +2,10 @@ package controller
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,50 +17,16 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/skiff-sdn/skiff/internal/tlsconf/tlstest"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
-
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "skiff-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns PEM certificate and key for cn, valid for 127.0.0.1.
-func (ca *testCA) issue(t *testing.T, cn string) ([]byte, []byte) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
-}
 
 // startTLS runs a controller with mTLS in-process until the test ends
 // (more adds to its configuration) and returns a dialer: a connection
 // with a certificate for cn signed by the controller's client CA (no
 // certificate for an empty cn).
 func startTLS(t *testing.T, more func(*Config)) func(cn string) *grpc.ClientConn {
-	ca := newCA(t)
+	ca := tlstest.NewCA(t)
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
@@ -75,12 +35,12 @@ func startTLS(t *testing.T, more func(*Config)) func(cn string) *grpc.ClientConn
 		}
 		return p
 	}
-	sc, sk := ca.issue(t, "controller")
+	sc, sk := ca.Issue(t, "controller")
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
 	cfg := Config{Listen: addr, DataDir: filepath.Join(dir, "data"), TLSCert: write("s.crt", sc), TLSKey: write("s.key", sk),
-		TLSClientCA: write("ca.crt", ca.pem)}
+		TLSClientCA: write("ca.crt", ca.PEM)}
 	if more != nil {
 		more(&cfg)
 	}
@@ -90,11 +50,11 @@ func startTLS(t *testing.T, more func(*Config)) func(cn string) *grpc.ClientConn
 	t.Cleanup(func() { cancel(); <-done })
 
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.pem)
+	pool.AppendCertsFromPEM(ca.PEM)
 	return func(cn string) *grpc.ClientConn {
 		tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 		if cn != "" {
-			c, k := ca.issue(t, cn)
+			c, k := ca.Issue(t, cn)
 			pair, err := tls.X509KeyPair(c, k)
 			if err != nil {
 				t.Fatal(err)

@@ -2,137 +2,206 @@ package localapi
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"time"
+	"slices"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
 // Backend does the work behind the API. Implementations must be safe for
-// concurrent use.
+// concurrent use. Errors that are not *Error are reported as CodeFailed.
 type Backend interface {
 	Create(ctx context.Context, r CreateRequest) (*CreateResponse, error)
+	// Delete is idempotent.
 	Delete(ctx context.Context, name string) error
 	List() []Endpoint
 	Status() Status
 }
 
-type connKey struct{}
+// Server serves a Backend on listeners made by ListenUnix and ListenTLS.
+type Server struct {
+	Backend Backend
+	Logger  *slog.Logger
+}
 
-// Serve listens on socket (replacing a stale socket file), accepts only
-// root peers, and serves until ctx ends.
-func Serve(ctx context.Context, socket string, b Backend, log *slog.Logger) error {
-	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
-		return fmt.Errorf("localapi: %w", err)
+// Listener is where the API is served; it knows its transport's
+// credentials and who may call.
+type Listener struct {
+	net.Listener
+	creds credentials.TransportCredentials
+}
+
+// ListenUnix listens on the unix socket path (replacing a stale socket
+// file) with mode 0600; only callers whose uid is 0 are served.
+func ListenUnix(path string) (*Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("localapi: %w", err)
 	}
-	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("localapi: remove stale socket: %w", err)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("localapi: remove stale socket: %w", err)
 	}
 	old := unix.Umask(0o077)
-	l, err := net.Listen("unix", socket)
+	l, err := net.Listen("unix", path)
 	unix.Umask(old)
 	if err != nil {
-		return fmt.Errorf("localapi: listen %s: %w", socket, err)
+		return nil, fmt.Errorf("localapi: listen %s: %w", path, err)
 	}
-	if err := os.Chmod(socket, 0o600); err != nil {
+	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
-		return fmt.Errorf("localapi: %w", err)
+		return nil, fmt.Errorf("localapi: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
-		var req CreateRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeErr(w, &Error{Code: "invalid", Message: "request body: " + err.Error()})
-			return
-		}
-		resp, err := b.Create(r.Context(), req)
-		if err != nil {
-			log.Warn("endpoint create failed", "endpoint", req.Name, "err", err)
-			writeErr(w, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, resp)
-	})
-	mux.HandleFunc("DELETE /v1/endpoints/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if err := b.Delete(r.Context(), r.PathValue("name")); err != nil {
-			writeErr(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("GET /v1/endpoints", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, b.List())
-	})
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, b.Status())
-	})
-	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, ok := r.Context().Value(connKey{}).(*net.UnixConn); ok {
-			if uid, err := peerUID(c); err != nil || uid != 0 {
-				writeErr(w, &Error{Code: "forbidden", Message: "only root may use the skiff-agent socket"})
-				return
-			}
-		}
-		mux.ServeHTTP(w, r)
-	})
-	srv := &http.Server{Handler: root, ReadHeaderTimeout: 5 * time.Second,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
+	return &Listener{Listener: l, creds: unixCreds{}}, nil
+}
+
+// TLS is the server side of the TCP transport: its certificate and key,
+// the CA that signs client certificates, and the client certificate
+// common names that may call (for example "node:host1", the host whose
+// DPU this agent runs on). Every field is required.
+type TLS struct {
+	Cert, Key, ClientCA string
+	Allow               []string
+}
+
+// Set reports whether the TCP transport is configured.
+func (t TLS) Set() bool { return t.Cert != "" && t.Key != "" && t.ClientCA != "" }
+
+// ListenTLS listens on TCP addr with mutual TLS: a client needs a
+// certificate signed by t.ClientCA whose common name t.Allow lists.
+func ListenTLS(addr string, t TLS) (*Listener, error) {
+	if !t.Set() {
+		return nil, errors.New("localapi: TCP needs a certificate, its key and a client CA")
+	}
+	if len(t.Allow) == 0 {
+		return nil, errors.New("localapi: TCP needs the names of the clients it serves (allow)")
+	}
+	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, fmt.Errorf("localapi: certificate: %w", err)
+	}
+	pem, err := os.ReadFile(t.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("localapi: client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("localapi: client CA %s: no certificate in it", t.ClientCA)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("localapi: listen %s: %w", addr, err)
+	}
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs: pool, MinVersion: tls.VersionTLS13})
+	return &Listener{Listener: l, creds: allowCreds{TransportCredentials: creds, allow: slices.Clone(t.Allow)}}, nil
+}
+
+// Serve serves l until ctx ends, then stops gracefully (calls under way
+// finish).
+func (s Server) Serve(ctx context.Context, l *Listener) error {
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	srv := grpc.NewServer(grpc.Creds(l.creds), grpc.UnaryInterceptor(authorize))
+	skiffv1.RegisterLocalServiceServer(srv, service{b: s.Backend, log: log})
 	go func() {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
+		srv.GracefulStop()
 	}()
-	log.Info("local API listening", "socket", socket)
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(l.Listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("localapi: %w", err)
 	}
 	return nil
 }
 
-func peerUID(c *net.UnixConn) (uint32, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
+// authorize refuses callers their transport did not vouch for: a unix
+// peer that is not root, a TLS client whose name is not allowed.
+func authorize(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, statusOf(&Error{Code: CodeForbidden, Message: "unknown caller"})
 	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) { cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return 0, err
+	switch ai := p.AuthInfo.(type) {
+	case unixAuth:
+		if ai.uid != 0 {
+			return nil, statusOf(&Error{Code: CodeForbidden, Message: "only root may use the skiff-agent socket"})
+		}
+	case allowedAuth:
+		if !ai.ok {
+			return nil, statusOf(&Error{Code: CodeForbidden, Message: fmt.Sprintf("client %q may not use this agent", ai.name)})
+		}
+	default:
+		return nil, statusOf(&Error{Code: CodeForbidden, Message: "unauthenticated transport"})
 	}
-	if serr != nil {
-		return 0, serr
-	}
-	return cred.Uid, nil
+	return h(ctx, req)
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeErr(w http.ResponseWriter, err error) {
+// statusOf turns an error into the status the client decodes: an *Error
+// keeps its code (in an ErrorInfo detail) and message.
+func statusOf(err error) error {
 	var e *Error
 	if !errors.As(err, &e) {
-		e = &Error{Code: "failed", Message: err.Error()}
+		e = &Error{Code: CodeFailed, Message: err.Error()}
 	}
-	code := map[string]int{"invalid": 400, "forbidden": 403, "not-found": 404, "exists": 409, "exhausted": 507, "unavailable": 503}[e.Code]
-	if code == 0 {
-		code = 500
+	msg := e.Message
+	if msg == "" {
+		msg = "failed"
 	}
-	if strings.TrimSpace(e.Message) == "" {
-		e.Message = "failed"
+	st, derr := status.New(grpcCode(e.Code), msg).WithDetails(&errdetails.ErrorInfo{Domain: errorDomain, Reason: e.Code})
+	if derr != nil {
+		return status.Error(grpcCode(e.Code), msg)
 	}
-	writeJSON(w, code, e)
+	return st.Err()
+}
+
+type service struct {
+	skiffv1.UnimplementedLocalServiceServer
+	b   Backend
+	log *slog.Logger
+}
+
+func (s service) CreateLocalEndpoint(ctx context.Context, pb *skiffv1.CreateLocalEndpointRequest) (*skiffv1.LocalEndpointResult, error) {
+	resp, err := s.b.Create(ctx, createRequest(pb))
+	if err != nil {
+		s.log.Warn("endpoint create failed", "endpoint", pb.GetName(), "err", err)
+		return nil, statusOf(err)
+	}
+	return resultPB(resp), nil
+}
+
+func (s service) DeleteLocalEndpoint(ctx context.Context, pb *skiffv1.DeleteLocalEndpointRequest) (*skiffv1.DeleteLocalEndpointResponse, error) {
+	if pb.GetName() == "" {
+		return nil, statusOf(&Error{Code: CodeInvalid, Message: "name: required"})
+	}
+	if err := s.b.Delete(ctx, pb.GetName()); err != nil {
+		return nil, statusOf(err)
+	}
+	return &skiffv1.DeleteLocalEndpointResponse{}, nil
+}
+
+func (s service) ListLocalEndpoints(context.Context, *skiffv1.ListLocalEndpointsRequest) (*skiffv1.ListLocalEndpointsResponse, error) {
+	out := &skiffv1.ListLocalEndpointsResponse{}
+	for _, e := range s.b.List() {
+		out.Endpoints = append(out.Endpoints, &skiffv1.LocalEndpointSummary{Name: e.Name, Network: e.Network, Owner: e.Owner, Labels: e.Labels, HostIf: e.HostIf})
+	}
+	return out, nil
+}
+
+func (s service) GetLocalStatus(context.Context, *skiffv1.GetLocalStatusRequest) (*skiffv1.LocalStatus, error) {
+	st := s.b.Status()
+	return &skiffv1.LocalStatus{Ready: st.Ready, Connected: st.Connected, Revision: st.Revision, Reason: st.Reason}, nil
 }
