@@ -1,9 +1,16 @@
 // Package agent is skiff-agent: it registers its node with the controller,
-// follows the node's plan stream, keeps the last plan on disk, and makes the
-// datapath match the plan whenever the plan or the kernel changes.
+// follows the node's plan stream, keeps the last plan on disk, makes the
+// datapath match the plan whenever the plan or the kernel changes, and
+// serves the local API (CNI plugin, VM managers) by asking the datapath to
+// plumb endpoints.
 //
+// The agent runs on whatever datapath its caller chose (software, offload,
+// or the fake in tests) and never asks which one it is:
+//
+//	dp := software.New(k, fw, log)
 //	err := agent.Run(ctx, agent.Config{Controller: "192.0.2.10:7400", Node: "node1",
-//		UnderlayIP: "192.0.2.1", StateDir: "/var/lib/skiff-agent"}, log)
+//		UnderlayIP: "192.0.2.1", StateDir: "/var/lib/skiff-agent"},
+//		agent.Deps{Datapath: dp, Mode: agent.ModeSoftware, Logger: log})
 //
 // The datapath keeps forwarding when the agent or the controller is down: a
 // restarted agent applies its saved plan, which changes nothing in a kernel
@@ -16,28 +23,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-sdn/skiff/agent/datapath"
-	"github.com/skiff-sdn/skiff/agent/datapath/software"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/tlsconf"
-	offloaddp "github.com/skiff-sdn/skiff/offload/datapath"
-	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -46,12 +44,20 @@ const Version = "0.1.0"
 
 // Config configures an agent.
 type Config struct {
-	Controller string // host:port
+	// Controller is host:port of the controller, or several separated by
+	// commas (replicas): the agent uses one and fails over to the next.
+	Controller string
 	Node       string
-	Socket     string // local API; empty: none
-	UnderlayIP string
-	StateDir   string
-	// Mode is auto, software or offload (see ChooseMode).
+	Socket     string // local API's unix socket; empty: none
+	// LocalAPI serves the local API over gRPC on TCP too (for example a
+	// DPU's agent, reached by its host's CNI), with mTLS: LocalAPITLS
+	// must be set.
+	LocalAPI    string
+	LocalAPITLS localapi.TLS
+	UnderlayIP  string
+	StateDir    string
+	// Mode is auto, software or offload (see ChooseMode); the caller
+	// chooses the datapath from it.
 	Mode        string
 	MetricsAddr string // empty: no metrics server
 	// TLS: CA of the controller's certificate, and this node's client
@@ -70,12 +76,55 @@ type Config struct {
 	Rediscover time.Duration
 }
 
+// Deps are what the agent runs on; its caller chooses them.
+type Deps struct {
+	// Datapath executes plans and plumbs endpoints (required).
+	Datapath datapath.Datapath
+	// Mode is the mode Datapath implements, as the node registers it.
+	Mode string
+	// Kernel watches the node's links, neighbours and addresses; the
+	// current namespace's (internal/nl) when nil.
+	Kernel Kernel
+	// Discover returns the node's capabilities now; the first answer is
+	// taken at start, later ones after NIC netdevs come or go. Nil: a
+	// node without PFs (software only).
+	Discover func(ctx context.Context) *skiffv1.NodeCapabilities
+	// DialOptions are added when dialing the controller (tests).
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
+}
+
+// Kernel is what the agent itself reads of the kernel: which links exist,
+// and their changes. Watch calls fn on its own goroutine until ctx ends or
+// the subscription breaks (events may then have been lost).
+type Kernel interface {
+	Links() ([]nl.Link, error)
+	Watch(ctx context.Context, fn func(nl.Event)) error
+}
+
+// nlKernel is Kernel on internal/nl, in the current namespace.
+type nlKernel struct{}
+
+func (nlKernel) Links() ([]nl.Link, error) {
+	k, err := nl.Open(nl.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer nl.Close(k)
+	return k.Links()
+}
+
+func (nlKernel) Watch(ctx context.Context, fn func(nl.Event)) error {
+	return nl.Watch(ctx, nl.Options{}, fn)
+}
+
 // Agent is a running agent.
 type Agent struct {
 	cfg    Config
 	log    *slog.Logger
+	conn   *grpc.ClientConn
 	client skiffv1.AgentServiceClient
-	kernel nl.Kernel
+	kernel Kernel
 	dp     datapath.Datapath
 	under  netip.Addr
 
@@ -93,20 +142,17 @@ type Agent struct {
 	links   map[string]bool // non-Skiff links seen, for link-added events
 	devs    map[string]bool // those of links that have a device/ (NICs, VFs, representors)
 
-	disc       *eswitch.Discoverer
+	discover   func(ctx context.Context) *skiffv1.NodeCapabilities
 	capsMu     sync.Mutex
 	caps       *skiffv1.NodeCapabilities
 	mode       string // the mode registered (the datapath that runs)
 	rediscover chan struct{}
 
-	reg         *prometheus.Registry
-	revision    prometheus.Gauge
-	connected   prometheus.Gauge
-	applies     *prometheus.CounterVec
-	applySecs   prometheus.Histogram
-	writesTotal prometheus.GaugeFunc
-	off         *offloaddp.Datapath // mode offload
-	fw          *nl.Firewall        // policy counters
+	reg       *prometheus.Registry
+	revision  prometheus.Gauge
+	connected prometheus.Gauge
+	applies   *prometheus.CounterVec
+	applySecs prometheus.Histogram
 }
 
 func (c Config) validate() (netip.Addr, error) {
@@ -128,14 +174,44 @@ func (c Config) validate() (netip.Addr, error) {
 	default:
 		return netip.Addr{}, fmt.Errorf("--mode: %q is not auto, software or offload", c.Mode)
 	}
+	if _, err := controllerTarget(c.Controller); err != nil {
+		return netip.Addr{}, err
+	}
+	if c.LocalAPI != "" && !c.LocalAPITLS.Set() {
+		return netip.Addr{}, errors.New("--local-api-listen: needs --local-api-tls-cert, --local-api-tls-key and --local-api-client-ca (the TCP local API is mTLS only)")
+	}
 	return ip, nil
 }
 
-// Run runs the agent until ctx ends.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+// Run runs an agent on d until ctx ends (New, then Agent.Run). It closes
+// nothing of d.
+func Run(ctx context.Context, cfg Config, d Deps) error {
+	a, err := New(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// New checks cfg, dials the controller (lazily: an absent controller is
+// not an error) and loads the saved plan.
+func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 	under, err := cfg.validate()
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if d.Datapath == nil {
+		return nil, errors.New("agent: no datapath")
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if d.Kernel == nil {
+		d.Kernel = nlKernel{}
+	}
+	if d.Discover == nil {
+		d.Discover = func(context.Context) *skiffv1.NodeCapabilities { return Capabilities(nil, "") }
 	}
 	if cfg.Resync == 0 {
 		cfg.Resync = 5 * time.Minute
@@ -149,47 +225,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Rediscover <= 0 {
 		cfg.Rediscover = time.Second
 	}
-	disc := eswitch.New(eswitch.Options{SysRoot: cfg.SysRoot, Logger: log})
-	caps := DiscoverCapabilities(ctx, disc, log)
-	mode, err := ChooseMode(cfg.Mode, caps)
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+	if d.Mode == "" {
+		d.Mode = ModeSoftware
 	}
-	log.Info("node capabilities", "role", caps.GetRole(), "pfs", len(caps.GetPfs()), "modes", strings.Join(caps.GetModes(), ","), "kernel", caps.GetKernel())
-	log.Info("datapath", "mode", mode)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("agent: state dir: %w", err)
+		return nil, fmt.Errorf("agent: state dir: %w", err)
 	}
-	k, err := nl.Open(nl.Options{})
+	conn, err := dialController(cfg, d.DialOptions)
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return nil, fmt.Errorf("agent: %w", err)
 	}
-	fw, err := nl.OpenFirewall(nl.Options{})
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	defer fw.Close()
-	creds, err := tlsconf.Client(cfg.TLSCA, cfg.TLSCert, cfg.TLSKey)
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}))
-	if err != nil {
-		return fmt.Errorf("agent: controller %s: %w", cfg.Controller, err)
-	}
-	defer conn.Close()
-	a := &Agent{cfg: cfg, log: log, client: skiffv1.NewAgentServiceClient(conn), kernel: k,
-		dp: software.New(k, fw, log), under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
-		disc: disc, caps: caps, mode: mode, rediscover: make(chan struct{}, 1)}
-	a.fw = fw
+	a := &Agent{cfg: cfg, log: log, conn: conn, client: skiffv1.NewAgentServiceClient(conn), kernel: d.Kernel, dp: d.Datapath,
+		under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
+		discover: d.Discover, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
+		rediscover: make(chan struct{}, 1)}
 	a.metrics()
-	if mode == ModeOffload {
-		if err := a.useOffload(); err != nil {
-			return fmt.Errorf("agent: %w", err)
-		}
-		defer a.off.Close()
-	}
 
 	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)
 	if err != nil {
@@ -199,7 +249,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("saved plan loaded", "revision", saved.Revision)
 		a.setPlan(saved, false)
 	}
+	return a, nil
+}
 
+// Run serves until ctx ends: the controller session, reconciles, the
+// local API, events, counters and metrics. It closes the controller
+// connection when it returns.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.conn.Close()
+	cfg, log := a.cfg, a.log
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
@@ -210,22 +268,37 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		defer srv.Close()
 	}
+	api := localapi.Server{Backend: a, Logger: log}
 	if cfg.Socket != "" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := localapi.Serve(ctx, cfg.Socket, a, log); err != nil {
+		l, err := localapi.ListenUnix(cfg.Socket)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		wg.Go(func() {
+			if err := api.Serve(ctx, l); err != nil {
 				log.Error("local API stopped", "err", err)
 			}
-		}()
+		})
+		log.Info("local API listening", "socket", cfg.Socket)
 	}
-	wg.Add(6)
-	go func() { defer wg.Done(); a.rediscoverLoop(ctx) }()
-	go func() { defer wg.Done(); a.reportEvents(ctx) }()
-	go func() { defer wg.Done(); a.reportCounters(ctx, cfg.StatsInterval) }()
-	go func() { defer wg.Done(); a.watch(ctx) }()
-	go func() { defer wg.Done(); a.session(ctx) }()
-	go func() { defer wg.Done(); a.reconcileLoop(ctx) }()
+	if cfg.LocalAPI != "" {
+		l, err := localapi.ListenTLS(cfg.LocalAPI, cfg.LocalAPITLS)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		wg.Go(func() {
+			if err := api.Serve(ctx, l); err != nil {
+				log.Error("local API (TCP) stopped", "err", err)
+			}
+		})
+		log.Info("local API listening", "addr", l.Addr().String(), "tls", true)
+	}
+	wg.Go(func() { a.rediscoverLoop(ctx) })
+	wg.Go(func() { a.reportEvents(ctx) })
+	wg.Go(func() { a.reportCounters(ctx, cfg.StatsInterval) })
+	wg.Go(func() { a.watch(ctx) })
+	wg.Go(func() { a.session(ctx) })
+	wg.Go(func() { a.reconcileLoop(ctx) })
 	<-ctx.Done()
 	return nil
 }
@@ -345,96 +418,4 @@ func (a *Agent) reconcile() {
 	}
 	a.applies.WithLabelValues("ok").Inc()
 	a.log.Debug("datapath applied", "revision", p.Revision, "took", time.Since(start))
-}
-
-// watch turns kernel events into reconciles (someone deleted our bridge:
-// it comes back) and reports underlay address changes and new links to the
-// controller.
-func (a *Agent) watch(ctx context.Context) {
-	a.links, a.devs = map[string]bool{}, map[string]bool{}
-	if ls, err := a.kernel.Links(); err == nil {
-		for _, l := range ls {
-			a.links[l.Name] = true
-			a.devs[l.Name] = hasDevice(a.cfg.SysRoot, l.Name)
-		}
-	}
-	for ctx.Err() == nil {
-		err := nl.Watch(ctx, nl.Options{}, func(e nl.Event) {
-			switch e.Kind {
-			case "link":
-				if strings.HasPrefix(e.Name, "sk") {
-					a.resync()
-					return
-				}
-				switch seen := a.links[e.Name]; {
-				case e.Deleted && seen:
-					if a.devs[e.Name] || a.namedInCaps(e.Name) {
-						a.rediscoverSoon()
-					}
-					delete(a.links, e.Name)
-					delete(a.devs, e.Name)
-					a.event("link-removed", e.Name, "")
-				case !e.Deleted && !seen && e.Name != "":
-					a.links[e.Name] = true
-					if a.devs[e.Name] = hasDevice(a.cfg.SysRoot, e.Name); a.devs[e.Name] {
-						a.rediscoverSoon()
-					}
-					a.event("link-added", e.Name, "")
-				}
-			case "neigh":
-				// Skiff's entries are static or permanent; a dynamic
-				// entry changing is the kernel's business.
-				if e.Static || e.Deleted {
-					a.resync()
-				}
-			case "addr":
-				if e.Addr == a.under {
-					a.event("underlay-address", e.Addr.String(), map[bool]string{true: "removed", false: "added"}[e.Deleted])
-				}
-			}
-		})
-		if ctx.Err() == nil {
-			// Events may have been lost (an overflow): reconcile anyway.
-			a.log.Warn("netlink watch ended; restarting and resyncing", "err", err)
-			a.resync()
-			time.Sleep(time.Second)
-		}
-	}
-}
-
-func (a *Agent) metrics() {
-	a.reg = prometheus.NewRegistry()
-	a.revision = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_plan_revision", Help: "Revision of the plan the agent holds."})
-	a.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_controller_connected", Help: "1 while the plan stream is open."})
-	a.applies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "skiff_agent_datapath_applies_total", Help: "Datapath reconciles by result."}, []string{"result"})
-	a.applySecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "skiff_agent_datapath_apply_seconds", Help: "Time of one datapath reconcile.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
-	a.writesTotal = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skiff_agent_netlink_writes", Help: "Netlink writes made since start."}, func() float64 { return float64(a.kernel.Writes()) })
-	a.reg.MustRegister(a.revision, a.connected, a.applies, a.applySecs, a.writesTotal,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-	a.reg.MustRegister(newPolicyCollector(a))
-}
-
-func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		a.mu.Lock()
-		err, has := a.healthy, a.hasPlan
-		a.mu.Unlock()
-		switch {
-		case err != nil:
-			http.Error(w, "datapath: "+err.Error(), http.StatusServiceUnavailable)
-		case !has:
-			http.Error(w, "no plan yet", http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ok")
-		}
-	})
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("agent: --metrics-addr: %w", err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return srv, nil
 }

@@ -234,7 +234,7 @@ func (a *Agent) rediscoverLoop(ctx context.Context) {
 				break settle
 			}
 		}
-		caps := DiscoverCapabilities(ctx, a.disc, a.log)
+		caps := a.discover(ctx)
 		a.capsMu.Lock()
 		same := proto.Equal(caps, a.caps)
 		if !same {

@@ -297,7 +297,8 @@ func TestRediscoverReregistersOnlyOnChange(t *testing.T) {
 	d := eswitch.New(eswitch.Options{SysRoot: tr.Root, Devlink: dl})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a := &Agent{cfg: Config{Node: "n1", SysRoot: tr.Root, Rediscover: 50 * time.Millisecond, Mode: "auto"}, log: log,
-		client: reg, disc: d, mode: ModeSoftware, rediscover: make(chan struct{}, 1)}
+		client: reg, mode: ModeSoftware, rediscover: make(chan struct{}, 1),
+		discover: func(ctx context.Context) *skiffv1.NodeCapabilities { return DiscoverCapabilities(ctx, d, log) }}
 	a.caps = DiscoverCapabilities(context.Background(), d, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -6,15 +6,12 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/skiff-sdn/skiff/agent/datapath/software"
-	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/offload/flower"
+	"github.com/skiff-sdn/skiff/agent/datapath"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
 // reportCounters sends per-endpoint and per-network counters every
-// interval until ctx ends. An endpoint's counters are its own view: what
-// its host-side interface transmits, the endpoint received.
+// interval until ctx ends.
 func (a *Agent) reportCounters(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -37,41 +34,60 @@ func (a *Agent) reportCounters(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// counters reads the datapath's counters of the current plan as the
+// controller takes them. Policy counters that cannot be read are logged
+// and left out; the rest is still sent.
 func (a *Agent) counters() (*skiffv1.ReportCountersRequest, error) {
-	stats, err := a.kernel.(nl.VethAPI).Stats()
-	if err != nil {
+	p := a.current()
+	cs, err := a.dp.Counters(p)
+	if err != nil && cs.Endpoints == nil {
 		return nil, err
 	}
-	p := a.current()
-	var pol map[string][]*skiffv1.PolicyRuleCounter
-	if src := a.policy(); src != nil && len(p.Policies) > 0 {
-		if pol, err = policyCounters(src); err != nil {
-			a.log.Warn("reading policy counters", "err", err)
-		}
+	if err != nil {
+		a.log.Warn("reading policy counters", "err", err)
 	}
-	var rules map[string][]flower.State
-	var polStates map[string][]flower.PolicyState
-	if a.off != nil {
-		rules = a.off.Rules()
-		polStates = policyByEndpoint(a.off.PolicyRules())
+	pol := map[string][]*skiffv1.PolicyRuleCounter{}
+	for _, c := range cs.Policy {
+		pol[c.Endpoint] = append(pol[c.Endpoint], policyCounterPB(c))
 	}
 	req := &skiffv1.ReportCountersRequest{Node: a.cfg.Node, Time: timestamppb.Now()}
 	for name := range p.Local {
-		if s, ok := stats[software.HostIfName(name)]; ok {
-			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Counters: &skiffv1.Counters{
-				RxPackets: s.TxPackets, RxBytes: s.TxBytes, RxDropped: s.TxDropped,
-				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}, Policy: pol[name], Rules: a.offloadRules(rules, polStates, name)})
-		} else if len(rules[name]) > 0 || len(polStates[name]) > 0 {
-			// A VF endpoint: no host interface, its rules only.
-			req.Endpoints = append(req.Endpoints, &skiffv1.EndpointCounters{Endpoint: name, Policy: pol[name], Rules: a.offloadRules(rules, polStates, name)})
+		ec, ok := cs.Endpoints[name]
+		if !ok {
+			continue
 		}
+		x := &skiffv1.EndpointCounters{Endpoint: name, Policy: pol[name], Rules: rulesPB(ec.Rules)}
+		if c := ec.Traffic; c != nil {
+			x.Counters = countersPB(*c)
+		}
+		req.Endpoints = append(req.Endpoints, x)
 	}
-	for name, n := range p.Networks {
-		if s, ok := stats[software.VXLANName(n.VNI)]; ok {
-			req.Networks = append(req.Networks, &skiffv1.NetworkCounters{Network: name, Counters: &skiffv1.Counters{
-				RxPackets: s.RxPackets, RxBytes: s.RxBytes, RxDropped: s.RxDropped,
-				TxPackets: s.TxPackets, TxBytes: s.TxBytes, TxDropped: s.TxDropped}})
+	for name := range p.Networks {
+		if c, ok := cs.Networks[name]; ok {
+			req.Networks = append(req.Networks, &skiffv1.NetworkCounters{Network: name, Counters: countersPB(c)})
 		}
 	}
 	return req, nil
+}
+
+func countersPB(c datapath.IfCounters) *skiffv1.Counters {
+	return &skiffv1.Counters{RxPackets: c.RxPackets, RxBytes: c.RxBytes, RxDropped: c.RxDropped,
+		TxPackets: c.TxPackets, TxBytes: c.TxBytes, TxDropped: c.TxDropped}
+}
+
+func rulesPB(rs []datapath.Rule) []*skiffv1.OffloadRule {
+	var out []*skiffv1.OffloadRule
+	for _, r := range rs {
+		out = append(out, &skiffv1.OffloadRule{Device: r.Device, Kind: r.Kind, Rule: r.Text, State: r.State, Reason: r.Reason,
+			Handle: r.Handle, Packets: r.Packets, Bytes: r.Bytes, HwPackets: r.HWPackets, HwBytes: r.HWBytes})
+	}
+	return out
+}
+
+func policyCounterPB(c datapath.PolicyCounter) *skiffv1.PolicyRuleCounter {
+	verdict := "allow"
+	if c.Rule < 0 {
+		verdict = "drop"
+	}
+	return &skiffv1.PolicyRuleCounter{Direction: c.Direction, Rule: int32(c.Rule), Verdict: verdict, Packets: c.Packets, Bytes: c.Bytes}
 }

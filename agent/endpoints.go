@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -14,24 +13,27 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/skiff-sdn/skiff/agent/datapath/software"
+	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/agent/localapi"
-	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
 var ifNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
 
+// createTimeout bounds a create: the controller's answer, the plan
+// reaching this node, plumbing and attachment.
+const createTimeout = 60 * time.Second
+
 // localErr maps a controller error to a local API error.
 func localErr(op string, err error) error {
 	code := map[codes.Code]string{
-		codes.InvalidArgument: "invalid", codes.NotFound: "not-found", codes.AlreadyExists: "exists",
-		codes.ResourceExhausted: "exhausted", codes.Unavailable: "unavailable", codes.FailedPrecondition: "invalid",
-		codes.DeadlineExceeded: "unavailable", codes.PermissionDenied: "forbidden",
+		codes.InvalidArgument: localapi.CodeInvalid, codes.NotFound: localapi.CodeNotFound, codes.AlreadyExists: localapi.CodeExists,
+		codes.ResourceExhausted: localapi.CodeExhausted, codes.Unavailable: localapi.CodeUnavailable, codes.FailedPrecondition: localapi.CodeInvalid,
+		codes.DeadlineExceeded: localapi.CodeUnavailable, codes.PermissionDenied: localapi.CodeForbidden,
 	}[status.Code(err)]
 	if code == "" {
-		code = "failed"
+		code = localapi.CodeFailed
 	}
 	msg := err.Error()
 	if s, ok := status.FromError(err); ok {
@@ -43,42 +45,77 @@ func localErr(op string, err error) error {
 	return &localapi.Error{Code: code, Message: op + ": " + msg}
 }
 
-// Create implements localapi.Backend.
-func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi.CreateResponse, error) {
+func invalid(format string, args ...any) error {
+	return &localapi.Error{Code: localapi.CodeInvalid, Message: fmt.Sprintf(format, args...)}
+}
+
+func (a *Agent) validateCreate(r localapi.CreateRequest) error {
 	switch {
 	case r.Name == "":
-		return nil, &localapi.Error{Code: "invalid", Message: "name: required"}
+		return invalid("name: required")
 	case r.Network == "":
-		return nil, &localapi.Error{Code: "invalid", Message: "network: required"}
+		return invalid("network: required")
 	case !ifNameRE.MatchString(r.IfName):
-		return nil, &localapi.Error{Code: "invalid", Message: fmt.Sprintf("ifName: %q is not an interface name (1-15 of [A-Za-z0-9_.-])", r.IfName)}
+		return invalid("ifName: %q is not an interface name (1-15 of [A-Za-z0-9_.-])", r.IfName)
 	case r.MTU < 0 || r.MTU > 65535:
-		return nil, &localapi.Error{Code: "invalid", Message: fmt.Sprintf("mtu: %d is out of range", r.MTU)}
+		return invalid("mtu: %d is out of range", r.MTU)
 	}
 	if r.VF != nil && (r.PF == "" || *r.VF < 0) {
-		return nil, &localapi.Error{Code: "invalid", Message: fmt.Sprintf("vf: %d needs a pf and must be 0 or more", *r.VF)}
+		return invalid("vf: %d needs a pf and must be 0 or more", *r.VF)
 	}
 	if st, err := os.Stat(r.NetNS); err != nil || st.IsDir() {
-		return nil, &localapi.Error{Code: "invalid", Message: fmt.Sprintf("netns: %q is not a network namespace file", r.NetNS)}
+		return invalid("netns: %q is not a network namespace file", r.NetNS)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	kind := requestKind(r)
+	switch kind {
+	case plan.KindVeth, plan.KindVF, plan.KindTap, plan.KindVFIO:
+	default:
+		return invalid("kind: %q is not veth, vf, tap or vfio", r.Kind)
+	}
+	if !slices.Contains(a.dp.Kinds(), kind) {
+		return invalid("kind %s: this node's datapath (mode %s) offers %v", kind, a.mode, a.dp.Kinds())
+	}
+	return nil
+}
+
+// requestKind is the endpoint kind a create asks for.
+func requestKind(r localapi.CreateRequest) string {
+	switch {
+	case r.Kind != "":
+		return r.Kind
+	case r.VF != nil:
+		return plan.KindVF
+	}
+	return plan.KindVeth
+}
+
+// Create implements localapi.Backend: the endpoint is created at the
+// controller (which allocates its addresses), plumbed by the datapath once
+// this node's plan holds it, and answered when the datapath reports it
+// attached. Whatever fails undoes what was done.
+func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi.CreateResponse, error) {
+	if err := a.validateCreate(r); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
-	want := &skiffv1.Endpoint{Name: r.Name, Network: r.Network, Node: a.cfg.Node, Kind: plan.KindVeth, Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace}
+	want := &skiffv1.Endpoint{Name: r.Name, Network: r.Network, Node: a.cfg.Node, Kind: requestKind(r), Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace}
 	if r.VF != nil {
 		vf := int32(*r.VF)
-		want.Kind, want.Pf, want.VfIndex = plan.KindVF, r.PF, &vf
+		want.Pf, want.VfIndex = r.PF, &vf
 	}
 	ep, err := a.client.CreateEndpoint(ctx, &skiffv1.CreateEndpointRequest{Endpoint: want})
 	if err != nil {
 		return nil, localErr("create endpoint", err)
 	}
-	hostIf := software.HostIfName(r.Name)
+	var plumbed bool
+	var local plan.Endpoint
 	undo := func(cause error) error {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer dcancel()
 		var errs []error
-		if k, err := nl.Open(nl.Options{}); err == nil {
-			errs = append(errs, nl.DeleteByName(k, hostIf))
+		if plumbed {
+			errs = append(errs, a.dp.Unplumb(dctx, datapath.UnplumbRequest{Endpoint: local, NetNS: r.NetNS, IfName: r.IfName}))
 		}
 		if _, err := a.client.DeleteEndpoint(dctx, &skiffv1.DeleteRequest{Name: r.Name}); err != nil && status.Code(err) != codes.NotFound {
 			errs = append(errs, err)
@@ -86,56 +123,40 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 		if err := errors.Join(errs...); err != nil {
 			a.log.Error("rolling back endpoint", "endpoint", r.Name, "err", err)
 		}
+		a.resync()
 		return cause
 	}
-	// The plan must hold the endpoint and its network before we can plumb.
+	// The plan must hold the endpoint and its network before it is
+	// plumbed.
 	var netw plan.Network
-	var local plan.Endpoint
 	if err := a.waitPlan(ctx, func(p plan.Plan) bool {
 		e, ok := p.Local[r.Name]
 		n, nok := p.Networks[r.Network]
 		netw, local = n, e
 		return ok && nok && p.Revision >= ep.Revision
 	}); err != nil {
-		return nil, undo(&localapi.Error{Code: "unavailable", Message: fmt.Sprintf("endpoint %s did not reach this node's plan: %v", r.Name, err)})
+		return nil, undo(&localapi.Error{Code: localapi.CodeUnavailable, Message: fmt.Sprintf("endpoint %s did not reach this node's plan: %v", r.Name, err)})
 	}
-	mtu := int(netw.MTU)
-	if r.MTU > 0 && r.MTU < mtu {
-		mtu = r.MTU
+	out, err := a.dp.Plumb(ctx, datapath.PlumbRequest{Endpoint: local, Network: netw, NetNS: r.NetNS, IfName: r.IfName, MTU: r.MTU})
+	if err != nil {
+		return nil, undo(&localapi.Error{Code: localapi.CodeFailed, Message: fmt.Sprintf("plumbing %s: %v", r.Name, err)})
 	}
-	resp := &localapi.CreateResponse{Name: r.Name, Network: r.Network, HostIf: hostIf, IfName: r.IfName, MAC: local.MAC, MTU: mtu, Revision: ep.Revision}
-	var gws []netip.Addr
+	plumbed = true
+	if err := a.waitReady(ctx, r.Name); err != nil {
+		return nil, undo(&localapi.Error{Code: localapi.CodeFailed, Message: fmt.Sprintf("datapath did not attach %s: %v", out.HostIf, err)})
+	}
+	resp := &localapi.CreateResponse{Name: r.Name, Network: r.Network, HostIf: out.HostIf, IfName: r.IfName, MAC: local.MAC, MTU: out.MTU, Revision: ep.Revision}
 	for _, ip := range local.IPs {
 		resp.IPs = append(resp.IPs, ip.String())
 		gw := ""
 		for _, s := range netw.Subnets {
 			if s.CIDR.Contains(ip.Addr()) && s.Gateway.IsValid() {
 				gw = s.Gateway.String()
-				gws = append(gws, s.Gateway)
 			}
 		}
 		resp.Gateways = append(resp.Gateways, gw)
 	}
-	k, err := nl.Open(nl.Options{})
-	if err != nil {
-		return nil, undo(err)
-	}
-	if err := k.(nl.VethAPI).AddVeth(nl.Veth{Name: hostIf, Alias: software.HostIfAlias(r.Name), MTU: mtu, PeerName: r.IfName, PeerNS: r.NetNS}); err != nil {
-		return nil, undo(&localapi.Error{Code: "failed", Message: err.Error()})
-	}
-	pk, err := nl.Open(nl.Options{NetNS: r.NetNS})
-	if err != nil {
-		return nil, undo(err)
-	}
-	if err := nl.Configure(pk, nl.Iface{Name: r.IfName, MAC: local.MAC, MTU: mtu, Addrs: local.IPs, Gateway: gws}); err != nil {
-		return nil, undo(&localapi.Error{Code: "failed", Message: err.Error()})
-	}
-	// Done when the datapath has put the host side on the bridge (or,
-	// offloaded, installed the endpoint's rules).
-	if err := a.waitAttached(ctx, k, r.Name, hostIf, netw.VNI); err != nil {
-		return nil, undo(&localapi.Error{Code: "failed", Message: fmt.Sprintf("datapath did not attach %s: %v", hostIf, err)})
-	}
-	a.log.Info("endpoint plumbed", "endpoint", r.Name, "hostIf", hostIf, "ips", resp.IPs)
+	a.log.Info("endpoint plumbed", "endpoint", r.Name, "hostIf", out.HostIf, "ips", resp.IPs)
 	return resp, nil
 }
 
@@ -143,15 +164,15 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 func (a *Agent) Delete(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	e, ok := a.current().Local[name]
+	if !ok {
+		e = plan.Endpoint{Name: name, VFIndex: -1}
+	}
 	if _, err := a.client.DeleteEndpoint(ctx, &skiffv1.DeleteRequest{Name: name}); err != nil && status.Code(err) != codes.NotFound {
 		return localErr("delete endpoint", err)
 	}
-	k, err := nl.Open(nl.Options{})
-	if err != nil {
-		return err
-	}
-	if err := nl.DeleteByName(k, software.HostIfName(name)); err != nil {
-		return &localapi.Error{Code: "failed", Message: err.Error()}
+	if err := a.dp.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: e}); err != nil {
+		return &localapi.Error{Code: localapi.CodeFailed, Message: err.Error()}
 	}
 	a.resync()
 	return nil
@@ -164,7 +185,7 @@ func (a *Agent) List() []localapi.Endpoint {
 	out := []localapi.Endpoint{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
 		e := p.Local[name]
-		out = append(out, localapi.Endpoint{Name: name, Network: e.Network, Owner: e.Owner, Labels: e.Labels, HostIf: software.HostIfName(name)})
+		out = append(out, localapi.Endpoint{Name: name, Network: e.Network, Owner: e.Owner, Labels: e.Labels, HostIf: datapath.HostIfName(name)})
 	}
 	return out
 }
@@ -205,49 +226,29 @@ func (a *Agent) waitPlan(ctx context.Context, cond func(plan.Plan) bool) error {
 	}
 }
 
-// waitAttached asks for a reconcile and waits until hostIf is a port of the
-// network's bridge, or, on the offload datapath, until the endpoint's decap
-// rule is installed.
-func (a *Agent) waitAttached(ctx context.Context, k nl.Kernel, endpoint, hostIf string, vni uint32) error {
+// waitReady asks for a reconcile and waits until the datapath reports the
+// endpoint attached. Every reconcile ends by waking the waiters (pushed;
+// nothing polls).
+func (a *Agent) waitReady(ctx context.Context, endpoint string) error {
+	a.mu.Lock()
+	ch := a.changed
+	a.mu.Unlock()
 	a.resync()
 	for {
-		a.mu.Lock()
-		ch := a.changed
-		a.mu.Unlock()
-		if a.off != nil {
-			if ok, _ := a.offloadReady(endpoint); ok {
-				return nil
-			}
-			select {
-			case <-ch:
-			case <-time.After(200 * time.Millisecond):
-			case <-ctx.Done():
-				_, why := a.offloadReady(endpoint)
-				return fmt.Errorf("%w (%s)", ctx.Err(), why)
-			}
-			continue
-		}
-		links, err := k.Links()
-		if err != nil {
-			return err
-		}
-		br, port := -1, 0
-		for _, l := range links {
-			if l.Name == software.BridgeName(vni) {
-				br = l.Index
-			}
-			if l.Name == hostIf {
-				port = l.Master
-			}
-		}
-		if br > 0 && port == br {
-			return nil
-		}
+		// A reconcile that started before the endpoint was plumbed
+		// may end first and find it not attached; the one asked for
+		// above comes after it.
 		select {
 		case <-ch:
-		case <-time.After(200 * time.Millisecond):
 		case <-ctx.Done():
-			return ctx.Err()
+			_, why := a.dp.Ready(endpoint)
+			return fmt.Errorf("%w (%s)", ctx.Err(), why)
+		}
+		a.mu.Lock()
+		ch = a.changed
+		a.mu.Unlock()
+		if ok, _ := a.dp.Ready(endpoint); ok {
+			return nil
 		}
 	}
 }

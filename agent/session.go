@@ -5,21 +5,89 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
+
+	"github.com/skiff-sdn/skiff/internal/tlsconf"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/internal/planpb"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
+// Reconnection: the gRPC channel retries a lost controller with backoff
+// capped at maxBackoff, so that an agent is back within a second or two of
+// its controller returning.
+const maxBackoff = 2 * time.Second
+
+// controllerTarget turns --controller into a gRPC target: host:port (one
+// controller), several separated by commas (replicas, tried in order and
+// failed over), or a URI such as dns:///controller.example:7400 (every
+// address the name resolves to).
+func controllerTarget(flag string) (target string, err error) {
+	switch {
+	case strings.Contains(flag, "://"):
+		return flag, nil
+	case strings.Contains(flag, ","):
+		for _, a := range strings.Split(flag, ",") {
+			if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
+				return "", fmt.Errorf("--controller: %q is not host:port: %w", a, err)
+			}
+		}
+		return "skiff-controllers:///", nil
+	}
+	if _, _, err := net.SplitHostPort(flag); err != nil {
+		return "", fmt.Errorf("--controller: %q is not host:port: %w", flag, err)
+	}
+	return "passthrough:///" + flag, nil
+}
+
+// dialController makes the channel to the controller(s): TLS as
+// configured, keepalive, capped reconnection backoff, and with several
+// addresses pick_first over them in order.
+func dialController(cfg Config, extra []grpc.DialOption) (*grpc.ClientConn, error) {
+	target, err := controllerTarget(cfg.Controller)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := tlsconf.Client(cfg.TLSCA, cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxBackoff},
+			MinConnectTimeout: 5 * time.Second})}
+	if strings.HasPrefix(target, "skiff-controllers:") {
+		r := manual.NewBuilderWithScheme("skiff-controllers")
+		var addrs []resolver.Address
+		for _, a := range strings.Split(cfg.Controller, ",") {
+			addrs = append(addrs, resolver.Address{Addr: strings.TrimSpace(a)})
+		}
+		r.InitialState(resolver.State{Addresses: addrs})
+		opts = append(opts, grpc.WithResolvers(r))
+	}
+	conn, err := grpc.NewClient(target, append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("controller %s: %w", cfg.Controller, err)
+	}
+	return conn, nil
+}
+
 // session keeps the node registered and its plan current until ctx ends,
 // reconnecting with capped exponential backoff. Every plan it accepts goes
 // to a.setPlan.
 func (a *Agent) session(ctx context.Context) {
-	backoff := 200 * time.Millisecond
+	wait := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()
 		err := a.stream(ctx)
@@ -28,15 +96,15 @@ func (a *Agent) session(ctx context.Context) {
 		}
 		a.setConnected(false)
 		if time.Since(start) > 10*time.Second {
-			backoff = 200 * time.Millisecond
+			wait = 100 * time.Millisecond
 		}
-		a.log.Warn("controller session ended; retrying", "err", err, "in", backoff)
+		a.log.Warn("controller session ended; retrying", "err", err, "in", wait)
 		select {
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return
 		}
-		backoff = min(backoff*2, 10*time.Second)
+		wait = min(wait*2, maxBackoff)
 	}
 }
 

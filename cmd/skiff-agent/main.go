@@ -44,14 +44,24 @@ func newCommand() *cobra.Command {
 			log = log.With("node", cfg.Node)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return agent.Run(ctx, cfg, log)
+			deps, err := setup(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer deps.Datapath.Close()
+			return agent.Run(ctx, cfg, deps)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Controller, "controller", "127.0.0.1:7400", "controller address host:port")
+	f.StringVar(&cfg.Controller, "controller", "127.0.0.1:7400", "controller address host:port; several, comma-separated, are replicas tried in order; or a URI such as dns:///name:port")
 	f.StringVar(&cfg.Node, "node", "", "this node's name")
 	f.StringVar(&cfg.UnderlayIP, "underlay-ip", "", "this node's underlay (VTEP) address")
 	f.StringVar(&cfg.Socket, "socket", localapi.DefaultSocket, "local API socket (root only); empty: off")
+	f.StringVar(&cfg.LocalAPI, "local-api-listen", "", "also serve the local API on this TCP address, with mTLS (a host's CNI reaching its DPU's agent)")
+	f.StringVar(&cfg.LocalAPITLS.Cert, "local-api-tls-cert", "", "certificate of the TCP local API")
+	f.StringVar(&cfg.LocalAPITLS.Key, "local-api-tls-key", "", "key of the TCP local API")
+	f.StringVar(&cfg.LocalAPITLS.ClientCA, "local-api-client-ca", "", "CA that signs the TCP local API's client certificates")
+	f.StringArrayVar(&cfg.LocalAPITLS.Allow, "local-api-allow", nil, "client certificate common name the TCP local API serves (repeatable), e.g. node:host1")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/skiff-agent", "where the last plan is kept")
 	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto (offload when a switchdev eswitch exists, else software), software or offload")
 	f.DurationVar(&cfg.StatsInterval, "stats-interval", 10*time.Second, "how often counters are sent to the controller")

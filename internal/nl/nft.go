@@ -14,7 +14,8 @@ import (
 // Firewall owns Skiff's nftables table ("inet skiff"). Nothing else in
 // nftables is read or changed.
 type Firewall struct {
-	ns netns.NsHandle
+	ns   netns.NsHandle
+	path string // of the namespace; "" for the caller's
 	// mu guards the write counts, which metrics read while the
 	// datapath writes.
 	mu     sync.Mutex
@@ -30,7 +31,7 @@ const (
 
 // OpenFirewall returns the firewall of a namespace (empty: the caller's).
 func OpenFirewall(o Options) (*Firewall, error) {
-	f := &Firewall{ns: -1}
+	f := &Firewall{ns: -1, path: o.NetNS}
 	if o.NetNS != "" {
 		h, err := netns.GetFromPath(o.NetNS)
 		if err != nil {
@@ -156,4 +157,28 @@ func (f *Firewall) Close() {
 	if f.ns >= 0 {
 		f.ns.Close()
 	}
+}
+
+// InetTables lists the names of the inet-family nftables tables of the
+// namespace at path ("" for the caller's), Skiff's or not: a read for
+// tests and diagnostics.
+func InetTables(path string) ([]string, error) {
+	f, err := OpenFirewall(Options{NetNS: path})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	c, err := f.conn()
+	if err != nil {
+		return nil, fmt.Errorf("nl: nftables: %w", err)
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("nl: nftables: list tables: %w", err)
+	}
+	var names []string
+	for _, t := range tables {
+		names = append(names, t.Name)
+	}
+	return names, nil
 }

@@ -3,20 +3,17 @@ package nl
 import (
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -519,33 +516,6 @@ func (f *Firewall) EnableBridgeNetfilter() error {
 		}
 		return nil
 	}
-	if f.ns < 0 {
-		return do()
-	}
-	// /proc/sys/net follows the calling thread's namespace: switch a locked
-	// thread into the firewall's namespace for the writes.
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("nl: current namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(f.ns); err != nil {
-			errc <- fmt.Errorf("nl: enter namespace: %w", err)
-			return
-		}
-		err = do()
-		if rerr := netns.Set(orig); rerr != nil {
-			// The thread is in the wrong namespace: let it die with the
-			// goroutine instead of returning it to the pool.
-			errc <- errors.Join(err, fmt.Errorf("nl: leave namespace: %w", rerr))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
+	// /proc/sys/net follows the calling thread's namespace.
+	return InNetNS(f.path, do)
 }

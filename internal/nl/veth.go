@@ -220,3 +220,76 @@ func isDefault(n *net.IPNet) bool {
 	ones, _ := n.Mask.Size()
 	return ones == 0
 }
+
+// Close releases the handle of a kernel Open returned. Kernels that are
+// not the real one are left alone.
+func Close(k Kernel) {
+	if r, ok := k.(*real); ok {
+		r.h.Close()
+	}
+}
+
+// PlumbVeth makes a local endpoint's veth pair: v.Name (marked with
+// v.Alias) here, its peer in v.PeerNS configured as in says. It is
+// idempotent: a pair that is already there keeps its interfaces and only
+// has its configuration made to match. A link named v.Name without
+// v.Alias is someone else's and is refused. On error nothing it made
+// stays.
+func PlumbVeth(k Kernel, v Veth, in Iface) error {
+	r, ok := k.(*real)
+	if !ok {
+		return errors.New("nl: PlumbVeth needs the real kernel")
+	}
+	in.Name = v.PeerName
+	if l, err := r.h.LinkByName(v.Name); err == nil {
+		if l.Attrs().Alias != v.Alias {
+			return fmt.Errorf("nl: %s exists and is not this endpoint's (alias %q); leaving it alone", v.Name, l.Attrs().Alias)
+		}
+		present, err := linkIn(v.PeerNS, v.PeerName)
+		if err != nil {
+			return err
+		}
+		if present {
+			return configureIn(v.PeerNS, in)
+		}
+		// Half a pair (its peer's namespace is gone): start again.
+		r.w()
+		if err := r.h.LinkDel(l); err != nil {
+			return fmt.Errorf("nl: delete stale %s: %w", v.Name, err)
+		}
+	}
+	if err := r.AddVeth(v); err != nil {
+		return err
+	}
+	if err := configureIn(v.PeerNS, in); err != nil {
+		return errors.Join(err, DeleteByName(k, v.Name))
+	}
+	return nil
+}
+
+// linkIn reports whether namespace path has a link named name.
+func linkIn(path, name string) (bool, error) {
+	pk, err := Open(Options{NetNS: path})
+	if err != nil {
+		return false, err
+	}
+	defer Close(pk)
+	_, err = pk.(*real).h.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &nf):
+		return false, nil
+	}
+	return false, fmt.Errorf("nl: %s in %s: %w", name, path, err)
+}
+
+func configureIn(path string, in Iface) error {
+	pk, err := Open(Options{NetNS: path})
+	if err != nil {
+		return err
+	}
+	defer Close(pk)
+	return Configure(pk, in)
+}

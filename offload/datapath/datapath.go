@@ -31,8 +31,10 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/flower"
 )
 
@@ -40,7 +42,7 @@ import (
 const VXLANName = "skvx"
 
 const (
-	aliasPrefix = "skiff:"
+	aliasPrefix = agentdp.AliasPrefix
 	vxlanAlias  = aliasPrefix + "vxlan:external"
 )
 
@@ -50,8 +52,12 @@ type Options struct {
 	// NetNS is the namespace to work in; zero (or closed, -1): the caller's.
 	NetNS netns.NsHandle
 	// Representor names the netdevs of a local endpoint on the eswitch;
-	// false when it has none (yet).
+	// false when it has none (yet). When nil, Eswitch discovery finds
+	// them (PortOf).
 	Representor func(e plan.Endpoint) (Port, bool)
+	// Eswitch discovers the node's PFs and representors when
+	// Representor is nil; the current namespace's sysfs when nil.
+	Eswitch *eswitch.Discoverer
 	// TunnelHardware asks for hardware on the VXLAN device's rules too
 	// (a NIC offloads decap from tunnel devices through indirect blocks).
 	TunnelHardware bool
@@ -90,11 +96,15 @@ type Datapath struct {
 
 // New opens the netlink sockets of a datapath.
 func New(o Options) (*Datapath, error) {
-	if o.Representor == nil {
-		return nil, errors.New("offload datapath: Representor is required")
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Representor == nil {
+		disc := o.Eswitch
+		if disc == nil {
+			disc = eswitch.New(eswitch.Options{Logger: o.Logger})
+		}
+		o.Representor = (&eswitchPorts{disc: disc}).lookup
 	}
 	var h *netlink.Handle
 	var err error
@@ -124,7 +134,7 @@ func New(o Options) (*Datapath, error) {
 	return &Datapath{opts: o, log: o.Logger, h: h, prog: prog, pol: pol}, nil
 }
 
-// Close releases the netlink sockets.
+// Close releases the netlink sockets; kernel objects stay.
 func (d *Datapath) Close() {
 	d.pol.Close()
 	d.prog.Close()
@@ -518,13 +528,6 @@ func GatewayName(vni uint32) string { return fmt.Sprintf("skg%d", vni) }
 // GatewayPortName names the eswitch side of a network's gateway.
 func GatewayPortName(vni uint32) string { return fmt.Sprintf("skh%d", vni) }
 
-// GatewayMAC is a network's gateway MAC: the same on every node, software
-// or offload (agent/datapath/software.GatewayMAC, which the agent's tests
-// hold equal).
-func GatewayMAC(vni uint32) string {
-	return fmt.Sprintf("02:73:6b:%02x:%02x:%02x", byte(vni>>16), byte(vni>>8), byte(vni))
-}
-
 // gateways gives every network with a plumbed local endpoint and a subnet
 // gateway a veth pair holding the gateway addresses (and the network's
 // gateway MAC) in the node's stack, with forwarding off on it (the gateway
@@ -559,7 +562,7 @@ func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[stri
 			errs = append(errs, fmt.Errorf("offload datapath: gateway of %s: %w", n.Name, err))
 			continue
 		}
-		out[n.Name] = flower.Gateway{Port: port, MAC: GatewayMAC(n.VNI), IPs: ips}
+		out[n.Name] = flower.Gateway{Port: port, MAC: agentdp.GatewayMAC(n.VNI), IPs: ips}
 	}
 	for name, l := range byName {
 		if owned(l.Attrs()) && strings.HasPrefix(name, "skg") && !want[name] {
@@ -589,7 +592,7 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 				return err
 			}
 		}
-		mac, _ := net.ParseMAC(GatewayMAC(n.VNI))
+		mac, _ := net.ParseMAC(agentdp.GatewayMAC(n.VNI))
 		d.write()
 		if err := d.h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: gw, MTU: mtu, HardwareAddr: mac}, PeerName: port}); err != nil {
 			return fmt.Errorf("creating %s/%s: %w", gw, port, err)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/skiff-sdn/skiff/agent/datapath/software"
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -137,9 +137,9 @@ func TestApply(t *testing.T) {
 	for i, name := range []string{"a", "b"} {
 		mac := fmt.Sprintf("02:00:00:00:00:%02x", 10+i)
 		ip := fmt.Sprintf("198.51.100.%d", 10+i)
-		host := software.HostIfName(name)
+		host := agentdp.HostIfName(name)
 		sh(t, "/usr/sbin/ip", "link", "add", host, "netns", "skdpnode", "type", "veth", "peer", "name", "eth0", "netns", pods[name])
-		nsExec(t, "skdpnode", "/usr/sbin/ip", "link", "set", host, "alias", software.HostIfAlias(name), "up")
+		nsExec(t, "skdpnode", "/usr/sbin/ip", "link", "set", host, "alias", agentdp.HostIfAlias(name), "up")
 		nsExec(t, pods[name], "/usr/sbin/ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
 		nsExec(t, pods[name], "/usr/sbin/ip", "addr", "add", ip+"/24", "dev", "eth0")
 		p.Local[name] = plan.Endpoint{Name: name, Network: "blue", Kind: plan.KindVeth, MAC: mac, IPs: []netip.Prefix{netip.MustParsePrefix(ip + "/24")}, VFIndex: -1}
@@ -151,14 +151,14 @@ func TestApply(t *testing.T) {
 		if e.Kind == plan.KindVF {
 			return Port{Rep: rep}, true
 		}
-		return Port{Rep: software.HostIfName(e.Name)}, true
+		return Port{Rep: agentdp.HostIfName(e.Name)}, true
 	}
 	dp, err := New(Options{Logger: log, NetNS: node, Representor: reps, TunnelHardware: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dp.Close()
-	ha, hb := software.HostIfName("a"), software.HostIfName("b")
+	ha, hb := agentdp.HostIfName("a"), agentdp.HostIfName("b")
 	devs := []string{ha, hb, rep, VXLANName}
 
 	// A foreign filter at one of Skiff's priorities, without Skiff's
@@ -333,15 +333,15 @@ func TestApplyPolicy(t *testing.T) {
 		newNS(t, pods[name])
 		mac := fmt.Sprintf("02:00:00:00:00:%02x", 10+i)
 		ip := fmt.Sprintf("198.51.100.%d", 10+i)
-		host := software.HostIfName(name)
+		host := agentdp.HostIfName(name)
 		sh(t, "/usr/sbin/ip", "link", "add", host, "netns", "skpnode", "type", "veth", "peer", "name", "eth0", "netns", pods[name])
-		nsExec(t, "skpnode", "/usr/sbin/ip", "link", "set", host, "alias", software.HostIfAlias(name), "up")
+		nsExec(t, "skpnode", "/usr/sbin/ip", "link", "set", host, "alias", agentdp.HostIfAlias(name), "up")
 		nsExec(t, pods[name], "/usr/sbin/ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
 		nsExec(t, pods[name], "/usr/sbin/ip", "addr", "add", ip+"/24", "dev", "eth0")
 		p.Local[name] = plan.Endpoint{Name: name, Network: "blue", Kind: plan.KindVeth, MAC: mac, IPs: []netip.Prefix{netip.MustParsePrefix(ip + "/24")}, VFIndex: -1}
 	}
-	ha, hb := software.HostIfName("a"), software.HostIfName("b")
-	reps := func(e plan.Endpoint) (Port, bool) { return Port{Rep: software.HostIfName(e.Name)}, true }
+	ha, hb := agentdp.HostIfName("a"), agentdp.HostIfName("b")
+	reps := func(e plan.Endpoint) (Port, bool) { return Port{Rep: agentdp.HostIfName(e.Name)}, true }
 	dp, err := New(Options{Logger: log, NetNS: node, Representor: reps})
 	if err != nil {
 		t.Fatal(err)
@@ -487,16 +487,9 @@ func TestApplyPolicy(t *testing.T) {
 func udpWhile(t *testing.T, from, to, addr string, fn func()) (sent, lost int) {
 	t.Helper()
 	var srv, cli net.PacketConn
-	var err error
-	guest.InNetns(t, to, func() { srv, err = net.ListenPacket("udp4", addr+":9999") })
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest.InNetns(t, to, func() (err error) { srv, err = net.ListenPacket("udp4", addr+":9999"); return err })
 	defer srv.Close()
-	guest.InNetns(t, from, func() { cli, err = net.ListenPacket("udp4", ":0") })
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest.InNetns(t, from, func() (err error) { cli, err = net.ListenPacket("udp4", ":0"); return err })
 	defer cli.Close()
 	dst := &net.UDPAddr{IP: net.ParseIP(addr), Port: 9999}
 	got := map[uint32]bool{}

@@ -16,15 +16,16 @@ package software
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
@@ -33,7 +34,7 @@ import (
 const VXLANPort = 4789
 
 const (
-	aliasPrefix = "skiff:"
+	aliasPrefix = datapath.AliasPrefix
 	zeroMAC     = "00:00:00:00:00:00"
 )
 
@@ -42,24 +43,6 @@ func BridgeName(vni uint32) string { return fmt.Sprintf("skb%d", vni) }
 
 // VXLANName names a network's VXLAN device.
 func VXLANName(vni uint32) string { return fmt.Sprintf("skv%d", vni) }
-
-// GatewayMAC is the MAC of a network's gateway: the same on every node, so
-// that the gateway address answers everywhere with one identity.
-func GatewayMAC(vni uint32) string {
-	return fmt.Sprintf("02:73:6b:%02x:%02x:%02x", byte(vni>>16), byte(vni>>8), byte(vni))
-}
-
-// HostIfName is the name of the host side of a local endpoint's interface
-// (the end of its veth pair, or its tap) that the datapath attaches to the
-// network's bridge.
-func HostIfName(endpoint string) string {
-	h := fnv.New32a()
-	h.Write([]byte(endpoint))
-	return fmt.Sprintf("skp%08x", h.Sum32())
-}
-
-// HostIfAlias is the alias that marks a local endpoint's host interface.
-func HostIfAlias(endpoint string) string { return aliasPrefix + "ep:" + endpoint }
 
 // Owned reports whether a link is Skiff's.
 func Owned(l nl.Link) bool {
@@ -71,18 +54,33 @@ type Datapath struct {
 	k   nl.Kernel
 	fw  *nl.Firewall
 	log *slog.Logger
+
+	mu       sync.Mutex
+	attached map[string]string // local endpoint -> "" when attached, else why not
 }
 
 // New returns a software datapath on k. fw keeps tenant networks isolated
-// on a node that forwards; nil leaves nftables alone.
+// on a node that forwards and enforces policy; nil leaves nftables alone.
 func New(k nl.Kernel, fw *nl.Firewall, log *slog.Logger) *Datapath {
-	return &Datapath{k: k, fw: fw, log: log}
+	return &Datapath{k: k, fw: fw, log: log, attached: map[string]string{}}
 }
 
 // Apply implements datapath.Datapath.
 func (d *Datapath) Apply(p plan.Plan) error {
+	att := map[string]string{}
+	for name := range p.Local {
+		att[name] = "its interface is not plumbed"
+	}
+	defer func() {
+		d.mu.Lock()
+		d.attached = att
+		d.mu.Unlock()
+	}()
 	links, err := d.k.Links()
 	if err != nil {
+		for name := range att {
+			att[name] = "links could not be listed: " + err.Error()
+		}
 		return err
 	}
 	byName := map[string]nl.Link{}
@@ -96,7 +94,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		br, vx := BridgeName(n.VNI), VXLANName(n.VNI)
 		want[br], want[vx] = true, true
 		bridges = append(bridges, br)
-		if err := d.network(p, n, byName); err != nil {
+		if err := d.network(p, n, byName, att); err != nil {
 			errs = append(errs, fmt.Errorf("network %s (vni %d): %w", n.Name, n.VNI, err))
 		}
 	}
@@ -153,7 +151,14 @@ func (d *Datapath) ensureLink(byName map[string]nl.Link, name string, ok func(nl
 	return l, nil
 }
 
-func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link) error {
+func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link, att map[string]string) error {
+	for name, e := range p.Local {
+		if e.Network == n.Name {
+			if _, ok := byName[datapath.HostIfName(name)]; ok {
+				att[name] = "its network's devices are not ready"
+			}
+		}
+	}
 	mtu := int(n.MTU)
 	if mtu == 0 {
 		mtu = plan.DefaultMTU
@@ -183,7 +188,7 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 			add(d.k.SetMTU(l.Index, mtu))
 		}
 	}
-	if gw := GatewayMAC(n.VNI); br.MAC != gw {
+	if gw := datapath.GatewayMAC(n.VNI); br.MAC != gw {
 		add(d.k.SetMAC(br.Index, gw))
 	}
 	add(d.gateways(n, br))
@@ -201,16 +206,23 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 		if e.Network != n.Name {
 			continue
 		}
-		hl, ok := byName[HostIfName(e.Name)]
+		hl, ok := byName[datapath.HostIfName(e.Name)]
 		if !ok || !Owned(hl) {
-			continue // not plumbed yet: the local API creates it
+			continue // not plumbed yet: Plumb creates it
 		}
+		var eerrs []error
 		if hl.Master != br.Index {
-			add(d.k.SetMaster(hl.Index, br.Index))
+			eerrs = append(eerrs, d.k.SetMaster(hl.Index, br.Index))
 		}
-		add(d.portFlags(hl.Index, nl.PortFlags{Learning: true, NeighSuppress: true}))
+		eerrs = append(eerrs, d.portFlags(hl.Index, nl.PortFlags{Learning: true, NeighSuppress: true}))
 		if !hl.Up {
-			add(d.k.SetUp(hl.Index))
+			eerrs = append(eerrs, d.k.SetUp(hl.Index))
+		}
+		if err := errors.Join(eerrs...); err != nil {
+			att[e.Name] = "attaching " + hl.Name + " to " + br.Name + ": " + err.Error()
+			add(err)
+		} else {
+			att[e.Name] = ""
 		}
 	}
 	add(d.fdb(p, n, vx))

@@ -1,36 +1,17 @@
 package guest
 
 import (
-	"runtime"
 	"testing"
 
-	"github.com/vishvananda/netns"
+	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
-// InNetns runs fn on a thread in the named namespace: sockets made there
-// stay there. The thread goes back to the caller's namespace before it is
-// released.
-func InNetns(t testing.TB, name string, fn func()) {
+// InNetns runs fn on a thread in the named namespace (nl.InNetNS) and
+// fails t with fn's error: sockets made there stay there. fn runs on
+// another goroutine: it returns its error rather than failing t.
+func InNetns(t testing.TB, name string, fn func() error) {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
+	if err := nl.InNetNS("/var/run/netns/"+name, fn); err != nil {
 		t.Fatal(err)
 	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // this thread must not run anything else
-		}
-	}()
-	fn()
 }

@@ -19,6 +19,7 @@ import (
 	cnins "github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netns"
 
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -482,7 +483,7 @@ func reference(t *testing.T, p plan.Plan, want map[string]int) float64 {
 	guest.In(t, ns, guest.IP, "link", "add", gwPort, "type", "veth", "peer", "name", datapath.GatewayName(vni))
 	guest.In(t, ns, guest.IP, "link", "set", gwPort, "up")
 	in := flower.Input{Reps: map[string]string{"a": rep("a"), "b": rep("b")}, VXLAN: datapath.VXLANName,
-		Gateways: map[string]flower.Gateway{"blue": {Port: gwPort, MAC: datapath.GatewayMAC(vni), IPs: []netip.Addr{netip.MustParseAddr(gatewayIP)}}}}
+		Gateways: map[string]flower.Gateway{"blue": {Port: gwPort, MAC: agentdp.GatewayMAC(vni), IPs: []netip.Addr{netip.MustParseAddr(gatewayIP)}}}}
 	start := time.Now()
 	rules, err := flower.Compile(p, in)
 	if err != nil {

@@ -27,11 +27,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
 	"google.golang.org/protobuf/encoding/protojson"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 	"github.com/skiff-sdn/skiff/test/policytruth"
@@ -159,22 +159,9 @@ func (c *cluster) env() policytruth.Env {
 // policyTables lists the inet nftables tables of a node's namespace.
 func policyTables(t *testing.T, n *node) []string {
 	t.Helper()
-	f, err := os.Open(n.nsPath)
+	names, err := nl.InetTables(n.nsPath)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	conn, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatalf("%s: list nftables tables: %v", n.name, err)
-	}
-	var names []string
-	for _, tb := range tables {
-		names = append(names, tb.Name)
+		t.Fatalf("%s: %v", n.name, err)
 	}
 	return names
 }

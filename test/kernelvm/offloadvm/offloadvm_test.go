@@ -115,11 +115,9 @@ func filterHandles(t *testing.T, ns string) []string {
 func tcpTransfer(t *testing.T, from, to, ip string, n int) int {
 	t.Helper()
 	var l net.Listener
-	guest.InNetns(t, to, func() {
-		var err error
-		if l, err = net.Listen("tcp", net.JoinHostPort(ip, "5201")); err != nil {
-			t.Fatal(err)
-		}
+	guest.InNetns(t, to, func() (err error) {
+		l, err = net.Listen("tcp", net.JoinHostPort(ip, "5201"))
+		return err
 	})
 	defer l.Close()
 	got := make(chan int, 1)
@@ -135,11 +133,9 @@ func tcpTransfer(t *testing.T, from, to, ip string, n int) int {
 		got <- int(k)
 	}()
 	var c net.Conn
-	guest.InNetns(t, from, func() {
-		var err error
-		if c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "5201"), 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
+	guest.InNetns(t, from, func() (err error) {
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "5201"), 10*time.Second)
+		return err
 	})
 	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
 	if _, err := c.Write(make([]byte, n)); err != nil {

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/agent"
+	"github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/agent/datapath/software"
+	"github.com/skiff-sdn/skiff/internal/nl"
+	offloaddp "github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/offload/eswitch"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+)
+
+// setup discovers the node's capabilities, chooses the mode and opens its
+// datapath: the one place that knows which datapaths exist.
+func setup(ctx context.Context, cfg agent.Config, log *slog.Logger) (agent.Deps, error) {
+	disc := eswitch.New(eswitch.Options{SysRoot: cfg.SysRoot, Logger: log})
+	discover := func(ctx context.Context) *skiffv1.NodeCapabilities { return agent.DiscoverCapabilities(ctx, disc, log) }
+	caps := discover(ctx)
+	mode, err := agent.ChooseMode(cfg.Mode, caps)
+	if err != nil {
+		return agent.Deps{}, fmt.Errorf("agent: %w", err)
+	}
+	log.Info("node capabilities", "role", caps.GetRole(), "pfs", len(caps.GetPfs()), "modes", strings.Join(caps.GetModes(), ","), "kernel", caps.GetKernel())
+	log.Info("datapath", "mode", mode)
+	dp, err := openDatapath(mode, disc, log)
+	if err != nil {
+		return agent.Deps{}, fmt.Errorf("agent: %w", err)
+	}
+	return agent.Deps{Datapath: dp, Mode: mode, Discover: discover, Logger: log}, nil
+}
+
+func openDatapath(mode string, disc *eswitch.Discoverer, log *slog.Logger) (datapath.Datapath, error) {
+	switch mode {
+	case agent.ModeOffload:
+		return offloaddp.New(offloaddp.Options{Logger: log, Eswitch: disc, TunnelHardware: true})
+	case agent.ModeSoftware:
+		k, err := nl.Open(nl.Options{})
+		if err != nil {
+			return nil, err
+		}
+		fw, err := nl.OpenFirewall(nl.Options{})
+		if err != nil {
+			nl.Close(k)
+			return nil, err
+		}
+		return software.New(k, fw, log), nil
+	}
+	return nil, fmt.Errorf("mode %s has no datapath", mode)
+}

@@ -1,0 +1,128 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+// What the offload datapath offers the agent (agent/datapath.Datapath):
+// endpoint plumbing, readiness from the last Apply, counters and metrics.
+
+// Kinds implements agent/datapath.Datapath: a veth (its host side is the
+// endpoint's port on the eswitch) and a VF. On a NIC whose VFs have no
+// netdev (netdevsim), a VF endpoint is plumbed as a veth standing in for
+// the VF: its traffic enters the VF's representor.
+func (d *Datapath) Kinds() []string { return []string{plan.KindVeth, plan.KindVF} }
+
+// Plumb implements agent/datapath.Datapath. A VF endpoint needs its VF's
+// representor on this node; without one it is refused and nothing is made.
+func (d *Datapath) Plumb(_ context.Context, req agentdp.PlumbRequest) (agentdp.Plumbed, error) {
+	e := req.Endpoint
+	switch e.Kind {
+	case plan.KindVeth:
+	case plan.KindVF:
+		if _, ok := d.opts.Representor(e); !ok {
+			return agentdp.Plumbed{}, fmt.Errorf("offload datapath: endpoint %s: VF %d of PF %q has no representor on this node", e.Name, e.VFIndex, e.PF)
+		}
+	default:
+		return agentdp.Plumbed{}, fmt.Errorf("offload datapath: endpoint %s of kind %q: %w", e.Name, e.Kind, agentdp.ErrKind)
+	}
+	return agentdp.PlumbVeth(d.nsPath(), req)
+}
+
+// Unplumb implements agent/datapath.Datapath.
+func (d *Datapath) Unplumb(_ context.Context, req agentdp.UnplumbRequest) error {
+	return agentdp.UnplumbVeth(d.nsPath(), req.Endpoint.Name)
+}
+
+// nsPath names the datapath's namespace for internal/nl ("" for the
+// caller's).
+func (d *Datapath) nsPath() string {
+	if d.opts.NetNS > 0 {
+		return fmt.Sprintf("/proc/self/fd/%d", int(d.opts.NetNS))
+	}
+	return ""
+}
+
+// Ready implements agent/datapath.Datapath: the endpoint's decap rule was
+// installed (in hardware or software) by the last Apply.
+func (d *Datapath) Ready(endpoint string) (bool, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.states {
+		if s.Rule.Endpoint == endpoint && s.Rule.Kind == flower.KindDecap {
+			if s.State == "" {
+				return false, fmt.Sprintf("decap rule on %s not installed: %s", s.Rule.Dev, s.Reason)
+			}
+			return true, ""
+		}
+	}
+	return false, "no rules yet (not plumbed, or its representor is missing)"
+}
+
+// Counters implements agent/datapath.Datapath: traffic of endpoints that
+// have a host interface, every endpoint's forwarding and policy rules
+// with their counters, and the policy counters.
+func (d *Datapath) Counters(p plan.Plan) (agentdp.Counters, error) {
+	out := agentdp.Counters{Endpoints: map[string]agentdp.EndpointCounters{}, Networks: map[string]agentdp.IfCounters{},
+		PolicyWrites: map[string]int{"filter": d.PolicyWrites()}}
+	k, err := nl.Open(nl.Options{NetNS: d.nsPath()})
+	if err != nil {
+		return out, err
+	}
+	defer nl.Close(k)
+	stats, err := k.(nl.VethAPI).Stats()
+	if err != nil {
+		return out, err
+	}
+	rules := d.Rules()
+	pol := d.PolicyRules()
+	byEp := map[string][]agentdp.Rule{}
+	for ep, states := range rules {
+		for _, s := range states {
+			byEp[ep] = append(byEp[ep], agentdp.Rule{Device: s.Rule.Dev, Kind: s.Rule.Kind, Text: s.Rule.String(), State: s.State,
+				Reason: s.Reason, Handle: s.Handle, Packets: s.Packets, Bytes: s.Bytes, HWPackets: s.HWPackets, HWBytes: s.HWBytes})
+		}
+	}
+	for _, s := range pol {
+		kind := "policy"
+		if s.Rule.Direction != "" {
+			kind += "-" + s.Rule.Direction
+		}
+		byEp[s.Rule.Endpoint] = append(byEp[s.Rule.Endpoint], agentdp.Rule{Device: s.Rule.Dev, Kind: kind, Text: s.Rule.String(), State: s.State,
+			Reason: s.Reason, Handle: s.Handle, Packets: s.Packets, Bytes: s.Bytes, HWPackets: s.HWPackets, HWBytes: s.HWBytes})
+	}
+	for name := range p.Local {
+		ec := agentdp.EndpointCounters{Rules: byEp[name]}
+		if s, ok := stats[agentdp.HostIfName(name)]; ok {
+			ec.Traffic = &agentdp.IfCounters{RxPackets: s.TxPackets, RxBytes: s.TxBytes, RxDropped: s.TxDropped,
+				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}
+		}
+		if ec.Traffic != nil || len(ec.Rules) > 0 {
+			out.Endpoints[name] = ec
+		}
+	}
+	if len(p.Policies) > 0 {
+		cs, err := d.PolicyCounters()
+		if err != nil {
+			return out, err
+		}
+		for _, c := range cs {
+			out.Policy = append(out.Policy, agentdp.PolicyCounterOf(c))
+		}
+	}
+	return out, nil
+}
+
+// Collectors implements agent/datapath.Datapath: the offload rules by
+// endpoint and state, their counters, writes and policy filters.
+func (d *Datapath) Collectors() []prometheus.Collector { return []prometheus.Collector{&collector{d}} }
+
+var _ agentdp.Datapath = (*Datapath)(nil)

@@ -1,0 +1,69 @@
+package datapath
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/eswitch"
+)
+
+// PortOf names where a local endpoint meets the eswitch, by what node (an
+// eswitch discovery) holds. A VF endpoint's port is its VF's representor,
+// found by the PF (netdev name or PCI address) and VF index; when the VF
+// has no netdev on this host (netdevsim), a veth standing in for it is the
+// endpoint's interface and becomes the port's target. A veth endpoint's
+// host side is its own port. false: the endpoint has no port (yet).
+func PortOf(node *eswitch.Node, e plan.Endpoint) (Port, bool) {
+	switch e.Kind {
+	case plan.KindVF, plan.KindVFIO:
+		if node == nil {
+			return Port{}, false
+		}
+		for i := range node.PFs {
+			pf := &node.PFs[i]
+			if pf.Netdev != e.PF && !(pf.Bus == "pci" && pf.Device == e.PF) {
+				continue
+			}
+			r, err := pf.RepresentorForVF(e.VFIndex)
+			if err != nil || r.Netdev == "" {
+				return Port{}, false
+			}
+			return Port{Rep: r.Netdev, Target: agentdp.HostIfName(e.Name)}, true
+		}
+		return Port{}, false
+	default:
+		return Port{Rep: agentdp.HostIfName(e.Name)}, true
+	}
+}
+
+// eswitchPorts looks ports up in a cached eswitch discovery, discovering
+// again when a VF is not found (at most once a second: a VF count or mode
+// change makes representors come and go).
+type eswitchPorts struct {
+	disc *eswitch.Discoverer
+
+	mu   sync.Mutex
+	node *eswitch.Node
+	last time.Time
+}
+
+func (p *eswitchPorts) lookup(e plan.Endpoint) (Port, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if port, ok := PortOf(p.node, e); ok {
+		return port, true
+	}
+	if time.Since(p.last) < time.Second {
+		return Port{}, false
+	}
+	p.last = time.Now()
+	n, err := p.disc.Discover(context.Background())
+	if err != nil {
+		return Port{}, false
+	}
+	p.node = n
+	return PortOf(n, e)
+}
