@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/skiff-sdn/skiff/ctl"
+	"github.com/skiff-sdn/skiff/internal/ctl"
 )
 
 func main() {

@@ -7,9 +7,11 @@ package ctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,7 +60,45 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&o.tlsKey, "tls-key", "", "client key for mTLS")
 	root.AddCommand(o.networkCmd(), o.subnetCmd(), o.endpointCmd(), o.getCmd(), o.deleteCmd(), o.planCmd(), o.watchCmd(),
 		o.policyCmd(), o.namespaceCmd(), o.bgpCmd())
+	for _, c := range root.Commands() {
+		strict(c)
+	}
 	return root
+}
+
+// strict makes every command group (a command with subcommands and no
+// action of its own) refuse what is not one of its subcommands, as
+// kubectl does: an unknown subcommand, or none, is an error (non-zero
+// exit), never the help page and success.
+func strict(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		strict(sub)
+	}
+	if !c.HasSubCommands() || c.Run != nil || c.RunE != nil {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(c *cobra.Command, args []string) error {
+		var names []string
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		if len(args) == 0 {
+			return fmt.Errorf("%s: a subcommand is required: %s (see %s --help)", c.CommandPath(), strings.Join(names, ", "), c.CommandPath())
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if verb, _, err := c.Root().Find([]string{args[0]}); err == nil && verb != c.Root() && c.Parent() == c.Root() {
+			// skiffctl endpoint delete e2: the verb comes first.
+			msg += fmt.Sprintf("; did you mean %s %s %s?", c.Root().Name(), args[0], strings.Join(append([]string{c.Name()}, args[1:]...), " "))
+		} else if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += fmt.Sprintf("; did you mean %s?", strings.Join(s, " or "))
+		} else {
+			msg += fmt.Sprintf("; its subcommands are %s", strings.Join(names, ", "))
+		}
+		return errors.New(msg)
+	}
 }
 
 // client dials the controller. The connection is lazy: an unreachable
