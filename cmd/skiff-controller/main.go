@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skiff-sdn/skiff/controller"
+	"github.com/skiff-sdn/skiff/controller/bgp"
 	"github.com/skiff-sdn/skiff/internal/logging"
 )
 
@@ -28,7 +29,7 @@ func newCommand() *cobra.Command {
 		cfg       controller.Config
 		endpoints string
 		logLevel  string
-		bgpFlags  bgpFlags
+		bgpFlags  bgp.Flags
 	)
 	cmd := &cobra.Command{
 		Use:           "skiff-controller",
@@ -46,7 +47,7 @@ func newCommand() *cobra.Command {
 					cfg.EtcdEndpoints = append(cfg.EtcdEndpoints, e)
 				}
 			}
-			if cfg.BGP, err = bgpFlags.config(cmd); err != nil {
+			if cfg.BGP, err = bgpFlags.Config(cmd.Flags()); err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -63,7 +64,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA that signs client certificates; enables mTLS")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
-	bgpFlags.add(f)
+	bgpFlags.Add(f)
 	cmd.SetContext(context.Background())
 	return cmd
 }
