@@ -34,6 +34,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/internal/dialer"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
@@ -44,8 +45,9 @@ const Version = "0.1.0"
 
 // Config configures an agent.
 type Config struct {
-	// Controller is host:port of the controller, or several separated by
-	// commas (replicas): the agent uses one and fails over to the next.
+	// Controller is host:port of the controller, several separated by
+	// commas (replicas), or dns:///name:port (internal/dialer): the agent
+	// uses one and fails over to another.
 	Controller string
 	Node       string
 	Socket     string // local API's unix socket; empty: none
@@ -156,8 +158,8 @@ type Agent struct {
 }
 
 func (c Config) validate() (netip.Addr, error) {
-	if c.Controller == "" {
-		return netip.Addr{}, errors.New("--controller is required")
+	if _, err := dialer.Parse(c.Controller); err != nil {
+		return netip.Addr{}, err
 	}
 	if c.Node == "" {
 		return netip.Addr{}, errors.New("--node is required")
@@ -173,9 +175,6 @@ func (c Config) validate() (netip.Addr, error) {
 	case "", ModeAuto, ModeSoftware, ModeOffload:
 	default:
 		return netip.Addr{}, fmt.Errorf("--mode: %q is not auto, software or offload", c.Mode)
-	}
-	if _, err := controllerTarget(c.Controller); err != nil {
-		return netip.Addr{}, err
 	}
 	if c.LocalAPI != "" && !c.LocalAPITLS.Set() {
 		return netip.Addr{}, errors.New("--local-api-listen: needs --local-api-tls-cert, --local-api-tls-key and --local-api-client-ca (the TCP local API is mTLS only)")

@@ -5,18 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
+	"github.com/skiff-sdn/skiff/internal/dialer"
 	"github.com/skiff-sdn/skiff/internal/tlsconf"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
@@ -24,63 +20,17 @@ import (
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
-// Reconnection: the gRPC channel retries a lost controller with backoff
-// capped at maxBackoff, so that an agent is back within a second or two of
-// its controller returning.
-const maxBackoff = 2 * time.Second
-
-// controllerTarget turns --controller into a gRPC target: host:port (one
-// controller), several separated by commas (replicas, tried in order and
-// failed over), or a URI such as dns:///controller.example:7400 (every
-// address the name resolves to).
-func controllerTarget(flag string) (target string, err error) {
-	switch {
-	case strings.Contains(flag, "://"):
-		return flag, nil
-	case strings.Contains(flag, ","):
-		for _, a := range strings.Split(flag, ",") {
-			if _, _, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil {
-				return "", fmt.Errorf("--controller: %q is not host:port: %w", a, err)
-			}
-		}
-		return "skiff-controllers:///", nil
-	}
-	if _, _, err := net.SplitHostPort(flag); err != nil {
-		return "", fmt.Errorf("--controller: %q is not host:port: %w", flag, err)
-	}
-	return "passthrough:///" + flag, nil
-}
-
-// dialController makes the channel to the controller(s): TLS as
-// configured, keepalive, capped reconnection backoff, and with several
-// addresses pick_first over them in order.
+// dialController makes the channel to the controller replicas
+// (internal/dialer: failover, capped reconnection backoff) with TLS as
+// configured and keepalive.
 func dialController(cfg Config, extra []grpc.DialOption) (*grpc.ClientConn, error) {
-	target, err := controllerTarget(cfg.Controller)
-	if err != nil {
-		return nil, err
-	}
 	creds, err := tlsconf.Client(cfg.TLSCA, cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
 		return nil, err
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxBackoff},
-			MinConnectTimeout: 5 * time.Second})}
-	if strings.HasPrefix(target, "skiff-controllers:") {
-		r := manual.NewBuilderWithScheme("skiff-controllers")
-		var addrs []resolver.Address
-		for _, a := range strings.Split(cfg.Controller, ",") {
-			addrs = append(addrs, resolver.Address{Addr: strings.TrimSpace(a)})
-		}
-		r.InitialState(resolver.State{Addresses: addrs})
-		opts = append(opts, grpc.WithResolvers(r))
-	}
-	conn, err := grpc.NewClient(target, append(opts, extra...)...)
-	if err != nil {
-		return nil, fmt.Errorf("controller %s: %w", cfg.Controller, err)
-	}
-	return conn, nil
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second})}
+	return dialer.Dial(cfg.Controller, append(opts, extra...)...)
 }
 
 // session keeps the node registered and its plan current until ctx ends,
@@ -104,7 +54,7 @@ func (a *Agent) session(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		wait = min(wait*2, maxBackoff)
+		wait = min(wait*2, dialer.MaxBackoff)
 	}
 }
 
