@@ -1,0 +1,125 @@
+package planner
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// The indexes behind incremental planning (endpoints by network and by node,
+// per-network member counts) and what each node should hold of an object.
+
+func (p *Planner) putSubnet(s plan.Subnet) {
+	m := p.subnets[s.Network]
+	if m == nil {
+		m = map[string]plan.Subnet{}
+		p.subnets[s.Network] = m
+	}
+	m[s.Name] = s
+}
+
+func (p *Planner) putEndpoint(e plan.Endpoint) {
+	p.eps[e.Name] = e
+	p.pidx.SetEndpoint(policyEndpoint(e))
+	if p.byNet[e.Network] == nil {
+		p.byNet[e.Network] = map[string]struct{}{}
+	}
+	p.byNet[e.Network][e.Name] = struct{}{}
+	if p.members[e.Network] == nil {
+		p.members[e.Network] = map[string]int{}
+	}
+	p.members[e.Network][e.Node]++
+	if p.byNode[e.Node] == nil {
+		p.byNode[e.Node] = map[string]struct{}{}
+	}
+	p.byNode[e.Node][e.Name] = struct{}{}
+}
+
+func (p *Planner) dropEndpoint(e plan.Endpoint) {
+	delete(p.eps, e.Name)
+	p.pidx.DeleteEndpoint(e.Name)
+	delete(p.byNode[e.Node], e.Name)
+	if len(p.byNode[e.Node]) == 0 {
+		delete(p.byNode, e.Node)
+	}
+	delete(p.byNet[e.Network], e.Name)
+	if len(p.byNet[e.Network]) == 0 {
+		delete(p.byNet, e.Network)
+	}
+	if m := p.members[e.Network]; m != nil {
+		if m[e.Node]--; m[e.Node] <= 0 {
+			delete(m, e.Node)
+		}
+		if len(m) == 0 {
+			delete(p.members, e.Network)
+		}
+	}
+}
+
+func (p *Planner) registered(node string) (netip.Addr, bool) {
+	n, ok := p.nodes[node]
+	return n.UnderlayIP, ok && n.UnderlayIP.IsValid()
+}
+
+func (p *Planner) member(node, network string) bool { return p.members[network][node] > 0 }
+
+// wantNetwork is network as node should have it.
+func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
+	base, ok := p.networks[network]
+	if !ok || !p.member(node, network) {
+		return plan.Network{}, false
+	}
+	n := base
+	n.Subnets = nil
+	for _, name := range slices.Sorted(maps.Keys(p.subnets[network])) {
+		n.Subnets = append(n.Subnets, p.subnets[network][name])
+	}
+	own, _ := p.registered(node)
+	seen := map[netip.Addr]bool{}
+	n.FloodVTEPs = nil
+	for other := range p.members[network] {
+		if other == node {
+			continue
+		}
+		if ip, ok := p.registered(other); ok && ip != own && !seen[ip] {
+			seen[ip] = true
+			n.FloodVTEPs = append(n.FloodVTEPs, ip)
+		}
+	}
+	p.externalFlood(node, &n)
+	slices.SortFunc(n.FloodVTEPs, func(a, b netip.Addr) int { return a.Compare(b) })
+	return n, true
+}
+
+func (p *Planner) wantLocal(node, ep string) (plan.Endpoint, bool) {
+	e, ok := p.eps[ep]
+	return e, ok && e.Node == node
+}
+
+func (p *Planner) wantRemote(node, ep string) (plan.Remote, bool) {
+	if _, ext := p.ext.vnis[ep]; ext {
+		return p.externalRemote(node, ep)
+	}
+	e, ok := p.eps[ep]
+	if !ok || e.Node == node || !p.member(node, e.Network) {
+		return plan.Remote{}, false
+	}
+	if _, ok := p.networks[e.Network]; !ok {
+		return plan.Remote{}, false
+	}
+	vtep, ok := p.registered(e.Node)
+	if !ok {
+		return plan.Remote{}, false
+	}
+	return plan.Remote{Name: e.Name, Network: e.Network, Node: e.Node, VTEP: vtep, MAC: e.MAC, IPs: e.IPs}, true
+}
+
+func (p *Planner) memberSet(network string) map[string]bool {
+	out := map[string]bool{}
+	for n := range p.members[network] {
+		out[n] = true
+	}
+	return out
+}

@@ -1,0 +1,278 @@
+package planner
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// Incremental updates: which keys of which nodes a change may affect, the
+// deltas that bring them to what they should be, and the per-node delta log.
+
+// touched collects, per node, the keys a change may have affected.
+type touched struct {
+	header   bool
+	policy   bool
+	networks map[string]bool
+	eps      map[string]bool // local and remote keys
+}
+
+type touchSet map[string]*touched
+
+func (t touchSet) node(n string) *touched {
+	x := t[n]
+	if x == nil {
+		x = &touched{networks: map[string]bool{}, eps: map[string]bool{}}
+		t[n] = x
+	}
+	return x
+}
+
+// Update applies the changes made at store revision rev (greater than the
+// current one) and returns one delta for every node whose plan changed.
+// Subscribers of those nodes are notified. An Update with no changes only
+// advances the revision.
+func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rev <= p.rev {
+		p.log.Warn("planner: stale update ignored", "revision", rev, "current", p.rev)
+		return nil
+	}
+	t := touchSet{}
+	policyRelevant := false
+	for _, c := range changes {
+		p.apply(c, t)
+		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil
+	}
+	p.applyExternal(t)
+	if policyRelevant {
+		p.syncPolicy(t)
+	}
+	var out []plan.Delta
+	for _, node := range slices.Sorted(maps.Keys(t)) {
+		if d, ok := p.reconcile(node, t[node], rev); ok {
+			out = append(out, d)
+		}
+	}
+	p.setRev(rev)
+	return out
+}
+
+func (p *Planner) apply(c Change, t touchSet) {
+	switch {
+	case c.Policy != nil:
+		if c.Delete {
+			p.pidx.DeletePolicy(c.Policy.Key())
+		} else {
+			p.setPolicy(*c.Policy)
+		}
+	case c.Namespace != nil:
+		if c.Delete {
+			p.pidx.SetNamespace(c.Namespace.Name, nil)
+		} else {
+			p.pidx.SetNamespace(c.Namespace.Name, c.Namespace.Labels)
+		}
+	case c.Endpoint != nil:
+		name := c.Endpoint.Name
+		old, hadOld := p.eps[name]
+		nets := map[string]bool{c.Endpoint.Network: true}
+		owners := map[string]bool{}
+		if !c.Delete {
+			owners[c.Endpoint.Node] = true
+		}
+		if hadOld {
+			nets[old.Network] = true
+			owners[old.Node] = true
+		} else if c.Delete {
+			return
+		}
+		before := map[string]map[string]bool{}
+		for w := range nets {
+			before[w] = p.memberSet(w)
+		}
+		if hadOld {
+			p.dropEndpoint(old)
+		}
+		if !c.Delete {
+			p.putEndpoint(*c.Endpoint)
+		}
+		for o := range owners {
+			p.planOf(o)
+			x := t.node(o)
+			x.eps[name] = true
+		}
+		for w := range nets {
+			after := p.memberSet(w)
+			for n := range union(before[w], after) {
+				x := t.node(n)
+				x.eps[name] = true
+				x.networks[w] = true
+				if before[w][n] != after[n] {
+					for ep := range p.byNet[w] {
+						x.eps[ep] = true
+					}
+					// Items of the network that were removed from the index.
+					for ep, r := range p.planOf(n).Remote {
+						if r.Network == w {
+							x.eps[ep] = true
+						}
+					}
+				}
+			}
+		}
+	case c.Network != nil:
+		w := c.Network.Name
+		if c.Delete {
+			delete(p.networks, w)
+		} else {
+			n := *c.Network
+			n.Subnets, n.FloodVTEPs = nil, nil
+			p.networks[w] = n
+		}
+		for n := range p.members[w] {
+			x := t.node(n)
+			x.networks[w] = true
+			for ep := range p.byNet[w] {
+				x.eps[ep] = true
+			}
+		}
+	case c.Subnet != nil:
+		w := c.Subnet.Network
+		if c.Delete {
+			delete(p.subnets[w], c.Subnet.Name)
+		} else {
+			p.putSubnet(*c.Subnet)
+		}
+		for n := range p.members[w] {
+			t.node(n).networks[w] = true
+		}
+	case c.Node != nil:
+		name := c.Node.Name
+		if c.Delete {
+			delete(p.nodes, name)
+		} else {
+			p.nodes[name] = *c.Node
+		}
+		p.planOf(name)
+		t.node(name).header = true
+		for w, m := range p.members {
+			if m[name] == 0 {
+				continue
+			}
+			for n := range m {
+				x := t.node(n)
+				x.networks[w] = true
+				if n == name {
+					continue
+				}
+				for ep := range p.byNet[w] {
+					if p.eps[ep].Node == name {
+						x.eps[ep] = true
+					}
+				}
+			}
+		}
+	}
+}
+
+func union(a, b map[string]bool) map[string]bool {
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]bool{}
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+// reconcile brings the touched keys of node's plan to what they should be
+// and returns the delta, if any. Caller holds mu.
+func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, bool) {
+	pl := p.planOf(node)
+	d := plan.Delta{Node: node, From: pl.Revision, Revision: rev}
+	if x.header {
+		want := p.nodes[node].UnderlayIP // zero when not registered
+		if want != pl.UnderlayIP {
+			d.UnderlayIP = &want
+		}
+	}
+	for _, w := range slices.Sorted(maps.Keys(x.networks)) {
+		want, ok := p.wantNetwork(node, w)
+		have, had := pl.Networks[w]
+		switch {
+		case ok && (!had || !have.Equal(want)):
+			d.UpsertNetworks = append(d.UpsertNetworks, want)
+		case !ok && had:
+			d.RemoveNetworks = append(d.RemoveNetworks, w)
+		}
+	}
+	for _, ep := range slices.Sorted(maps.Keys(x.eps)) {
+		wl, okL := p.wantLocal(node, ep)
+		hl, hadL := pl.Local[ep]
+		switch {
+		case okL && (!hadL || !hl.Equal(wl)):
+			d.UpsertLocal = append(d.UpsertLocal, wl)
+		case !okL && hadL:
+			d.RemoveLocal = append(d.RemoveLocal, ep)
+		}
+		wr, okR := p.wantRemote(node, ep)
+		hr, hadR := pl.Remote[ep]
+		switch {
+		case okR && (!hadR || !hr.Equal(wr)):
+			d.UpsertRemote = append(d.UpsertRemote, wr)
+		case !okR && hadR:
+			d.RemoveRemote = append(d.RemoveRemote, ep)
+		}
+	}
+	if x.policy {
+		p.policyDelta(node, pl, &d)
+	}
+	if d.Empty() {
+		return plan.Delta{}, false
+	}
+	if err := pl.Apply(d); err != nil {
+		p.log.Error("planner: internal delta did not apply", "node", node, "err", err)
+		return plan.Delta{}, false
+	}
+	p.record(d)
+	return d, true
+}
+
+// record appends d to its node's bounded log and wakes the node's
+// subscribers. Caller holds mu.
+func (p *Planner) record(d plan.Delta) {
+	l := append(p.dlog[d.Node], d)
+	items := 0
+	for _, x := range l {
+		items += x.Size()
+	}
+	for len(l) > 0 && (len(l) > p.opts.LogDeltas || items > p.opts.LogItems) {
+		items -= l[0].Size()
+		l = l[1:]
+	}
+	p.dlog[d.Node] = l
+	for s := range p.subs[d.Node] {
+		s.push(d)
+	}
+}
+
+// fromLog merges the logged deltas from have to the current revision of
+// node. Caller holds mu.
+func (p *Planner) fromLog(node string, have int64) (plan.Delta, bool) {
+	l := p.dlog[node]
+	i := slices.IndexFunc(l, func(d plan.Delta) bool { return d.From == have })
+	if i < 0 {
+		return plan.Delta{}, false
+	}
+	m := l[i]
+	for _, d := range l[i+1:] {
+		var err error
+		if m, err = plan.Merge(m, d); err != nil {
+			return plan.Delta{}, false
+		}
+	}
+	return m, true
+}

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/skiff-sdn/skiff/controller/ipam"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+)
+
+// ---- endpoints ----
+
+// CreateEndpoint stores a new endpoint, allocating its addresses and MAC in
+// the same transaction. Requested addresses (ips) must be free and
+// allocatable; otherwise one address per IP family present on the network
+// is allocated from the first subnet of that family with room. The node
+// need not be registered.
+func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skiffv1.Endpoint, error) {
+	e := proto.Clone(in).(*skiffv1.Endpoint)
+	if err := validateEndpoint(e); err != nil {
+		return nil, err
+	}
+	if cur, err := s.cli.Get(ctx, s.epKey(e.Name), clientv3.WithCountOnly()); err != nil {
+		return nil, fmt.Errorf("store: create endpoint %q: %w", e.Name, err)
+	} else if cur.Count > 0 {
+		return nil, errorf(AlreadyExists, "name", "endpoint %q already exists", e.Name)
+	}
+	requested := slices.Clone(e.Ips)
+	seed := fnv.New64a()
+	seed.Write([]byte(e.Name))
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		_, nrev, err := s.getNetwork(ctx, e.Network)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return nil, errorf(NotFound, "network", "network %q does not exist", e.Network)
+			}
+			return nil, err
+		}
+		// The first attempts probe a few candidate addresses (cheap at any
+		// size); later ones scan every allocation of the network.
+		scan := attempt >= 2
+		st, err := s.readNetworkState(ctx, e.Network, scan)
+		if err != nil {
+			return nil, err
+		}
+		if st.locked {
+			return nil, errorf(FailedPrecondition, "network", "network %q is being deleted", e.Network)
+		}
+		sd := seed.Sum64() + uint64(attempt)*7919
+		if !scan {
+			if err := s.probe(ctx, st, e.Network, requested, sd); err != nil {
+				return nil, err
+			}
+		}
+		ips, err := allocate(st, e.Network, requested, sd, !scan)
+		if err != nil {
+			if errors.Is(err, errProbesTaken) {
+				continue
+			}
+			return nil, err
+		}
+		mac := e.Mac
+		if len(in.GetMac()) == 0 {
+			mac = ipam.MAC(e.Network, e.Name, attempt)
+		}
+		out := proto.Clone(e).(*skiffv1.Endpoint)
+		out.Mac = mac
+		out.Ips = nil
+		cmps := []clientv3.Cmp{
+			modRev(s.netKey(e.Network), nrev), notExist(s.netLock(e.Network)),
+			modRev(s.subnetGuard(e.Network), st.guardRev), notExist(s.epKey(e.Name)),
+			notExist(s.macKey(e.Network, mac)),
+		}
+		els := []clientv3.Op{clientv3.OpGet(s.epKey(e.Name)), clientv3.OpGet(s.macKey(e.Network, mac))}
+		var puts []clientv3.Op
+		for _, p := range ips {
+			out.Ips = append(out.Ips, p.String())
+			k := s.ipKey(e.Network, p.Addr())
+			cmps = append(cmps, notExist(k))
+			puts = append(puts, clientv3.OpPut(k, e.Name))
+			els = append(els, clientv3.OpGet(k))
+		}
+		puts = append(puts, clientv3.OpPut(s.epKey(e.Name), marshal(out)),
+			clientv3.OpPut(s.epNetKey(e.Network, e.Name), ""), clientv3.OpPut(s.macKey(e.Network, mac), e.Name))
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(els...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("store: create endpoint %q: %w", e.Name, err)
+		}
+		if resp.Succeeded {
+			out.Revision = resp.Header.Revision
+			return out, nil
+		}
+		rr := func(i int) []byte {
+			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+				return kvs[0].Value
+			}
+			return nil
+		}
+		if rr(0) != nil {
+			return nil, errorf(AlreadyExists, "name", "endpoint %q already exists", e.Name)
+		}
+		if owner := rr(1); owner != nil && in.GetMac() != "" {
+			return nil, errorf(AlreadyExists, "mac", "%s is already used by endpoint %q on network %q", mac, owner, e.Network)
+		}
+		if len(requested) > 0 {
+			for i := range ips {
+				if owner := rr(2 + i); owner != nil {
+					return nil, errorf(AlreadyExists, fmt.Sprintf("ips[%d]", i), "%s is already used by endpoint %q", ips[i].Addr(), owner)
+				}
+			}
+		}
+		s.log.Debug("endpoint allocation raced, retrying", "endpoint", e.Name, "attempt", attempt)
+	}
+	return nil, errorf(Aborted, "", "endpoint %q: too many concurrent allocations on network %q; retry", e.Name, e.Network)
+}
+
+// GetEndpoint returns the named endpoint.
+func (s *Store) GetEndpoint(ctx context.Context, name string) (*skiffv1.Endpoint, error) {
+	resp, err := s.cli.Get(ctx, s.epKey(name))
+	if err != nil {
+		return nil, fmt.Errorf("store: get endpoint %q: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, errorf(NotFound, "", "endpoint %q does not exist", name)
+	}
+	e, err := unmarshal[skiffv1.Endpoint](resp.Kvs[0].Value)
+	if err != nil {
+		return nil, err
+	}
+	e.Revision = resp.Kvs[0].ModRevision
+	return e, nil
+}
+
+// ListEndpoints returns endpoints sorted by name, filtered by network and
+// node when they are not empty.
+func (s *Store) ListEndpoints(ctx context.Context, network, node string) ([]*skiffv1.Endpoint, error) {
+	all, err := list[skiffv1.Endpoint](ctx, s, s.k("endpoints")+"/", 0, func(x *skiffv1.Endpoint, r int64) { x.Revision = r })
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(e *skiffv1.Endpoint) bool {
+		return (network != "" && e.Network != network) || (node != "" && e.Node != node)
+	}), nil
+}
+
+// DeleteEndpoint deletes an endpoint and frees its addresses and MAC.
+func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		e, err := s.GetEndpoint(ctx, name)
+		if err != nil {
+			return err
+		}
+		ops := []clientv3.Op{
+			clientv3.OpDelete(s.epKey(name)), clientv3.OpDelete(s.epNetKey(e.Network, name)),
+			clientv3.OpDelete(s.macKey(e.Network, e.Mac)),
+		}
+		for _, ip := range e.Ips {
+			if a, err := parseEndpointIP(ip); err == nil {
+				ops = append(ops, clientv3.OpDelete(s.ipKey(e.Network, a)))
+			}
+		}
+		resp, err := s.cli.Txn(ctx).If(modRev(s.epKey(name), e.Revision)).Then(ops...).Commit()
+		if err != nil {
+			return fmt.Errorf("store: delete endpoint %q: %w", name, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+	return errorf(Aborted, "", "endpoint %q kept changing during delete; retry", name)
+}

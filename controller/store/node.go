@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+)
+
+// ---- nodes ----
+
+// RegisterNode creates or updates a node. It writes nothing when the stored
+// node already says the same (so agent restarts cause no churn). The
+// underlay address must not be another node's.
+func (s *Store) RegisterNode(ctx context.Context, in *skiffv1.Node) (*skiffv1.Node, error) {
+	n := proto.Clone(in).(*skiffv1.Node)
+	n.Revision, n.Connected, n.LastSeen = 0, false, nil
+	if err := validateNode(n); err != nil {
+		return nil, err
+	}
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.nodeKey(n.Name)), clientv3.OpGet(s.vtepKey(n.UnderlayIp))).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("store: register node %q: %w", n.Name, err)
+		}
+		cur := resp.Responses[0].GetResponseRange().Kvs
+		vt := resp.Responses[1].GetResponseRange().Kvs
+		var curRev, vtRev int64
+		var old *skiffv1.Node
+		if len(cur) > 0 {
+			curRev = cur[0].ModRevision
+			if old, err = unmarshal[skiffv1.Node](cur[0].Value); err != nil {
+				return nil, err
+			}
+			if proto.Equal(old, n) {
+				n.Revision = curRev
+				return n, nil
+			}
+		}
+		if len(vt) > 0 {
+			vtRev = vt[0].ModRevision
+			if owner := string(vt[0].Value); owner != n.Name {
+				return nil, errorf(AlreadyExists, "underlayIp", "%s is already the VTEP of node %q", n.UnderlayIp, owner)
+			}
+		}
+		ops := []clientv3.Op{clientv3.OpPut(s.nodeKey(n.Name), marshal(n)), clientv3.OpPut(s.vtepKey(n.UnderlayIp), n.Name)}
+		if old != nil && old.UnderlayIp != n.UnderlayIp {
+			ops = append(ops, clientv3.OpDelete(s.vtepKey(old.UnderlayIp)))
+		}
+		put, err := s.cli.Txn(ctx).If(modRev(s.nodeKey(n.Name), curRev), modRev(s.vtepKey(n.UnderlayIp), vtRev)).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("store: register node %q: %w", n.Name, err)
+		}
+		if put.Succeeded {
+			n.Revision = put.Header.Revision
+			return n, nil
+		}
+	}
+	return nil, errorf(Aborted, "", "node %q kept changing during registration; retry", n.Name)
+}
+
+// GetNode returns the named node with its connection status.
+func (s *Store) GetNode(ctx context.Context, name string) (*skiffv1.Node, error) {
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.nodeKey(name)), clientv3.OpGet(s.statusKey(name))).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("store: get node %q: %w", name, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil, errorf(NotFound, "", "node %q does not exist", name)
+	}
+	n, err := unmarshal[skiffv1.Node](kvs[0].Value)
+	if err != nil {
+		return nil, err
+	}
+	n.Revision = kvs[0].ModRevision
+	if st := resp.Responses[1].GetResponseRange().Kvs; len(st) > 0 {
+		setStatus(n, st[0].Value)
+	}
+	return n, nil
+}
+
+func setStatus(n *skiffv1.Node, v []byte) {
+	n.Connected = true
+	if t, err := time.Parse(time.RFC3339Nano, string(v)); err == nil {
+		n.LastSeen = timestamppb.New(t)
+	}
+}
+
+// ListNodes returns all nodes sorted by name, with their status.
+func (s *Store) ListNodes(ctx context.Context) ([]*skiffv1.Node, error) {
+	nodes, err := list[skiffv1.Node](ctx, s, s.k("nodes")+"/", 0, func(x *skiffv1.Node, r int64) { x.Revision = r })
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.cli.Get(ctx, s.k("status")+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("store: list node status: %w", err)
+	}
+	status := map[string][]byte{}
+	for _, kv := range st.Kvs {
+		status[lastSeg(kv.Key)] = kv.Value
+	}
+	for _, n := range nodes {
+		if v, ok := status[n.Name]; ok {
+			setStatus(n, v)
+		}
+	}
+	return nodes, nil
+}
+
+// DeleteNode removes a node's registration. Its endpoints stay and return
+// to plans when the node registers again.
+func (s *Store) DeleteNode(ctx context.Context, name string) error {
+	n, err := s.GetNode(ctx, name)
+	if err != nil {
+		return err
+	}
+	resp, err := s.cli.Txn(ctx).If(modRev(s.nodeKey(name), n.Revision)).
+		Then(clientv3.OpDelete(s.nodeKey(name)), clientv3.OpDelete(s.vtepKey(n.UnderlayIp)), clientv3.OpDelete(s.statusKey(name))).Commit()
+	if err != nil {
+		return fmt.Errorf("store: delete node %q: %w", name, err)
+	}
+	if !resp.Succeeded {
+		return errorf(Aborted, "", "node %q changed during delete; retry", name)
+	}
+	return nil
+}
+
+// MarkConnected records that node's agent holds a session, until ctx ends
+// (or the controller dies: the record is leased with ttl). It returns when
+// ctx ends.
+func (s *Store) MarkConnected(ctx context.Context, node string, ttl time.Duration) error {
+	lease, err := s.cli.Grant(ctx, int64(max(ttl/time.Second, 2)))
+	if err != nil {
+		return fmt.Errorf("store: node %q status lease: %w", node, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_, _ = s.cli.Revoke(rctx, lease.ID)
+	}()
+	if _, err := s.cli.Put(ctx, s.statusKey(node), time.Now().UTC().Format(time.RFC3339Nano), clientv3.WithLease(lease.ID)); err != nil {
+		return fmt.Errorf("store: node %q status: %w", node, err)
+	}
+	ka, err := s.cli.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		return fmt.Errorf("store: node %q status keepalive: %w", node, err)
+	}
+	for range ka {
+	}
+	return ctx.Err()
+}
