@@ -33,6 +33,7 @@ test-kernel:
 
 lint:
 	$(GO) vet ./...
+	$(GO) run ./hack/importcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 
 bench: deps

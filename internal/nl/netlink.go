@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
@@ -81,10 +82,14 @@ func (k *real) Links() ([]Link, error) {
 		a := l.Attrs()
 		x := Link{Index: a.Index, Name: a.Name, Kind: l.Type(), Alias: a.Alias, MTU: a.MTU,
 			Up: a.Flags&net.FlagUp != 0, Master: a.MasterIndex, MAC: a.HardwareAddr.String()}
+		if a.PhysSwitchID != 0 {
+			x.SwitchID = strconv.FormatUint(uint64(a.PhysSwitchID), 16)
+		}
 		if v, ok := l.(*netlink.Vxlan); ok {
 			x.VNI = uint32(v.VxlanId)
 			x.Port = v.Port
 			x.Learning = v.Learning
+			x.External = v.FlowBased
 			if ip, ok := netip.AddrFromSlice(v.SrcAddr); ok {
 				x.Local = ip.Unmap()
 			}
@@ -111,6 +116,9 @@ func (k *real) AddVXLAN(v VXLAN) error {
 	la := netlink.NewLinkAttrs()
 	la.Name, la.MTU = v.Name, v.MTU
 	dev := &netlink.Vxlan{LinkAttrs: la, VxlanId: int(v.VNI), SrcAddr: v.Local.AsSlice(), Port: v.Port, Learning: false}
+	if v.External {
+		dev = &netlink.Vxlan{LinkAttrs: la, FlowBased: true, Port: v.Port, Learning: false}
+	}
 	if err := k.h.LinkAdd(dev); err != nil {
 		return fmt.Errorf("nl: add vxlan %s (vni %d): %w", v.Name, v.VNI, err)
 	}

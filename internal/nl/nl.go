@@ -25,11 +25,15 @@ type Link struct {
 	Up     bool
 	Master int // index of the bridge it is a port of, or 0
 	MAC    string
-	// VXLAN only.
+	// SwitchID is the phys_switch_id of a switchdev port (hex), empty
+	// for other links.
+	SwitchID string
+	// VXLAN only; External is collect-metadata mode (no VNI of its own).
 	VNI      uint32
 	Local    netip.Addr
 	Port     int
 	Learning bool
+	External bool
 }
 
 // PortFlags are bridge-port settings.
@@ -70,14 +74,16 @@ type Bridge struct {
 	Alias string
 }
 
-// VXLAN describes a VXLAN device to create.
+// VXLAN describes a VXLAN device to create. An External one
+// (collect-metadata) carries every VNI; VNI and Local are not used.
 type VXLAN struct {
-	Name  string
-	VNI   uint32
-	Local netip.Addr
-	Port  int
-	MTU   int
-	Alias string
+	Name     string
+	VNI      uint32
+	Local    netip.Addr
+	Port     int
+	MTU      int
+	Alias    string
+	External bool
 }
 
 // Kernel is the netlink surface of the datapaths. Implementations are not

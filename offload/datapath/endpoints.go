@@ -45,10 +45,7 @@ func (d *Datapath) Unplumb(_ context.Context, req agentdp.UnplumbRequest) error 
 // nsPath names the datapath's namespace for internal/nl ("" for the
 // caller's).
 func (d *Datapath) nsPath() string {
-	if d.opts.NetNS > 0 {
-		return fmt.Sprintf("/proc/self/fd/%d", int(d.opts.NetNS))
-	}
-	return ""
+	return d.opts.NetNS
 }
 
 // Ready implements agent/datapath.Datapath: the endpoint's decap rule was

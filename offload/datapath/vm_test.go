@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -30,20 +28,15 @@ func nsExec(t testing.TB, ns string, args ...string) string {
 	return guest.In(t, ns, args...)
 }
 
-// newNS makes a namespace deleted at cleanup and returns its handle.
-func newNS(t testing.TB, name string) netns.NsHandle {
+// newNS makes a namespace deleted at cleanup and returns its path.
+func newNS(t testing.TB, name string) string {
 	t.Helper()
 	guest.AddNetns(t, name)
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	return "/run/netns/" + name
 }
 
 // tcFilter is a filter as iproute2 reports it (an observer independent of
-// go-tc).
+// Skiff's tc codec).
 type tcFilter struct {
 	Pref    int    `json:"pref"`
 	Kind    string `json:"kind"`

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/vishvananda/netlink"
+	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
 // NetlinkDevlink is the Devlink of the current network namespace, over the
@@ -28,16 +28,15 @@ func (NetlinkDevlink) EswitchMode(_ context.Context, handle string) (Mode, error
 	if err != nil {
 		return ModeNone, err
 	}
-	d, err := netlink.DevLinkGetDeviceByName(bus, dev)
+	mode, err := nl.EswitchMode(bus, dev)
 	if err != nil {
 		if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.ENOENT) {
 			return ModeNone, fmt.Errorf("devlink %s: %w: %w", handle, ErrNoEswitch, err)
 		}
 		return ModeNone, fmt.Errorf("devlink %s: get device: %w", handle, err)
 	}
-	// The library drops the error of its eswitch query and leaves the
-	// mode empty: that is a device without an eswitch (EOPNOTSUPP).
-	switch d.Attrs.Eswitch.Mode {
+	// An empty mode is a device without an eswitch (EOPNOTSUPP).
+	switch mode {
 	case "legacy":
 		return ModeLegacy, nil
 	case "switchdev":
@@ -45,7 +44,7 @@ func (NetlinkDevlink) EswitchMode(_ context.Context, handle string) (Mode, error
 	case "":
 		return ModeNone, fmt.Errorf("devlink %s: %w", handle, ErrNoEswitch)
 	default:
-		return ModeNone, fmt.Errorf("devlink %s: unknown eswitch mode %q", handle, d.Attrs.Eswitch.Mode)
+		return ModeNone, fmt.Errorf("devlink %s: unknown eswitch mode %q", handle, mode)
 	}
 }
 
@@ -55,8 +54,7 @@ func (NetlinkDevlink) SetEswitchMode(_ context.Context, handle string, m Mode) e
 	if err != nil {
 		return err
 	}
-	d := &netlink.DevlinkDevice{BusName: bus, DeviceName: dev}
-	if err := netlink.DevLinkSetEswitchMode(d, string(m)); err != nil {
+	if err := nl.SetEswitchMode(bus, dev, string(m)); err != nil {
 		return fmt.Errorf("devlink %s: set eswitch mode %s: %w", handle, m, err)
 	}
 	return nil

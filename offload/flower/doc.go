@@ -10,8 +10,8 @@
 // ARP requests for known addresses sent straight to their owner, and
 // broadcast mirrored to every local endpoint and remote VTEP of the VNI.
 //
-// Programmer installs a rule set with tc over netlink (github.com/florianl/go-tc):
-// it dumps each device's ingress filters, keeps Skiff's (Skiff's
+// Programmer installs a rule set with tc over netlink (the codec of
+// internal/nl/tc): it dumps each device's ingress filters, keeps Skiff's (Skiff's
 // priorities and a cookie starting with "sk" on the first action), adds
 // what is missing, replaces in place what changed, deletes what nobody
 // wants last, and writes nothing when all matches. Where a device offers
@@ -23,8 +23,7 @@
 // isolated endpoint through conntrack (one zone per network), chain 1
 // passes established connections and checks the sender's egress rules,
 // chain 2 the receiver's ingress rules and commits (policy.go).
-// PolicyProgrammer installs those filters (encoded here: go-tc lacks
-// ct_state).
+// PolicyProgrammer installs those filters.
 //
 //	rules, err := flower.Compile(p, flower.Input{Reps: reps, VXLAN: "skvx"})
 //	pol, err := flower.CompilePolicy(p, flower.Input{Reps: reps, VXLAN: "skvx"}, rules)

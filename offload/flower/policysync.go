@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,9 +32,9 @@ type PolicyProgrammer struct {
 	refusals map[string]string // by device and rule: the driver's refusal
 }
 
-// OpenPolicyProgrammer returns a programmer for the network namespace of
-// the caller (netns 0) or of the given namespace file descriptor.
-func OpenPolicyProgrammer(netns int, log *slog.Logger) (*PolicyProgrammer, error) {
+// OpenPolicyProgrammer returns a programmer for the network namespace at
+// the given path (empty: the caller's).
+func OpenPolicyProgrammer(netns string, log *slog.Logger) (*PolicyProgrammer, error) {
 	c, err := OpenPolicy(netns)
 	if err != nil {
 		return nil, err
@@ -254,14 +253,13 @@ func (p *PolicyProgrammer) install(dev Device, r PolicyRule, handle uint32) (Pol
 			st.State, st.Reason = StateHardware, ""
 			return st, nil
 		}
-		var errno unix.Errno
-		if !errors.As(err, &errno) {
+		errno, msg, ok := refusal(err)
+		if !ok {
 			return PolicyState{}, err
 		}
 		reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
-		var op *netlink.OpError
-		if errors.As(err, &op) && op.Message != "" {
-			reason += ": " + op.Message
+		if msg != "" {
+			reason += ": " + msg
 		}
 		p.log.Debug("hardware refused policy rule; installing it in software", "dev", dev.Name, "rule", r.String(), "reason", reason)
 		p.refusals[key] = reason

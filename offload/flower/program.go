@@ -10,18 +10,16 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	tc "github.com/florianl/go-tc"
-	"github.com/florianl/go-tc/core"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
 )
 
-// Filter flags (include/uapi/linux/pkt_cls.h).
+// Filter flags.
 const (
-	flagSkipHW   = 1 << 0
-	flagSkipSW   = 1 << 1
-	flagInHW     = 1 << 2
-	flagNotInHW  = 1 << 3
+	flagSkipHW   = tc.TCA_CLS_FLAGS_SKIP_HW
+	flagSkipSW   = tc.TCA_CLS_FLAGS_SKIP_SW
+	flagInHW     = tc.TCA_CLS_FLAGS_IN_HW
 	cookieFlags  = 2 // cookie byte: installation flags
 	cookieErrno  = 3 // cookie byte: errno of the hardware refusal
 	cookieRefuse = 1 // cookieFlags bit: the device refused skip_sw
@@ -33,9 +31,6 @@ const (
 	StateSoftware = "software" // in the kernel; hardware was not asked for
 	StateRefused  = "refused"  // the device refused hardware; running in software
 )
-
-// ingress is the parent of filters on a clsact (or ingress) qdisc's ingress.
-var ingress = core.BuildHandle(tc.HandleRoot, tc.HandleMinIngress)
 
 // Device is a netdev whose ingress holds rules, or a rule's mirred target.
 type Device struct {
@@ -61,8 +56,7 @@ type State struct {
 
 // Programmer installs rule sets with tc over netlink.
 type Programmer struct {
-	tc     *tc.Tc
-	raw    *PolicyConn // dumps: go-tc's fails on keys it does not know (ct_state)
+	raw    *PolicyConn
 	log    *slog.Logger
 	writes atomic.Int64
 	// Refusal messages (with the driver's extack) by rule, kept for as
@@ -71,27 +65,18 @@ type Programmer struct {
 	refusals map[string]string
 }
 
-// Open returns a programmer for the network namespace of the caller (netns
-// 0) or of the given namespace file descriptor.
-func Open(netns int, log *slog.Logger) (*Programmer, error) {
-	t, err := tc.Open(&tc.Config{NetNS: netns})
-	if err != nil {
-		return nil, fmt.Errorf("flower: tc netlink: %w", err)
-	}
-	if err := t.SetOption(netlink.ExtendedAcknowledge, true); err != nil {
-		t.Close()
-		return nil, fmt.Errorf("flower: extended acks: %w", err)
-	}
+// Open returns a programmer for the network namespace at the given path
+// (empty: the caller's).
+func Open(netns string, log *slog.Logger) (*Programmer, error) {
 	raw, err := OpenPolicy(netns)
 	if err != nil {
-		t.Close()
 		return nil, err
 	}
-	return &Programmer{tc: t, raw: raw, log: log, refusals: map[string]string{}}, nil
+	return &Programmer{raw: raw, log: log, refusals: map[string]string{}}, nil
 }
 
-// Close releases the netlink sockets.
-func (p *Programmer) Close() error { return errors.Join(p.tc.Close(), p.raw.Close()) }
+// Close releases the netlink socket.
+func (p *Programmer) Close() error { return p.raw.Close() }
 
 // Writes is the number of netlink writes made so far.
 func (p *Programmer) Writes() int { return int(p.writes.Load()) }
@@ -99,11 +84,11 @@ func (p *Programmer) Writes() int { return int(p.writes.Load()) }
 // EnsureClsact gives every device a clsact qdisc unless it already has
 // clsact or ingress (which are never replaced: they may not be Skiff's).
 func (p *Programmer) EnsureClsact(devs []Device) error {
-	qs, err := p.tc.Qdisc().Get()
+	qs, err := p.raw.c.Qdiscs()
 	if err != nil {
-		return fmt.Errorf("flower: listing qdiscs: %w", err)
+		return fmt.Errorf("flower: %w", err)
 	}
-	has := map[uint32]bool{}
+	has := map[int]bool{}
 	for _, q := range qs {
 		if q.Kind == "clsact" || q.Kind == "ingress" {
 			has[q.Ifindex] = true
@@ -111,12 +96,11 @@ func (p *Programmer) EnsureClsact(devs []Device) error {
 	}
 	var errs []error
 	for _, d := range devs {
-		if has[uint32(d.Index)] {
+		if has[d.Index] {
 			continue
 		}
 		p.writes.Add(1)
-		err := p.tc.Qdisc().Add(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(d.Index),
-			Handle: core.BuildHandle(tc.HandleRoot, 0), Parent: tc.HandleIngress}, Attribute: tc.Attribute{Kind: "clsact"}})
+		err := p.raw.c.AddClsact(d.Index)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			errs = append(errs, fmt.Errorf("flower: clsact on %s: %w", d.Name, err))
 		}
@@ -232,9 +216,8 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 	for _, d := range dels {
 		for _, h := range d.del {
 			p.writes.Add(1)
-			chain := h.chain
-			err := p.tc.Filter().Delete(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(d.dev.Index), Handle: h.handle, Parent: ingress, Info: h.info},
-				Attribute: tc.Attribute{Kind: "flower", Chain: &chain}})
+			f := tc.Filter{Ifindex: d.dev.Index, Chain: h.chain, Prio: uint16(h.info >> 16), Proto: htons(uint16(h.info)), Handle: h.handle}
+			err := p.raw.c.Do(tc.Op{Kind: tc.Delete, Filter: &f})
 			if err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("flower: deleting filter %#x prio %d of %s: %w", h.handle, h.info>>16, d.dev.Name, err))
 			}
@@ -366,14 +349,13 @@ func (p *Programmer) install(devs map[string]Device, dev Device, r Rule, handle 
 			st.State, st.Reason = StateHardware, ""
 			return st, nil
 		}
-		var errno unix.Errno
-		if !errors.As(err, &errno) {
+		errno, msg, ok := refusal(err)
+		if !ok {
 			return State{}, fmt.Errorf("flower: %s: %w", r.String(), err)
 		}
 		reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
-		var op *netlink.OpError
-		if errors.As(err, &op) && op.Message != "" {
-			reason += ": " + op.Message
+		if msg != "" {
+			reason += ": " + msg
 		}
 		p.log.Debug("hardware refused rule; installing it in software", "dev", dev.Name, "rule", r.String(), "reason", reason)
 		p.refusals[r.String()] = reason
@@ -388,94 +370,65 @@ func (p *Programmer) install(devs map[string]Device, dev Device, r Rule, handle 
 }
 
 func (p *Programmer) write(devs map[string]Device, dev Device, r Rule, handle, flags uint32, cookie []byte) error {
-	obj, err := filterObject(devs, dev, r, handle, flags, cookie)
+	f, err := ruleFilter(devs, dev, r, handle, flags, cookie)
 	if err != nil {
 		return err
 	}
 	p.writes.Add(1)
+	op := tc.Add
 	if handle != 0 {
-		err = p.tc.Filter().Replace(obj)
-	} else {
-		err = p.tc.Filter().Add(obj)
+		op = tc.Replace
 	}
-	return err
+	return p.raw.c.Do(tc.Op{Kind: op, Filter: &f})
 }
 
-// filterObject encodes r for go-tc.
-func filterObject(devs map[string]Device, dev Device, r Rule, handle, flags uint32, cookie []byte) (*tc.Object, error) {
-	f := &tc.Flower{Flags: &flags}
-	proto := r.EthType
-	if r.EthType != EthAll {
-		et := r.EthType
-		f.KeyEthType = &et
-	}
+// ruleFilter is r as a tc filter in ChainForward on dev.
+func ruleFilter(devs map[string]Device, dev Device, r Rule, handle, flags uint32, cookie []byte) (tc.Filter, error) {
+	f := tc.Filter{Ifindex: dev.Index, Chain: ChainForward, Prio: r.Prio, Proto: r.EthType, Handle: handle, Kind: "flower", Flags: flags}
 	m := r.Match
 	if m.DstMAC != "" {
 		mac, err := net.ParseMAC(m.DstMAC)
 		if err != nil {
-			return nil, fmt.Errorf("flower: match dst_mac: %w", err)
+			return f, fmt.Errorf("flower: match dst_mac: %w", err)
 		}
-		f.KeyEthDst = &mac
+		f.Match.DstMAC = mac
 	}
 	if m.ArpTIP.IsValid() {
-		b := m.ArpTIP.As4()
-		tip := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-		op := uint8(1)
-		f.KeyArpTIP, f.KeyArpOp = &tip, &op
+		f.Match.ArpTIP, f.Match.ArpOp = m.ArpTIP, 1 // request
 	}
-	if m.EncKeyID != 0 {
-		id := m.EncKeyID
-		f.KeyEncKeyID = &id
-	}
-	if m.EncDst.IsValid() {
-		ip := net.IP(m.EncDst.AsSlice())
-		f.KeyEncIPv4Dst = &ip
-	}
-	if m.EncDstPort != 0 {
-		port := m.EncDstPort
-		f.KeyEncUDPDstPort = &port
-	}
-	acts := make([]*tc.Action, 0, len(r.Actions))
+	f.Match.EncKeyID, f.Match.EncDst, f.Match.EncDstPort = m.EncKeyID, m.EncDst, m.EncDstPort
+	f.Actions = make([]tc.Action, 0, len(r.Actions))
 	for i, a := range r.Actions {
-		var act *tc.Action
+		var act tc.Action
 		switch a.Kind {
 		case TunnelSet:
-			src, dst := net.IP(a.Src.AsSlice()), net.IP(a.Dst.AsSlice())
-			id, port := a.VNI, a.DstPort
-			act = &tc.Action{Kind: "tunnel_key", TunnelKey: &tc.TunnelKey{
-				Parms:     &tc.TunnelParms{Action: tc.ActPipe, TunnelKeyAction: 1}, // TCA_TUNNEL_KEY_ACT_SET
-				KeyEncSrc: &src, KeyEncDst: &dst, KeyEncKeyID: &id, KeyEncDstPort: &port}}
+			act = tc.Action{Kind: tc.KindTunnelKey, Verdict: tc.TC_ACT_PIPE, TunnelOp: tc.TCA_TUNNEL_KEY_ACT_SET,
+				TunnelID: a.VNI, TunnelSrc: a.Src, TunnelDst: a.Dst, TunnelDstPort: a.DstPort}
 		case TunnelUnset:
-			act = &tc.Action{Kind: "tunnel_key", TunnelKey: &tc.TunnelKey{
-				Parms: &tc.TunnelParms{Action: tc.ActPipe, TunnelKeyAction: 2}}} // TCA_TUNNEL_KEY_ACT_RELEASE
+			act = tc.Action{Kind: tc.KindTunnelKey, Verdict: tc.TC_ACT_PIPE, TunnelOp: tc.TCA_TUNNEL_KEY_ACT_RELEASE}
 		case Continue:
-			act = &tc.Action{Kind: "gact", Gact: &tc.Gact{Parms: &tc.GactParms{Action: 0xffffffff}}} // TC_ACT_UNSPEC
+			act = tc.Action{Kind: tc.KindGact, Verdict: tc.TC_ACT_UNSPEC}
 		case Redirect, Mirror, IngressRedirect:
 			t, ok := devs[a.Dev]
 			if !ok {
-				return nil, fmt.Errorf("flower: %s: mirred target %s is not a known device", r.String(), a.Dev)
+				return f, fmt.Errorf("flower: %s: mirred target %s is not a known device", r.String(), a.Dev)
 			}
-			parm := &tc.MirredParam{IfIndex: uint32(t.Index), Action: tc.ActStolen, Eaction: 1} // TCA_EGRESS_REDIR
+			act = tc.Action{Kind: tc.KindMirred, Verdict: tc.TC_ACT_STOLEN, MirredOp: tc.TCA_EGRESS_REDIR, Ifindex: t.Index}
 			switch a.Kind {
 			case Mirror:
-				parm.Action, parm.Eaction = tc.ActPipe, 2 // TCA_EGRESS_MIRROR
+				act.Verdict, act.MirredOp = tc.TC_ACT_PIPE, tc.TCA_EGRESS_MIRROR
 			case IngressRedirect:
-				parm.Eaction = 3 // TCA_INGRESS_REDIR
+				act.MirredOp = tc.TCA_INGRESS_REDIR
 			}
-			act = &tc.Action{Kind: "mirred", Mirred: &tc.Mirred{Parms: parm}}
 		default:
-			return nil, fmt.Errorf("flower: %s: action %d: unknown kind %q", r.String(), i, a.Kind)
+			return f, fmt.Errorf("flower: %s: action %d: unknown kind %q", r.String(), i, a.Kind)
 		}
 		if i == 0 {
-			c := slices.Clone(cookie)
-			act.Cookie = &c
+			act.Cookie = slices.Clone(cookie)
 		}
-		acts = append(acts, act)
+		f.Actions = append(f.Actions, act)
 	}
-	f.Actions = &acts
-	chain := ChainForward
-	return &tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(dev.Index), Handle: handle, Parent: ingress,
-		Info: uint32(r.Prio)<<16 | uint32(htons(proto))}, Attribute: tc.Attribute{Kind: "flower", Chain: &chain, Flower: f}}, nil
+	return f, nil
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

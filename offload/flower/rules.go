@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
@@ -31,8 +33,8 @@ const (
 
 // Ethernet types of Skiff's filters.
 const (
-	EthAll uint16 = 0x0003 // ETH_P_ALL
-	EthARP uint16 = 0x0806
+	EthAll uint16 = unix.ETH_P_ALL
+	EthARP uint16 = unix.ETH_P_ARP
 )
 
 // Broadcast is the broadcast MAC.

@@ -7,18 +7,21 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
-// Netlink is the part of *netlink.Handle this package uses.
+// Netlink sets VF settings through a PF (nl.SRIOV is the kernel's). Each
+// call names the PF by netdev name.
 type Netlink interface {
-	LinkByName(name string) (netlink.Link, error)
-	LinkSetVfHardwareAddr(link netlink.Link, vf int, hwaddr net.HardwareAddr) error
-	LinkSetVfVlanQos(link netlink.Link, vf, vlan, qos int) error
-	LinkSetVfSpoofchk(link netlink.Link, vf int, check bool) error
-	LinkSetVfTrust(link netlink.Link, vf int, state bool) error
-	LinkSetVfState(link netlink.Link, vf int, state uint32) error
-	LinkSetVfRate(link netlink.Link, vf, minRate, maxRate int) error
+	VFs(pf string) ([]nl.VF, error)
+	SetVFMAC(pf string, vf int, mac net.HardwareAddr) error
+	SetVFVlanQos(pf string, vf, vlan, qos int) error
+	SetVFSpoofCheck(pf string, vf int, on bool) error
+	SetVFTrust(pf string, vf int, on bool) error
+	SetVFLinkState(pf string, vf int, state uint32) error
+	SetVFRate(pf string, vf, minRate, maxRate int) error
 }
 
 // LinkState is a VF's administrative link state as the PF sets it.
@@ -26,9 +29,9 @@ type LinkState uint32
 
 // Link states (IFLA_VF_LINK_STATE_*).
 const (
-	LinkAuto    LinkState = LinkState(netlink.VF_LINK_STATE_AUTO)
-	LinkEnable  LinkState = LinkState(netlink.VF_LINK_STATE_ENABLE)
-	LinkDisable LinkState = LinkState(netlink.VF_LINK_STATE_DISABLE)
+	LinkAuto    LinkState = unix.IFLA_VF_LINK_STATE_AUTO
+	LinkEnable  LinkState = unix.IFLA_VF_LINK_STATE_ENABLE
+	LinkDisable LinkState = unix.IFLA_VF_LINK_STATE_DISABLE
 )
 
 func (s LinkState) String() string {
@@ -64,8 +67,8 @@ func Ptr[T any](v T) *T { return &v }
 
 // Options configure a Manager.
 type Options struct {
-	// Netlink is the rtnetlink handle of the PF's namespace; the current
-	// namespace's when nil.
+	// Netlink reaches the PF; the current namespace's rtnetlink
+	// (nl.SRIOV) when nil.
 	Netlink Netlink
 	Logger  *slog.Logger
 }
@@ -80,7 +83,7 @@ type Manager struct {
 func NewManager(o Options) *Manager {
 	m := &Manager{nl: o.Netlink, log: o.Logger}
 	if m.nl == nil {
-		m.nl = &netlink.Handle{}
+		m.nl = nl.SRIOV{}
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -89,23 +92,17 @@ func NewManager(o Options) *Manager {
 }
 
 // State returns what the PF reports for one VF.
-func (m *Manager) State(pf string, vf int) (netlink.VfInfo, error) {
-	_, info, err := m.state(pf, vf)
-	return info, err
-}
-
-func (m *Manager) state(pf string, vf int) (netlink.Link, netlink.VfInfo, error) {
-	link, err := m.nl.LinkByName(pf)
+func (m *Manager) State(pf string, vf int) (nl.VF, error) {
+	vfs, err := m.nl.VFs(pf)
 	if err != nil {
-		return nil, netlink.VfInfo{}, fmt.Errorf("vf: pf %s: %w", pf, err)
+		return nl.VF{}, fmt.Errorf("vf: pf %s: %w", pf, err)
 	}
-	vfs := link.Attrs().Vfs
 	for _, v := range vfs {
 		if v.ID == vf {
-			return link, v, nil
+			return v, nil
 		}
 	}
-	return nil, netlink.VfInfo{}, fmt.Errorf("vf: pf %s has no vf %d (it reports %d VFs)", pf, vf, len(vfs))
+	return nl.VF{}, fmt.Errorf("vf: pf %s has no vf %d (it reports %d VFs)", pf, vf, len(vfs))
 }
 
 // Apply changes the VF's settings that differ from s. All differing
@@ -120,7 +117,7 @@ func (m *Manager) Apply(pf string, vf int, s Settings) error {
 	if s.MAC != nil && len(s.MAC) != 6 {
 		return fmt.Errorf("vf: pf %s vf %d: MAC %s is not 6 bytes", pf, vf, s.MAC)
 	}
-	link, cur, err := m.state(pf, vf)
+	cur, err := m.State(pf, vf)
 	if err != nil {
 		return err
 	}
@@ -133,7 +130,7 @@ func (m *Manager) Apply(pf string, vf int, s Settings) error {
 		m.log.Info("vf setting changed", "pf", pf, "vf", vf, "setting", what, "from", from, "to", to)
 	}
 	if s.MAC != nil && !bytes.Equal(s.MAC, cur.Mac) {
-		step("mac", cur.Mac.String(), s.MAC.String(), func() error { return m.nl.LinkSetVfHardwareAddr(link, vf, s.MAC) })
+		step("mac", cur.Mac.String(), s.MAC.String(), func() error { return m.nl.SetVFMAC(pf, vf, s.MAC) })
 	}
 	if s.VLAN != nil || s.QoS != nil {
 		vlan, qos := cur.Vlan, cur.Qos
@@ -148,17 +145,17 @@ func (m *Manager) Apply(pf string, vf int, s Settings) error {
 		}
 		if vlan != cur.Vlan || qos != cur.Qos {
 			step("vlan/qos", fmt.Sprintf("%d/%d", cur.Vlan, cur.Qos), fmt.Sprintf("%d/%d", vlan, qos),
-				func() error { return m.nl.LinkSetVfVlanQos(link, vf, vlan, qos) })
+				func() error { return m.nl.SetVFVlanQos(pf, vf, vlan, qos) })
 		}
 	}
 	if s.SpoofCheck != nil && *s.SpoofCheck != cur.Spoofchk {
-		step("spoofchk", cur.Spoofchk, *s.SpoofCheck, func() error { return m.nl.LinkSetVfSpoofchk(link, vf, *s.SpoofCheck) })
+		step("spoofchk", cur.Spoofchk, *s.SpoofCheck, func() error { return m.nl.SetVFSpoofCheck(pf, vf, *s.SpoofCheck) })
 	}
 	if s.Trust != nil && *s.Trust != (cur.Trust != 0) {
-		step("trust", cur.Trust != 0, *s.Trust, func() error { return m.nl.LinkSetVfTrust(link, vf, *s.Trust) })
+		step("trust", cur.Trust != 0, *s.Trust, func() error { return m.nl.SetVFTrust(pf, vf, *s.Trust) })
 	}
 	if s.LinkState != nil && uint32(*s.LinkState) != cur.LinkState {
-		step("link state", LinkState(cur.LinkState), *s.LinkState, func() error { return m.nl.LinkSetVfState(link, vf, uint32(*s.LinkState)) })
+		step("link state", LinkState(cur.LinkState), *s.LinkState, func() error { return m.nl.SetVFLinkState(pf, vf, uint32(*s.LinkState)) })
 	}
 	if s.MinTxRateMbps != nil || s.MaxTxRateMbps != nil {
 		lo, hi := cur.MinTxRate, cur.MaxTxRate
@@ -172,7 +169,7 @@ func (m *Manager) Apply(pf string, vf int, s Settings) error {
 			errs = append(errs, fmt.Errorf("vf: pf %s vf %d: min rate %d above max rate %d", pf, vf, lo, hi))
 		} else if lo != cur.MinTxRate || hi != cur.MaxTxRate {
 			step("rate", fmt.Sprintf("%d-%d", cur.MinTxRate, cur.MaxTxRate), fmt.Sprintf("%d-%d", lo, hi),
-				func() error { return m.nl.LinkSetVfRate(link, vf, int(lo), int(hi)) })
+				func() error { return m.nl.SetVFRate(pf, vf, int(lo), int(hi)) })
 		}
 	}
 	return errors.Join(errs...)

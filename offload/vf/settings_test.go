@@ -6,26 +6,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netlink"
+	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
 // fakeNL keeps VF state like a PF driver would and records calls.
 type fakeNL struct {
-	vfs   []netlink.VfInfo
+	vfs   []nl.VF
 	calls []string
 	fail  map[string]error
 }
 
-func (f *fakeNL) LinkByName(name string) (netlink.Link, error) {
-	if name != "pf0" {
+func (f *fakeNL) VFs(pf string) ([]nl.VF, error) {
+	if pf != "pf0" {
 		return nil, errors.New("Link not found")
 	}
-	l := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: name}}
-	l.Vfs = append([]netlink.VfInfo(nil), f.vfs...)
-	return l, nil
+	return append([]nl.VF(nil), f.vfs...), nil
 }
 
-func (f *fakeNL) do(what string, vf int, set func(*netlink.VfInfo)) error {
+func (f *fakeNL) do(what string, vf int, set func(*nl.VF)) error {
 	f.calls = append(f.calls, what)
 	if err := f.fail[what]; err != nil {
 		return err
@@ -34,32 +32,32 @@ func (f *fakeNL) do(what string, vf int, set func(*netlink.VfInfo)) error {
 	return nil
 }
 
-func (f *fakeNL) LinkSetVfHardwareAddr(_ netlink.Link, vf int, hw net.HardwareAddr) error {
-	return f.do("mac", vf, func(v *netlink.VfInfo) { v.Mac = hw })
+func (f *fakeNL) SetVFMAC(_ string, vf int, hw net.HardwareAddr) error {
+	return f.do("mac", vf, func(v *nl.VF) { v.Mac = hw })
 }
-func (f *fakeNL) LinkSetVfVlanQos(_ netlink.Link, vf, vlan, qos int) error {
-	return f.do("vlan", vf, func(v *netlink.VfInfo) { v.Vlan, v.Qos = vlan, qos })
+func (f *fakeNL) SetVFVlanQos(_ string, vf, vlan, qos int) error {
+	return f.do("vlan", vf, func(v *nl.VF) { v.Vlan, v.Qos = vlan, qos })
 }
-func (f *fakeNL) LinkSetVfSpoofchk(_ netlink.Link, vf int, c bool) error {
-	return f.do("spoofchk", vf, func(v *netlink.VfInfo) { v.Spoofchk = c })
+func (f *fakeNL) SetVFSpoofCheck(_ string, vf int, c bool) error {
+	return f.do("spoofchk", vf, func(v *nl.VF) { v.Spoofchk = c })
 }
-func (f *fakeNL) LinkSetVfTrust(_ netlink.Link, vf int, tr bool) error {
-	return f.do("trust", vf, func(v *netlink.VfInfo) {
+func (f *fakeNL) SetVFTrust(_ string, vf int, tr bool) error {
+	return f.do("trust", vf, func(v *nl.VF) {
 		v.Trust = 0
 		if tr {
 			v.Trust = 1
 		}
 	})
 }
-func (f *fakeNL) LinkSetVfState(_ netlink.Link, vf int, s uint32) error {
-	return f.do("state", vf, func(v *netlink.VfInfo) { v.LinkState = s })
+func (f *fakeNL) SetVFLinkState(_ string, vf int, s uint32) error {
+	return f.do("state", vf, func(v *nl.VF) { v.LinkState = s })
 }
-func (f *fakeNL) LinkSetVfRate(_ netlink.Link, vf, lo, hi int) error {
-	return f.do("rate", vf, func(v *netlink.VfInfo) { v.MinTxRate, v.MaxTxRate = uint32(lo), uint32(hi) })
+func (f *fakeNL) SetVFRate(_ string, vf, lo, hi int) error {
+	return f.do("rate", vf, func(v *nl.VF) { v.MinTxRate, v.MaxTxRate = uint32(lo), uint32(hi) })
 }
 
 func TestApplyChangesOnlyWhatDiffers(t *testing.T) {
-	f := &fakeNL{vfs: []netlink.VfInfo{{ID: 0}, {ID: 1, Spoofchk: true}}}
+	f := &fakeNL{vfs: []nl.VF{{ID: 0}, {ID: 1, Spoofchk: true}}}
 	m := NewManager(Options{Netlink: f})
 	mac, _ := net.ParseMAC("02:00:00:00:01:01")
 	s := Settings{MAC: mac, VLAN: Ptr(100), QoS: Ptr(3), SpoofCheck: Ptr(true), Trust: Ptr(true),
@@ -88,7 +86,7 @@ func TestApplyChangesOnlyWhatDiffers(t *testing.T) {
 }
 
 func TestApplyErrors(t *testing.T) {
-	f := &fakeNL{vfs: []netlink.VfInfo{{ID: 0}}, fail: map[string]error{"trust": errors.New("operation not supported")}}
+	f := &fakeNL{vfs: []nl.VF{{ID: 0}}, fail: map[string]error{"trust": errors.New("operation not supported")}}
 	m := NewManager(Options{Netlink: f})
 	err := m.Apply("pf0", 0, Settings{Trust: Ptr(true), SpoofCheck: Ptr(true)})
 	if err == nil || !strings.Contains(err.Error(), "pf pf0 vf 0: set trust false -> true: operation not supported") {

@@ -21,11 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	tc "github.com/florianl/go-tc"
-	"github.com/florianl/go-tc/core"
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -37,8 +36,6 @@ const (
 	allowed = "198.51.100.8/29"
 	fwd     = 2 // the forwarding chain
 )
-
-var ingress = core.BuildHandle(tc.HandleRoot, tc.HandleMinIngress)
 
 func TestStatefulPolicy(t *testing.T) {
 	guest.Require(t)
@@ -55,36 +52,29 @@ func TestStatefulPolicy(t *testing.T) {
 		testns.Run(t, p.ns, "ip", "link", "set", "eth0", "up")
 	}
 	va, vb := ifindex(t, node, "skva"), ifindex(t, node, "skvb")
-	nodeFD, err := os.Open(nsPath(node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nodeFD.Close()
 
 	// Forwarding in chain 2, and for now everything from chain 0 to it,
-	// with go-tc (which carries a filter's chain, and gact goto chain as
-	// a raw control action).
-	gotc, err := tc.Open(&tc.Config{NetNS: int(nodeFD.Fd())})
+	// with the tc codec (a filter's chain, and gact goto chain as a
+	// control action).
+	conn, err := tc.Dial(nsPath(node))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer gotc.Close()
+	defer conn.Close()
 	for _, p := range [][2]int{{va, vb}, {vb, va}} {
-		addGoTC(t, gotc, p[0], fwd, 1, &tc.Action{Kind: "mirred", Mirred: &tc.Mirred{Parms: &tc.MirredParam{IfIndex: uint32(p[1]), Action: tc.ActStolen, Eaction: 1}}})
-		addGoTC(t, gotc, p[0], 0, 100, &tc.Action{Kind: "gact", Gact: &tc.Gact{Parms: &tc.GactParms{Action: 0x20000000 | fwd}}})
+		addFilter(t, conn, p[0], fwd, 1, tc.Action{Kind: tc.KindMirred, Verdict: tc.TC_ACT_STOLEN, MirredOp: tc.TCA_EGRESS_REDIR, Ifindex: p[1]})
+		addFilter(t, conn, p[0], 0, 100, tc.Action{Kind: tc.KindGact, Verdict: tc.Goto(fwd)})
 	}
-	objs, err := gotc.Filter().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(va), Parent: ingress})
+	objs, err := conn.Dump(va, tc.DumpOptions{})
 	if err != nil {
-		t.Fatalf("go-tc dump before the policy: %v", err)
+		t.Fatalf("dump before the policy: %v", err)
 	}
 	chains := map[uint32]int{}
 	for _, o := range objs {
-		if o.Handle != 0 && o.Chain != nil {
-			chains[*o.Chain]++
-		}
+		chains[o.Chain]++
 	}
 	if chains[0] != 1 || chains[fwd] != 1 {
-		t.Fatalf("go-tc read back filters per chain %v, want one in chain 0 and one in chain %d", chains, fwd)
+		t.Fatalf("read back filters per chain %v, want one in chain 0 and one in chain %d", chains, fwd)
 	}
 
 	// Servers: B on 8080 (allowed range) and 9000 (outside), A on 8080.
@@ -105,13 +95,13 @@ func TestStatefulPolicy(t *testing.T) {
 		t.Fatalf("before the policy, ping %s: %v", ipB, err)
 	}
 	for _, dev := range []int{va, vb} {
-		if err := gotc.Filter().Delete(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(dev), Parent: ingress, Info: 100<<16 | uint32(htons(unix.ETH_P_ALL))},
-			Attribute: tc.Attribute{Kind: "flower", Chain: ptr(uint32(0))}}); err != nil {
+		// Handle 0: every filter at that priority and protocol.
+		if err := conn.Do(tc.Op{Kind: tc.Delete, Filter: &tc.Filter{Ifindex: dev, Chain: 0, Prio: 100, Proto: unix.ETH_P_ALL}}); err != nil {
 			t.Fatalf("deleting the chain 0 catch-all of ifindex %d: %v", dev, err)
 		}
 	}
 
-	pc, err := flower.OpenPolicy(int(nodeFD.Fd()))
+	pc, err := flower.OpenPolicy(nsPath(node))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,13 +207,6 @@ func TestStatefulPolicy(t *testing.T) {
 			t.Errorf("counter %s: %d packets", c.what, c.n)
 		}
 	}
-	// go-tc cannot read a device holding these filters.
-	if _, err := gotc.Filter().Get(&tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(va), Parent: ingress}); err != nil {
-		t.Logf("go-tc dump of skva with policy filters: %v", err)
-	} else {
-		t.Log("go-tc dump of skva with policy filters: no error")
-	}
-
 	// Delete: the policy's filters go, the forwarding stays.
 	for _, dev := range []int{va, vb} {
 		for _, f := range got[dev] {
@@ -261,22 +244,20 @@ func policy(dev string, index int) []flower.PolicyRule {
 	}
 }
 
-// addGoTC adds a keyless flower filter (all protocols) with one action in
-// chain at prio on dev's ingress.
-func addGoTC(t *testing.T, c *tc.Tc, dev int, chain uint32, prio uint16, act *tc.Action) {
+// addFilter adds a keyless flower filter (all protocols) with one action
+// in chain at prio on dev's ingress.
+func addFilter(t *testing.T, c *tc.Conn, dev int, chain uint32, prio uint16, act tc.Action) {
 	t.Helper()
-	acts := []*tc.Action{act}
-	err := c.Filter().Add(&tc.Object{Msg: tc.Msg{Family: unix.AF_UNSPEC, Ifindex: uint32(dev), Parent: ingress, Info: uint32(prio)<<16 | uint32(htons(unix.ETH_P_ALL))},
-		Attribute: tc.Attribute{Kind: "flower", Chain: &chain, Flower: &tc.Flower{Actions: &acts}}})
-	if err != nil {
-		t.Fatalf("go-tc filter chain %d prio %d on ifindex %d: %v", chain, prio, dev, err)
+	f := tc.Filter{Ifindex: dev, Chain: chain, Prio: prio, Proto: unix.ETH_P_ALL, Kind: "flower", Actions: []tc.Action{act}}
+	if err := c.Do(tc.Op{Kind: tc.Add, Filter: &f}); err != nil {
+		t.Fatalf("filter chain %d prio %d on ifindex %d: %v", chain, prio, dev, err)
 	}
 }
 
 // serve echoes on ip:port in netns until the test ends.
 func serve(t *testing.T, netns, ip string, port int) {
 	var l net.Listener
-	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
+	err := nl.InNetNS(nsPath(netns), func() error {
 		var err error
 		l, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", ip, port))
 		return err
@@ -304,7 +285,7 @@ func serve(t *testing.T, netns, ip string, port int) {
 // reads them back.
 func echo(netns, ip string, port, n int) error {
 	var c net.Conn
-	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
+	err := nl.InNetNS(nsPath(netns), func() error {
 		var err error
 		c, err = net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", ip, port), 1500*time.Millisecond)
 		return err
@@ -344,7 +325,7 @@ func ping(netns, ip string) error {
 
 func ifindex(t *testing.T, netns, dev string) int {
 	var idx int
-	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
+	err := nl.InNetNS(nsPath(netns), func() error {
 		i, err := net.InterfaceByName(dev)
 		if err != nil {
 			return err
@@ -360,9 +341,5 @@ func ifindex(t *testing.T, netns, dev string) int {
 
 // nsPath is where the guest's iproute2 keeps a named namespace.
 func nsPath(name string) string { return "/run/netns/" + name }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-func ptr[T any](v T) *T { return &v }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }

@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -49,11 +47,6 @@ func TestScale(t *testing.T) {
 	guest.Require(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	guest.AddNetns(t, "skbench")
-	ns, err := netns.GetFromName("skbench")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
 	in(t, guest.IP, "link", "add", "skbu0", "type", "dummy")
 	in(t, guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
 	in(t, guest.IP, "link", "set", "skbu0", "up")
@@ -75,7 +68,7 @@ func TestScale(t *testing.T) {
 		r := remote(i)
 		p.Remote[r.Name] = r
 	}
-	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: ns,
+	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: nsPath("skbench"),
 		Representor: func(plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: "skpbench"}, true }})
 	if err != nil {
 		t.Fatal(err)
@@ -150,14 +143,7 @@ func TestScale(t *testing.T) {
 	// forwarding rules in their chain and chain 0's filter to it, from
 	// the same compiled rules.
 	refIn := flower.Input{Reps: map[string]string{"pod": "skbtc"}, VXLAN: datapath.VXLANName}
-	rules, err := flower.Compile(p, refIn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := flower.CompilePolicy(p, refIn, rules)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules, pol := compile(t, p, refIn)
 	var b strings.Builder
 	b.WriteString("qdisc add dev skbtc clsact\n")
 	nrules := 0

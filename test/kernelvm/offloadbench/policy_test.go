@@ -1,25 +1,17 @@
 package offloadbench
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	cnins "github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netns"
-
-	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -92,11 +84,6 @@ type node struct {
 func newNode(t *testing.T, ns string, log *slog.Logger) *node {
 	t.Helper()
 	guest.AddNetns(t, ns)
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
 	guest.In(t, ns, guest.IP, "link", "add", "skpbu0", "type", "dummy")
 	guest.In(t, ns, guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skpbu0")
 	guest.In(t, ns, guest.IP, "link", "set", "skpbu0", "up")
@@ -116,7 +103,8 @@ func newNode(t *testing.T, ns string, log *slog.Logger) *node {
 		n.p.Local[e] = plan.Endpoint{Name: e, Network: "blue", Kind: plan.KindVeth, MAC: mac,
 			IPs: []netip.Prefix{netip.MustParsePrefix(podIP[e] + "/24")}, VFIndex: -1}
 	}
-	n.dp, err = datapath.New(datapath.Options{Logger: log, NetNS: h,
+	var err error
+	n.dp, err = datapath.New(datapath.Options{Logger: log, NetNS: nsPath(ns),
 		Representor: func(e plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: rep(e.Name)}, true }})
 	if err != nil {
 		t.Fatal(err)
@@ -376,12 +364,7 @@ func policyBench(t *testing.T, members int) {
 
 func dumpVX(t *testing.T, n *node, members int) {
 	t.Helper()
-	h, err := netns.GetFromName(n.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	c, err := flower.OpenPolicy(int(h))
+	c, err := flower.OpenPolicy(nsPath(n.ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,255 +379,4 @@ func dumpVX(t *testing.T, n *node, members int) {
 		t.Fatal(err)
 	}
 	t.Logf("FIGURE members=%d one dump of %s (%d filters, every chain, decoded): %v", members, datapath.VXLANName, len(fs), time.Since(start).Round(time.Millisecond))
-}
-
-// writeWatch samples a datapath's policy writes while it applies: when
-// they start and end, and their rate through the run.
-type writeWatch struct {
-	done    chan struct{}
-	over    chan struct{}
-	start   time.Time
-	w0      int
-	samples []writeSample
-}
-
-type writeSample struct {
-	at     time.Duration
-	writes int
-}
-
-func watchWrites(dp *datapath.Datapath) *writeWatch {
-	w := &writeWatch{done: make(chan struct{}), over: make(chan struct{}), start: time.Now(), w0: dp.PolicyWrites()}
-	go func() {
-		defer close(w.over)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-w.done:
-				return
-			case <-tick.C:
-				w.samples = append(w.samples, writeSample{time.Since(w.start), dp.PolicyWrites() - w.w0})
-			}
-		}
-	}()
-	return w
-}
-
-func (w *writeWatch) stop() {
-	close(w.done)
-	<-w.over
-	w.samples = append(w.samples, writeSample{time.Since(w.start), w.samples[len(w.samples)-1].writes})
-}
-
-// summary: when the first policy write was seen, when the last, and the
-// write rate over each tenth of the writes.
-func (w *writeWatch) summary(total int) string {
-	if total == 0 || len(w.samples) == 0 {
-		return "no policy writes"
-	}
-	at := func(n int) time.Duration { // first sample with at least n writes
-		for _, s := range w.samples {
-			if s.writes >= n {
-				return s.at
-			}
-		}
-		return w.samples[len(w.samples)-1].at
-	}
-	first, last := at(1), at(total)
-	var b strings.Builder
-	fmt.Fprintf(&b, "policy writes from %v to %v (%.0f/s), Apply ends at %v; writes/s by tenth:", first.Round(10*time.Millisecond),
-		last.Round(10*time.Millisecond), float64(total)/(last-first).Seconds(), w.samples[len(w.samples)-1].at.Round(10*time.Millisecond))
-	for i := range 10 {
-		lo, hi := total*i/10, total*(i+1)/10
-		if d := at(hi) - at(max(lo, 1)); d > 0 {
-			fmt.Fprintf(&b, " %.0f", float64(hi-lo)/d.Seconds())
-		} else {
-			b.WriteString(" -")
-		}
-	}
-	return b.String()
-}
-
-// reference installs the filters of plan p (compiled as the datapath
-// does) with tc -batch in a namespace holding devices of the same names
-// and kinds, checks it holds want per device, and returns its rate.
-func reference(t *testing.T, p plan.Plan, want map[string]int) float64 {
-	t.Helper()
-	const ns = "skpbref"
-	guest.AddNetns(t, ns)
-	defer func() { _ = guest.Run(t, guest.IP, "netns", "del", ns) }() // free the filters before the traffic
-	for _, e := range []string{"a", "b"} {
-		guest.In(t, ns, guest.IP, "link", "add", rep(e), "type", "veth", "peer", "name", rep(e)+"p")
-		guest.In(t, ns, guest.IP, "link", "set", rep(e), "up")
-	}
-	guest.In(t, ns, guest.IP, "link", "add", datapath.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
-	guest.In(t, ns, guest.IP, "link", "set", datapath.VXLANName, "up")
-	guest.In(t, ns, guest.IP, "link", "add", gwPort, "type", "veth", "peer", "name", datapath.GatewayName(vni))
-	guest.In(t, ns, guest.IP, "link", "set", gwPort, "up")
-	in := flower.Input{Reps: map[string]string{"a": rep("a"), "b": rep("b")}, VXLAN: datapath.VXLANName,
-		Gateways: map[string]flower.Gateway{"blue": {Port: gwPort, MAC: agentdp.GatewayMAC(vni), IPs: []netip.Addr{netip.MustParseAddr(gatewayIP)}}}}
-	start := time.Now()
-	rules, err := flower.Compile(p, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := flower.CompilePolicy(p, in, rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("FIGURE compiling the plan (forwarding and policy, %d filters), as every Apply does: %v", len(rules)+len(pol), time.Since(start).Round(time.Millisecond))
-	var b strings.Builder
-	for _, d := range slices.Sorted(maps.Keys(want)) {
-		fmt.Fprintf(&b, "qdisc add dev %s clsact\n", d)
-	}
-	// As the datapath: the policy pipeline first, then forwarding.
-	for _, r := range pol {
-		batchPolicy(t, &b, r)
-	}
-	for _, r := range rules {
-		batchRule(t, &b, r)
-	}
-	file := filepath.Join(t.TempDir(), "policy.tc")
-	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	guest.In(t, ns, guest.TC, "-batch", file)
-	took := time.Since(start)
-	got := map[string]int{}
-	for d := range want {
-		got[d] = countIn(t, ns, d)
-	}
-	if !maps.Equal(got, want) {
-		t.Fatalf("tc -batch: filters per device %v, the datapath's %v", got, want)
-	}
-	n := sum(got)
-	rate := float64(n) / took.Seconds()
-	t.Logf("FIGURE reference tc -batch: %d filters in %v: %.0f filters/s", n, took.Round(time.Millisecond), rate)
-	return rate
-}
-
-// Traffic: servers in pod b (Go, in the test binary), clients in pod a.
-
-type servers struct {
-	streamed chan int64 // bytes received by each stream, at its end
-}
-
-// inNS runs f on a thread in the named namespace (sockets made there stay
-// there).
-func inNS(ns string, f func() error) error {
-	return cnins.WithNetNSPath("/run/netns/"+ns, func(cnins.NetNS) error { return f() })
-}
-
-func serve(t *testing.T, pod, ip string) *servers {
-	t.Helper()
-	s := &servers{streamed: make(chan int64, 1)}
-	ls := map[int]net.Listener{}
-	if err := inNS(pod, func() error {
-		for _, port := range []int{portStream, portConn, portShut} {
-			l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
-			if err != nil {
-				return err
-			}
-			ls[port] = l
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for port, l := range ls {
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				if port != portStream {
-					c.Close()
-					continue
-				}
-				go func() {
-					n, _ := io.Copy(io.Discard, c)
-					c.Close()
-					s.streamed <- n
-				}()
-			}
-		}()
-	}
-	return s
-}
-
-// dialOnce connects from pod to b's port once, with a 1 s timeout.
-func dialOnce(t *testing.T, pod string, port int) error {
-	t.Helper()
-	return inNS(pod, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(port)), time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
-}
-
-// stream sends from a to b for d and returns the bits b received and the
-// seconds from the first write to b's end of stream.
-func stream(t *testing.T, n *node, d time.Duration) (float64, float64) {
-	t.Helper()
-	var c net.Conn
-	if err := inNS(n.pods["a"], func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(portStream)), 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatalf("%s: stream: %v", n.ns, err)
-	}
-	defer c.Close()
-	buf := make([]byte, 128<<10)
-	start := time.Now()
-	for time.Since(start) < d {
-		if _, err := c.Write(buf); err != nil {
-			t.Fatalf("%s: stream: %v", n.ns, err)
-		}
-	}
-	_ = c.(*net.TCPConn).CloseWrite()
-	select {
-	case got := <-n.srv.streamed:
-		return float64(got) * 8, time.Since(start).Seconds()
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s: stream: the server did not see the end", n.ns)
-	}
-	return 0, 0
-}
-
-// connect opens and resets connections from pod to b for d, one at a
-// time, and returns how many and the seconds it took.
-func connect(t *testing.T, pod string, d time.Duration) (int, float64) {
-	t.Helper()
-	n := 0
-	var took time.Duration
-	err := inNS(pod, func() error {
-		start := time.Now()
-		defer func() { took = time.Since(start) }()
-		for time.Since(start) < d {
-			c, err := net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(portConn)), 2*time.Second)
-			if err != nil {
-				return fmt.Errorf("connection %d: %w", n+1, err)
-			}
-			// RST on close: no TIME_WAIT, so ports do not run out.
-			_ = c.(*net.TCPConn).SetLinger(0)
-			c.Close()
-			n++
-		}
-		return nil
-	})
-	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Logf("conntrack: %s", guest.Run(t, "/bin/cat", "/proc/sys/net/netfilter/nf_conntrack_count"))
-		}
-		t.Fatalf("%s: connections: %v", pod, err)
-	}
-	return n, took.Seconds()
 }

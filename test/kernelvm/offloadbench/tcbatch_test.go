@@ -3,10 +3,21 @@ package offloadbench
 import (
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/flower"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
 // The reference: iproute2 installing the filters the datapath installs,
@@ -14,6 +25,20 @@ import (
 // netlink socket, one request per filter waiting for its answer, in C).
 // Each filter carries a cookie of the same length on its first action, as
 // the datapath's do.
+
+// compile compiles p's forwarding rules and policy, as the datapath does.
+func compile(t testing.TB, p plan.Plan, in flower.Input) ([]flower.Rule, []flower.PolicyRule) {
+	t.Helper()
+	rules, err := flower.Compile(p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := flower.CompilePolicy(p, in, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules, pol
+}
 
 // batchRule appends a forwarding rule as a tc -batch line: in
 // flower.ChainForward, where the datapath puts it.
@@ -122,4 +147,56 @@ func batchPolicy(t testing.TB, b *strings.Builder, r flower.PolicyRule) {
 		}
 	}
 	b.WriteString("\n")
+}
+
+// reference installs the filters of plan p (compiled as the datapath
+// does) with tc -batch in a namespace holding devices of the same names
+// and kinds, checks it holds want per device, and returns its rate.
+func reference(t *testing.T, p plan.Plan, want map[string]int) float64 {
+	t.Helper()
+	const ns = "skpbref"
+	guest.AddNetns(t, ns)
+	defer func() { _ = guest.Run(t, guest.IP, "netns", "del", ns) }() // free the filters before the traffic
+	for _, e := range []string{"a", "b"} {
+		guest.In(t, ns, guest.IP, "link", "add", rep(e), "type", "veth", "peer", "name", rep(e)+"p")
+		guest.In(t, ns, guest.IP, "link", "set", rep(e), "up")
+	}
+	guest.In(t, ns, guest.IP, "link", "add", datapath.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
+	guest.In(t, ns, guest.IP, "link", "set", datapath.VXLANName, "up")
+	guest.In(t, ns, guest.IP, "link", "add", gwPort, "type", "veth", "peer", "name", datapath.GatewayName(vni))
+	guest.In(t, ns, guest.IP, "link", "set", gwPort, "up")
+	in := flower.Input{Reps: map[string]string{"a": rep("a"), "b": rep("b")}, VXLAN: datapath.VXLANName,
+		Gateways: map[string]flower.Gateway{"blue": {Port: gwPort, MAC: agentdp.GatewayMAC(vni), IPs: []netip.Addr{netip.MustParseAddr(gatewayIP)}}}}
+	start := time.Now()
+	rules, pol := compile(t, p, in)
+	t.Logf("FIGURE compiling the plan (forwarding and policy, %d filters), as every Apply does: %v", len(rules)+len(pol), time.Since(start).Round(time.Millisecond))
+	var b strings.Builder
+	for _, d := range slices.Sorted(maps.Keys(want)) {
+		fmt.Fprintf(&b, "qdisc add dev %s clsact\n", d)
+	}
+	// As the datapath: the policy pipeline first, then forwarding.
+	for _, r := range pol {
+		batchPolicy(t, &b, r)
+	}
+	for _, r := range rules {
+		batchRule(t, &b, r)
+	}
+	file := filepath.Join(t.TempDir(), "policy.tc")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	guest.In(t, ns, guest.TC, "-batch", file)
+	took := time.Since(start)
+	got := map[string]int{}
+	for d := range want {
+		got[d] = countIn(t, ns, d)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("tc -batch: filters per device %v, the datapath's %v", got, want)
+	}
+	n := sum(got)
+	rate := float64(n) / took.Seconds()
+	t.Logf("FIGURE reference tc -batch: %d filters in %v: %.0f filters/s", n, took.Round(time.Millisecond), rate)
+	return rate
 }

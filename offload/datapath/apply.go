@@ -1,0 +1,161 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+// owned reports whether a link is Skiff's.
+func owned(l nl.Link) bool {
+	return strings.HasPrefix(l.Name, "sk") && strings.HasPrefix(l.Alias, aliasPrefix)
+}
+
+// links lists the namespace's links by name.
+func (d *Datapath) links() (map[string]nl.Link, error) {
+	ls, err := d.k.Links()
+	if err != nil {
+		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
+	byName := make(map[string]nl.Link, len(ls))
+	for _, l := range ls {
+		byName[l.Name] = l
+	}
+	return byName, nil
+}
+
+// Apply implements the agent's datapath.Datapath.
+func (d *Datapath) Apply(p plan.Plan) error {
+	d.op.Lock()
+	defer d.op.Unlock()
+	byName, err := d.links()
+	if err != nil {
+		return err
+	}
+	reps, targets := map[string]string{}, map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
+		port, ok := d.opts.Representor(p.Local[name])
+		if _, exists := byName[port.Rep]; !ok || !exists {
+			continue
+		}
+		reps[name] = port.Rep
+		if _, exists := byName[port.Target]; port.Target != "" && exists {
+			targets[name] = port.Target
+		}
+	}
+	var errs []error
+	gws, err := d.gateways(p, reps, byName)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(gws) > 0 {
+		// New gateway ports must be known as devices below.
+		if byName, err = d.links(); err != nil {
+			return err
+		}
+	}
+	in := flower.Input{Reps: reps, Targets: targets, Gateways: gws, VXLAN: VXLANName}
+	rules, err := flower.Compile(p, in)
+	if err != nil {
+		return fmt.Errorf("offload datapath: %w", err)
+	}
+	// A policy that does not compile leaves the installed one in place.
+	polRules, polErr := flower.CompilePolicy(p, in, rules)
+	if polErr != nil {
+		errs = append(errs, fmt.Errorf("offload datapath: policy: %w", polErr))
+	}
+	vx, hasVX := byName[VXLANName]
+	if len(rules) > 0 {
+		if vx, err = d.ensureVXLAN(vx, hasVX, mtu(p)); err != nil {
+			return fmt.Errorf("offload datapath: %w", err)
+		}
+		byName[VXLANName], hasVX = vx, true
+	}
+	// Every device that may hold Skiff rules: the VXLAN device, every
+	// switchdev port (a representor whose endpoint left keeps rules until
+	// we remove them) and Skiff's own interfaces.
+	devs := map[string]flower.Device{}
+	for _, l := range byName {
+		if l.SwitchID != "" || (owned(l) && l.Name != VXLANName) {
+			devs[l.Name] = d.device(l)
+		}
+	}
+	for _, r := range append(slices.Collect(maps.Values(reps)), slices.Collect(maps.Values(targets))...) {
+		l := byName[r]
+		devs[r] = d.device(l)
+		// A representor (or the host side standing in for one) carries
+		// nothing while down.
+		if !l.Up {
+			d.write()
+			if err := d.k.SetUp(l.Index); err != nil {
+				errs = append(errs, fmt.Errorf("offload datapath: setting %s up: %w", r, err))
+			}
+		}
+	}
+	if hasVX {
+		dev := flower.Device{Name: VXLANName, Index: vx.Index, Hardware: d.opts.TunnelHardware}
+		if !dev.Hardware {
+			dev.Reason = "no switchdev eswitch on this node: tunnel rules are not offered to hardware"
+		}
+		devs[VXLANName] = dev
+	}
+	var withRules []flower.Device
+	seen := map[string]bool{}
+	for _, r := range rules {
+		if !seen[r.Dev] {
+			seen[r.Dev] = true
+			withRules = append(withRules, devs[r.Dev])
+		}
+	}
+	if err := d.prog.EnsureClsact(withRules); err != nil {
+		errs = append(errs, err)
+	}
+	// The policy pipeline first (chain 0 leads to the forwarding chain),
+	// then forwarding, then the policy filters nobody wants.
+	var polStates []flower.PolicyState
+	var stale []flower.PolicyFilter
+	if polErr == nil {
+		if polStates, stale, err = d.pol.Install(devs, polRules); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	states, err := d.prog.Sync(devs, rules)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.pol.Delete(stale); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.neighbours(p); err != nil {
+		errs = append(errs, err)
+	}
+	d.mu.Lock()
+	d.states, d.devs, d.rules = states, devs, rules
+	if polErr == nil {
+		d.polRules, d.polStates = polRules, polStates
+	}
+	d.mu.Unlock()
+	// Delete last: the VXLAN device when no rule needs it.
+	if len(rules) == 0 && hasVX && owned(vx) {
+		d.log.Info("removing unneeded device", "link", VXLANName)
+		d.write()
+		if err := d.k.DeleteLink(vx.Index); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", VXLANName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) device(l nl.Link) flower.Device {
+	dev := flower.Device{Name: l.Name, Index: l.Index, Hardware: l.SwitchID != ""}
+	if !dev.Hardware {
+		dev.Reason = l.Name + " is not a switchdev port (no phys_switch_id): hardware not asked"
+	}
+	return dev
+}

@@ -1,0 +1,272 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+func mtu(p plan.Plan) int {
+	m := 0
+	for _, n := range p.Networks {
+		m = max(m, int(n.MTU))
+	}
+	if m == 0 {
+		m = plan.DefaultMTU
+	}
+	return m
+}
+
+func (d *Datapath) write() {
+	d.mu.Lock()
+	d.linkW++
+	d.mu.Unlock()
+}
+
+// ensureVXLAN makes the external-mode VXLAN device exist, up, with the
+// plan's largest MTU. A device of that name that is not Skiff's is an
+// error; a Skiff one with settings that cannot change in place is
+// recreated.
+func (d *Datapath) ensureVXLAN(cur nl.Link, exists bool, mtu int) (nl.Link, error) {
+	if exists {
+		if !owned(cur) {
+			return nl.Link{}, fmt.Errorf("%s exists and is not Skiff's; leaving it alone", VXLANName)
+		}
+		if cur.Kind != "vxlan" || !cur.External || cur.Learning || cur.Port != flower.VXLANPort {
+			d.log.Info("recreating device whose settings cannot change in place", "link", VXLANName)
+			d.write()
+			if err := d.k.DeleteLink(cur.Index); err != nil {
+				return nl.Link{}, fmt.Errorf("deleting %s: %w", VXLANName, err)
+			}
+			exists = false
+		}
+	}
+	if !exists {
+		// Created and marked (the alias): two writes.
+		d.write()
+		d.write()
+		if err := d.k.AddVXLAN(nl.VXLAN{Name: VXLANName, MTU: mtu, Port: flower.VXLANPort, Alias: vxlanAlias, External: true}); err != nil {
+			return nl.Link{}, fmt.Errorf("creating %s (external, port %d): %w", VXLANName, flower.VXLANPort, err)
+		}
+		byName, err := d.links()
+		if err != nil {
+			return nl.Link{}, err
+		}
+		if cur, exists = byName[VXLANName]; !exists {
+			return nl.Link{}, fmt.Errorf("%s was created but is not listed", VXLANName)
+		}
+	}
+	if cur.MTU != mtu {
+		d.write()
+		if err := d.k.SetMTU(cur.Index, mtu); err != nil {
+			return nl.Link{}, fmt.Errorf("mtu of %s: %w", VXLANName, err)
+		}
+	}
+	if !cur.Up {
+		d.write()
+		if err := d.k.SetUp(cur.Index); err != nil {
+			return nl.Link{}, fmt.Errorf("setting %s up: %w", VXLANName, err)
+		}
+	}
+	return cur, nil
+}
+
+// neighbours asks the kernel to resolve the underlay next hop of every
+// remote VTEP that has no valid neighbour entry (NTF_USE: an ARP probe
+// now, not when the first tunnelled packet needs it), so that encap rules
+// are not held in the slow path by an unresolved neighbour.
+func (d *Datapath) neighbours(p plan.Plan) error {
+	want := map[netip.Addr]bool{}
+	for _, n := range p.Networks {
+		for _, v := range n.FloodVTEPs {
+			want[v] = true
+		}
+	}
+	for _, r := range p.Remote {
+		if _, ok := p.Networks[r.Network]; ok && r.VTEP.IsValid() {
+			want[r.VTEP] = true
+		}
+	}
+	var errs []error
+	cache := map[int][]netip.Addr{}
+	for _, v := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
+		route, err := d.k.RouteTo(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: no underlay route to VTEP %s: %w", v, err))
+			continue
+		}
+		hop, link := v, route.LinkIndex
+		if route.Gateway.IsValid() {
+			hop = route.Gateway
+		}
+		if route.Local {
+			continue
+		}
+		valid, ok := cache[link]
+		if !ok {
+			if valid, err = d.k.ResolvedNeighs(link); err != nil {
+				errs = append(errs, fmt.Errorf("offload datapath: neighbours of link %d: %w", link, err))
+				continue
+			}
+			cache[link] = valid
+		}
+		if slices.Contains(valid, hop) {
+			continue
+		}
+		d.mu.Lock()
+		d.probes++
+		d.mu.Unlock()
+		if err := d.k.Resolve(link, hop); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: resolving underlay next hop %s of VTEP %s: %w", hop, v, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// GatewayName and GatewayPortName name the veth pair of a network's
+// gateway: GatewayName holds the gateway addresses in the node's stack,
+// GatewayPortName is where the rules send traffic for it.
+func GatewayName(vni uint32) string { return fmt.Sprintf("skg%d", vni) }
+
+// GatewayPortName names the eswitch side of a network's gateway.
+func GatewayPortName(vni uint32) string { return fmt.Sprintf("skh%d", vni) }
+
+// gateways gives every network with a plumbed local endpoint and a subnet
+// gateway a veth pair holding the gateway addresses (and the network's
+// gateway MAC) in the node's stack, with forwarding off on it (the gateway
+// answers; it routes nothing), and removes the pairs of networks that
+// need none.
+func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[string]nl.Link) (map[string]flower.Gateway, error) {
+	out := map[string]flower.Gateway{}
+	want := map[string]bool{}
+	var errs []error
+	for name := range reps {
+		n, ok := p.Networks[p.Local[name].Network]
+		if !ok {
+			continue
+		}
+		if _, done := out[n.Name]; done {
+			continue
+		}
+		var addrs []netip.Prefix
+		var ips []netip.Addr
+		for _, sn := range n.Subnets {
+			if sn.Gateway.Is4() {
+				addrs = append(addrs, netip.PrefixFrom(sn.Gateway, sn.CIDR.Bits()))
+				ips = append(ips, sn.Gateway)
+			}
+		}
+		if len(addrs) == 0 {
+			continue
+		}
+		gw, port := GatewayName(n.VNI), GatewayPortName(n.VNI)
+		want[gw], want[port] = true, true
+		if err := d.gatewayPair(gw, port, n, addrs, byName); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: gateway of %s: %w", n.Name, err))
+			continue
+		}
+		out[n.Name] = flower.Gateway{Port: port, MAC: agentdp.GatewayMAC(n.VNI), IPs: ips}
+	}
+	for name, l := range byName {
+		if owned(l) && strings.HasPrefix(name, "skg") && !want[name] {
+			d.log.Info("removing unneeded gateway", "link", name)
+			d.write()
+			if err := d.k.DeleteLink(l.Index); err != nil { // its peer goes with it
+				errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", name, err))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Prefix, byName map[string]nl.Link) error {
+	mtu := int(n.MTU)
+	if mtu == 0 {
+		mtu = plan.DefaultMTU
+	}
+	l, ok := byName[gw]
+	if ok && !owned(l) {
+		return fmt.Errorf("%s exists and is not Skiff's; leaving it alone", gw)
+	}
+	if _, pok := byName[port]; !ok || !pok {
+		if ok {
+			d.write()
+			if err := d.k.DeleteLink(l.Index); err != nil {
+				return err
+			}
+		}
+		d.write()
+		if err := d.k.AddPair(nl.Pair{Name: gw, Peer: port, MTU: mtu, MAC: agentdp.GatewayMAC(n.VNI)}); err != nil {
+			return fmt.Errorf("creating %s/%s: %w", gw, port, err)
+		}
+		now, err := d.links()
+		if err != nil {
+			return err
+		}
+		for name, alias := range map[string]string{gw: aliasPrefix + "gateway:" + n.Name, port: aliasPrefix + "gateway-port:" + n.Name} {
+			x, ok := now[name]
+			if !ok {
+				return fmt.Errorf("%s was created but is not listed", name)
+			}
+			d.write()
+			if err := d.k.SetAlias(x.Index, alias); err != nil {
+				return err
+			}
+			x.Alias = alias
+			byName[name] = x
+		}
+		// The gateway answers; it forwards nothing between networks.
+		if err := d.sysctl("/proc/sys/net/ipv4/conf/"+gw+"/forwarding", "0"); err != nil {
+			d.log.Warn("gateway forwarding stays on", "link", gw, "err", err)
+		}
+	}
+	for _, name := range []string{gw, port} {
+		if x := byName[name]; !x.Up {
+			d.write()
+			if err := d.k.SetUp(x.Index); err != nil {
+				return err
+			}
+		}
+	}
+	have, err := d.k.Addrs(byName[gw].Index)
+	if err != nil {
+		return err
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, a := range have {
+		if !a.Addr().Is4() {
+			continue
+		}
+		seen[a] = true
+		if !slices.Contains(addrs, a) {
+			d.write()
+			if err := d.k.DeleteAddr(byName[gw].Index, a); err != nil {
+				return err
+			}
+		}
+	}
+	for _, a := range addrs {
+		if !seen[a] {
+			d.write()
+			if err := d.k.AddAddr(byName[gw].Index, a); err != nil {
+				return fmt.Errorf("address %s on %s: %w", a, gw, err)
+			}
+		}
+	}
+	return nil
+}
+
+// sysctl writes a /proc/sys/net file of the datapath's namespace (the
+// opener's namespace decides whose file it is).
+func (d *Datapath) sysctl(path, value string) error {
+	return nl.InNetNS(d.opts.NetNS, func() error { return os.WriteFile(path, []byte(value), 0o644) })
+}
