@@ -37,7 +37,7 @@ func In(t testing.TB, ns string, args ...string) string {
 // test ends.
 func AddNetns(t testing.TB, name string) {
 	t.Helper()
-	if err := os.MkdirAll("/var/run/netns", 0o755); err != nil {
+	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	Run(t, IP, "netns", "add", name)
