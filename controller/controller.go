@@ -52,12 +52,17 @@ type Config struct {
 	BGP *bgp.Config
 	// MetricsAddr serves Prometheus metrics at /metrics; empty: none.
 	MetricsAddr string
+	// Pprof also serves Go's profiles at /debug/pprof/ on MetricsAddr.
+	Pprof bool
 }
 
 // Run serves until ctx ends, then stops gracefully.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Listen == "" {
 		return errors.New("controller: --listen is required")
+	}
+	if cfg.Pprof && cfg.MetricsAddr == "" {
+		return errors.New("controller: --pprof needs --metrics-addr")
 	}
 	if cfg.StatusTTL == 0 {
 		cfg.StatusTTL = 15 * time.Second
@@ -102,7 +107,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer speaker.Close()
 	}
 	if cfg.MetricsAddr != "" {
-		if err := serveMetrics(ctx, cfg.MetricsAddr, reg, log); err != nil {
+		if err := serveMetrics(ctx, cfg.MetricsAddr, cfg.Pprof, reg, log); err != nil {
 			return err
 		}
 	}

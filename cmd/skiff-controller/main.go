@@ -64,6 +64,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA that signs client certificates; enables mTLS")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
+	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's CPU and memory profiles at /debug/pprof/ on --metrics-addr")
 	bgpFlags.Add(f)
 	cmd.SetContext(context.Background())
 	return cmd

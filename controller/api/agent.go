@@ -18,6 +18,8 @@ import (
 // safe for concurrent use.
 type PlanSource interface {
 	Plans
+	// Revision is the store revision the plans are at.
+	Revision() int64
 	// Subscribe opens a node's plan stream; haveRev is the revision the
 	// agent holds (0: none).
 	Subscribe(ctx context.Context, node string, haveRev int64) (PlanSubscription, error)
@@ -70,8 +72,22 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 		}
 		return grpcError("stream plan", err)
 	}
-	if r.GetHaveRevision() < 0 {
-		return status.Errorf(codes.InvalidArgument, "haveRevision: must not be negative, got %d", r.GetHaveRevision())
+	have := r.GetHaveRevision()
+	if have < 0 {
+		return status.Errorf(codes.InvalidArgument, "haveRevision: must not be negative, got %d", have)
+	}
+	if have > a.plans.Revision() {
+		// Either this replica's planner lags (Subscribe waits for it) or
+		// the agent's plan comes from a store this one has never been
+		// (restored from a backup): such a plan cannot be resumed.
+		cur, err := a.store.Revision(ctx)
+		if err != nil {
+			return grpcError("stream plan", err)
+		}
+		if have > cur {
+			a.log.Warn("agent holds a revision the store has not reached; sending a snapshot", "node", node, "haveRevision", have, "storeRevision", cur)
+			have = 0
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -80,12 +96,12 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 			a.log.Warn("node status", "node", node, "err", err)
 		}
 	}()
-	sub, err := a.plans.Subscribe(ctx, node, r.GetHaveRevision())
+	sub, err := a.plans.Subscribe(ctx, node, have)
 	if err != nil {
 		return grpcError("stream plan", err)
 	}
 	defer sub.Close()
-	a.log.Info("plan stream opened", "node", node, "haveRevision", r.GetHaveRevision())
+	a.log.Info("plan stream opened", "node", node, "haveRevision", have)
 	for {
 		snap, delta, err := sub.Next(ctx)
 		if err != nil {

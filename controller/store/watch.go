@@ -33,11 +33,11 @@ var ErrCompacted = errors.New("store: revision compacted")
 func (s *Store) ReadState(ctx context.Context, rev int64) (*State, error) {
 	st := &State{Revision: rev}
 	if rev == 0 {
-		resp, err := s.cli.Get(ctx, s.k("networks")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cur, err := s.Revision(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("store: read state: %w", err)
 		}
-		st.Revision = resp.Header.Revision
+		st.Revision = cur
 	}
 	var err error
 	wrap := func(e error) error {
@@ -65,6 +65,15 @@ func (s *Store) ReadState(ctx context.Context, rev int64) (*State, error) {
 		return nil, wrap(err)
 	}
 	return st, nil
+}
+
+// Revision returns the store's current revision.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.k("networks")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("store: revision: %w", err)
+	}
+	return resp.Header.Revision, nil
 }
 
 // Event is one change of an object. On deletes the object is the last
