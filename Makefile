@@ -5,7 +5,7 @@ CMDS    := skiff-controller skiff-agent skiffctl skiff-cni
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: all build deps generate test test-kernel lint demo bench clean
+.PHONY: all build deps generate test test-kernel lint demo bench scale clean
 
 all: build
 
@@ -38,6 +38,18 @@ lint:
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./controller/...
+
+# The scale harness at full size (test/scale/README.md): about an hour,
+# heavy, so it takes the machine's heavy lock. Figures go to bin/scale-*.txt.
+# SCALE_FLAGS are added to every run (e.g. SCALE_FLAGS=--profile).
+SCALE_FLAGS ?=
+SCALE := flock /tmp/skiff-heavy.lock $(BIN)/skiff-scale --bin-dir $(BIN) $(SCALE_FLAGS)
+scale: deps build
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./test/scale/cmd/skiff-scale ./test/scale/cmd/scale-etcd
+	$(SCALE) --workload local --agents 5000 --out $(BIN)/scale-local.txt
+	$(SCALE) --workload wide --agents 1000 --out $(BIN)/scale-wide.txt
+	$(SCALE) --workload local --agents 5000 --policies 10000 --scenarios cold,latency,rest,load --out $(BIN)/scale-policies.txt
+	$(SCALE) --workload local --agents 5000 --replicas 3 --scenarios cold,failover --out $(BIN)/scale-failover.txt
 
 demo: deps build
 	$(GO) run ./test/demo
