@@ -63,6 +63,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.Width = 32
 	}
 	rep := o.Report
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
 	if lim, err := RaiseFileLimit(uint64(3*o.Work.Nodes + 4096)); err != nil || lim < uint64(2*o.Work.Nodes+1024) {
 		return nil, fmt.Errorf("open-file limit %d is too low for %d agents (%v)", lim, o.Work.Nodes, err)
 	}
