@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -202,13 +203,16 @@ func (ct *Controller) Start(ctx context.Context) error {
 		return err
 	}
 	ct.Proc = p
-	conn, err := grpc.NewClient(ct.Addr, grpc.WithTransportCredentials(ct.creds))
+	// gRPC's default reconnection backoff (1 s, growing) would round
+	// the start -> serving figure up to the next retry: poll every 50 ms.
+	conn, err := grpc.NewClient(ct.Addr, grpc.WithTransportCredentials(ct.creds),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1, MaxDelay: 50 * time.Millisecond}, MinConnectTimeout: time.Second}))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
-	return p.waitUntil(ctx, "controller "+ct.Addr+" serving", 100*time.Millisecond, func() bool {
+	return p.waitUntil(ctx, "controller "+ct.Addr+" serving", 50*time.Millisecond, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
