@@ -154,6 +154,7 @@ func startPlanner(ctx context.Context, st *store.Store, log *slog.Logger) (plans
 	pl.Load(state.Revision, plannerState(state, log))
 	log.Info("planner loaded", "revision", state.Revision, "networks", len(state.Networks),
 		"endpoints", len(state.Endpoints), "nodes", len(state.Nodes))
+	loadRecent(ctx, st, pl, state.Revision, log)
 	go func() {
 		rev := state.Revision
 		for ctx.Err() == nil {
@@ -182,4 +183,53 @@ func startPlanner(ctx context.Context, st *store.Store, log *slog.Logger) (plans
 		}
 	}()
 	return plans{pl}, nil
+}
+
+// loadRecent reads what changed in etcd's history up to the load revision
+// so that agents holding plans of earlier revisions resume without a
+// rebuild of their old plan (planner.Recent). Without it (an error) they
+// still resume, through Options.History.
+func loadRecent(ctx context.Context, st *store.Store, pl *planner.Planner, rev int64, log *slog.Logger) {
+	start := time.Now()
+	var r planner.Recent
+	n := 0
+	floor, err := st.Changes(ctx, rev, func(at int64, evs []store.Event) error {
+		r.Add(at, recentChanges(evs))
+		n++
+		return nil
+	})
+	if err != nil {
+		log.Warn("planner: store history not read; agents of earlier revisions resume through a rebuild", "err", err)
+		return
+	}
+	r.Floor = floor
+	ok := pl.SetRecent(rev, r)
+	log.Info("planner: store history read", "floor", floor, "revision", rev, "revisions", n, "taken", ok, "took", time.Since(start))
+}
+
+// recentChanges keeps of each event what planner.Recent counts (names
+// only, so that an object that does not convert still counts).
+func recentChanges(evs []store.Event) []planner.Change {
+	out := make([]planner.Change, 0, len(evs))
+	for _, e := range evs {
+		var c planner.Change
+		switch {
+		case e.Network != nil:
+			c.Network = &plan.Network{Name: e.Network.Name}
+		case e.Subnet != nil:
+			c.Subnet = &plan.Subnet{Network: e.Subnet.Network}
+		case e.Endpoint != nil:
+			c.Endpoint = &plan.Endpoint{Network: e.Endpoint.Network, Node: e.Endpoint.Node}
+		case e.Node != nil:
+			c.Node = &plan.Node{Name: e.Node.Name}
+		case e.Policy != nil:
+			c.Policy = &policy.Policy{}
+		case e.Namespace != nil:
+			c.Namespace = &planner.NamespaceLabels{}
+		default:
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }

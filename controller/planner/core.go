@@ -89,6 +89,10 @@ type Planner struct {
 	subs       map[string]map[*Subscription]struct{}
 	ext        externals   // learned over BGP (external.go)
 	extStaged  *[]External // applied by the next Update
+	// After a Load, from SetRecent (resume.go): node -> last revision of
+	// a change its plan depends on, counted from recentFloor.
+	quiet       map[string]int64
+	recentFloor int64
 }
 
 // New returns an empty planner at revision 0.
@@ -119,6 +123,7 @@ func (p *Planner) reset() {
 	p.epNode = map[string]string{}
 	p.groupNodes = map[string]map[string]struct{}{}
 	p.netGroups = map[string]map[string][]netip.Addr{}
+	p.quiet, p.recentFloor = nil, 0
 }
 
 // Revision returns the store revision the planner has applied.

@@ -38,8 +38,12 @@ var ErrClosed = errors.New("planner: subscription closed")
 // consumer holds (0: none). The first update is:
 //   - a snapshot when have is 0 or no delta from have can be computed;
 //   - an empty delta have->have when have is the current plan revision;
+//   - an empty delta have->current when the planner loaded after have and
+//     nothing the plan depends on changed from have to the load (SetRecent)
+//     nor since;
 //   - otherwise one delta from have to the current plan, merged from the
-//     delta log or computed against Options.History.
+//     delta log (from have, or from the load under the same condition) or
+//     computed against Options.History.
 //
 // When have is ahead of the planner (another replica served the consumer),
 // Subscribe first waits, bounded by ctx, until the planner catches up.
@@ -65,13 +69,17 @@ func (p *Planner) Subscribe(ctx context.Context, node string, have int64) (*Subs
 	}
 	p.subs[node][s] = struct{}{}
 	base := cur.Clone()
+	// from: have, or the load revision when the plan did not change
+	// between the two (resume.go); the delta still starts at have.
+	from := p.resumeFrom(node, have)
 	switch {
 	case have == 0:
 		s.first = &Update{Snapshot: &base}
-	case have == cur.Revision:
-		s.first = &Update{Delta: &plan.Delta{Node: node, From: have, Revision: have}}
+	case from == cur.Revision:
+		s.first = &Update{Delta: &plan.Delta{Node: node, From: have, Revision: cur.Revision}}
 	default:
-		if d, ok := p.fromLog(node, have); ok {
+		if d, ok := p.fromLog(node, from); ok {
+			d.From = have
 			s.first = &Update{Delta: &d}
 		}
 	}

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Changes reads the object changes that etcd's history still holds, up to
+// and including revision to, and calls fn with each revision's changes,
+// oldest first. A change of an existing object comes as the deletion of its
+// previous version followed by the new version, so that both are seen. It
+// returns the floor: every change after it was given (0: the whole history;
+// otherwise the revision before the oldest that compaction kept). It is safe
+// for concurrent use and changes nothing.
+func (s *Store) Changes(ctx context.Context, to int64, fn func(rev int64, events []Event) error) (floor int64, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := int64(1)
+	for {
+		floor, err = s.changesFrom(ctx, start, to, fn)
+		var c compactedAt
+		if !errors.As(err, &c) {
+			return floor, err
+		}
+		if int64(c) <= start {
+			return 0, fmt.Errorf("store: changes from %d: compacted at %d", start, int64(c))
+		}
+		start = int64(c)
+	}
+}
+
+// compactedAt: the history starts at this revision.
+type compactedAt int64
+
+func (c compactedAt) Error() string { return fmt.Sprintf("compacted at %d", int64(c)) }
+
+func (s *Store) changesFrom(ctx context.Context, start, to int64, fn func(int64, []Event) error) (int64, error) {
+	floor := start - 1
+	if to < start {
+		return floor, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := s.cli.Watch(ctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(start), clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	// Once the watch has caught up, a progress notification says that
+	// nothing else up to its revision is coming.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var (
+		batch []Event
+		cur   int64
+	)
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-wch:
+		case <-tick.C:
+			_ = s.cli.RequestProgress(ctx)
+			continue
+		}
+		if !ok {
+			if ctx.Err() != nil {
+				return floor, ctx.Err()
+			}
+			return floor, errors.New("store: changes: watch closed")
+		}
+		if resp.CompactRevision != 0 {
+			return floor, compactedAt(resp.CompactRevision)
+		}
+		if err := resp.Err(); err != nil {
+			return floor, fmt.Errorf("store: changes: %w", err)
+		}
+		for _, ev := range resp.Events {
+			rev := ev.Kv.ModRevision
+			if rev > to {
+				break
+			}
+			if cur != 0 && rev != cur && len(batch) > 0 {
+				if err := fn(cur, batch); err != nil {
+					return floor, err
+				}
+				batch = nil
+			}
+			cur = rev
+			if ev.Type == mvccpb.PUT && ev.PrevKv != nil {
+				old, ok, err := s.decodeEvent(&clientv3.Event{Type: mvccpb.DELETE, Kv: ev.Kv, PrevKv: ev.PrevKv})
+				if err != nil {
+					return floor, err
+				}
+				if ok {
+					batch = append(batch, old)
+				}
+			}
+			e, ok, err := s.decodeEvent(ev)
+			if err != nil {
+				return floor, err
+			}
+			if ok {
+				batch = append(batch, e)
+			}
+		}
+		if (resp.IsProgressNotify() && resp.Header.Revision >= to) || cur >= to ||
+			(len(resp.Events) > 0 && resp.Events[len(resp.Events)-1].Kv.ModRevision > to) {
+			if len(batch) > 0 {
+				if err := fn(cur, batch); err != nil {
+					return floor, err
+				}
+			}
+			return floor, nil
+		}
+	}
+}

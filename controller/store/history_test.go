@@ -1,0 +1,64 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/skiff-sdn/skiff/controller/store"
+	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+)
+
+// TestChanges reads the history back: every object change up to the
+// revision asked, a change of an existing object as its old version
+// deleted then the new one, nothing after the revision asked.
+func TestChanges(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.RegisterNode(ctx, &skiffv1.Node{Name: "n1", UnderlayIp: "192.0.2.1"}); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := s.RegisterNode(ctx, &skiffv1.Node{Name: "n1", UnderlayIp: "192.0.2.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustNetwork(t, s, "blue", 100, "198.51.100.0/24")
+	e, err := s.CreateEndpoint(ctx, &skiffv1.Endpoint{Name: "a", Network: "blue", Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteEndpoint(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var last int64
+	floor, err := s.Changes(ctx, e.Revision, func(rev int64, evs []store.Event) error {
+		last = rev
+		for _, ev := range evs {
+			what := ev.Kind()
+			switch {
+			case ev.Node != nil:
+				what += " " + ev.Node.UnderlayIp
+			case ev.Endpoint != nil:
+				what += " " + ev.Endpoint.Name
+			}
+			if ev.Delete {
+				what += " deleted"
+			}
+			if rev == moved.Revision || rev == e.Revision {
+				got = append(got, what)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"node 192.0.2.1 deleted", "node 192.0.2.2", "endpoint a"}
+	if last != e.Revision {
+		t.Errorf("last revision given %d, want %d (the endpoint's creation; its deletion comes after)", last, e.Revision)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || floor != 0 {
+		t.Fatalf("changes %q (floor %d), want %q (floor 0)", got, floor, want)
+	}
+}
