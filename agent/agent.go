@@ -136,6 +136,7 @@ type Agent struct {
 	isConnected bool
 	changed     chan struct{} // closed and replaced when the plan or the datapath changes
 	kick        chan struct{}
+	kickNow     chan struct{} // someone waits on the reconcile: no settling
 	healthy     error
 
 	evMu    sync.Mutex
@@ -235,7 +236,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{cfg: cfg, log: log, conn: conn, client: skiffv1.NewAgentServiceClient(conn), kernel: d.Kernel, dp: d.Datapath,
-		under: under, kick: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
+		under: under, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
 		discover: d.Discover, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
 		rediscover: make(chan struct{}, 1)}
 	a.metrics()
@@ -369,26 +370,47 @@ func (a *Agent) resync() {
 	}
 }
 
-// reconcileLoop applies the current plan whenever asked, debounced, and at
-// the latest every cfg.Resync.
+// resyncNow asks for a reconcile that someone waits on (a local API create
+// whose endpoint must be attached): it starts without letting events
+// settle first.
+func (a *Agent) resyncNow() {
+	select {
+	case a.kickNow <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileLoop applies the current plan whenever asked, debounced unless
+// asked by resyncNow, and at the latest every cfg.Resync.
 func (a *Agent) reconcileLoop(ctx context.Context) {
 	t := time.NewTimer(a.cfg.Resync)
 	defer t.Stop()
 	for {
+		now := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
+		case <-a.kickNow:
+			now = true
 		case <-t.C:
 		}
-		// Let a burst of events settle into one reconcile.
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-ctx.Done():
-			return
+		if !now {
+			// Let a burst of events settle into one reconcile.
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-a.kickNow:
+			case <-ctx.Done():
+				return
+			}
 		}
+		// What asked while this one was pending is served by it.
 		select {
 		case <-a.kick:
+		default:
+		}
+		select {
+		case <-a.kickNow:
 		default:
 		}
 		a.reconcile()

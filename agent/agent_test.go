@@ -212,8 +212,9 @@ func TestAgentRestartAndResume(t *testing.T) {
 	}
 
 	// The controller returns: one stream, resumed from rev, with a delta.
+	streams := h.ctl.streamsSeen()
 	h.ctl.start(t, addr)
-	h.waitConnected()
+	h.waitConnected(streams)
 	h.ctl.mu.Lock()
 	haves, sent := slices.Clone(h.ctl.haves), slices.Clone(h.ctl.sent)
 	h.ctl.mu.Unlock()
@@ -228,9 +229,10 @@ func TestAgentRestartAndResume(t *testing.T) {
 	// resumes from it.
 	h.ctl.addNetwork("red", 200)
 	h.waitState("red pushed", "network blue vni=100 mtu=1450 flood=[]\nnetwork red vni=200 mtu=1450 flood=[]\nendpoint pod-a plumbed=eth0@"+h.netns+" host=fkpod-a attached\n")
+	streams = h.ctl.streamsSeen()
 	h.ctl.stop()
 	h.ctl.start(t, addr)
-	h.waitConnected()
+	h.waitConnected(streams)
 	h.ctl.mu.Lock()
 	last := h.ctl.sent[len(h.ctl.sent)-1]
 	h.ctl.mu.Unlock()
@@ -239,10 +241,13 @@ func TestAgentRestartAndResume(t *testing.T) {
 	}
 }
 
-func (h *harness) waitConnected() {
+// waitConnected waits until the controller has seen more than streams plan
+// streams and the agent is ready on the newest (the agent drops its old
+// stream, so it is not ready, before it opens a new one).
+func (h *harness) waitConnected(streams int) {
 	h.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !h.a.Status().Ready {
+	for h.ctl.streamsSeen() <= streams || !h.a.Status().Ready {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("agent not back: %+v", h.a.Status())
 		}

@@ -228,27 +228,23 @@ func (a *Agent) waitPlan(ctx context.Context, cond func(plan.Plan) bool) error {
 
 // waitReady asks for a reconcile and waits until the datapath reports the
 // endpoint attached. Every reconcile ends by waking the waiters (pushed;
-// nothing polls).
+// nothing polls). A reconcile already under way (one a netlink event about
+// the new interface started, say) may attach it first: the datapath's
+// Ready counts only reconciles that began after the Plumb.
 func (a *Agent) waitReady(ctx context.Context, endpoint string) error {
-	a.mu.Lock()
-	ch := a.changed
-	a.mu.Unlock()
-	a.resync()
+	a.resyncNow()
 	for {
-		// A reconcile that started before the endpoint was plumbed
-		// may end first and find it not attached; the one asked for
-		// above comes after it.
+		a.mu.Lock()
+		ch := a.changed
+		a.mu.Unlock()
+		if ok, _ := a.dp.Ready(endpoint); ok {
+			return nil
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			_, why := a.dp.Ready(endpoint)
 			return fmt.Errorf("%w (%s)", ctx.Err(), why)
-		}
-		a.mu.Lock()
-		ch = a.changed
-		a.mu.Unlock()
-		if ok, _ := a.dp.Ready(endpoint); ok {
-			return nil
 		}
 	}
 }

@@ -61,6 +61,13 @@ func (f *fakeController) start(t *testing.T, addr string) {
 	t.Cleanup(f.srv.Stop)
 }
 
+// streamsSeen is how many plan streams were opened.
+func (f *fakeController) streamsSeen() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.haves)
+}
+
 // stop drops every connection and stops listening.
 func (f *fakeController) stop() { f.srv.Stop() }
 

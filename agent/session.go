@@ -74,7 +74,9 @@ func (a *Agent) stream(ctx context.Context) error {
 		return fmt.Errorf("open plan stream: %w", err)
 	}
 	a.log.Info("plan stream open", "controller", a.cfg.Controller, "haveRevision", have)
-	a.setConnected(true)
+	// Connected once the controller has answered on the stream: opening
+	// it only sent the request.
+	connected := false
 	for {
 		u, err := s.Recv()
 		if err == io.EOF {
@@ -91,6 +93,10 @@ func (a *Agent) stream(ctx context.Context) error {
 			a.log.Error("rejecting plan update; asking for a snapshot", "err", err)
 			a.forgetRevision()
 			return err
+		}
+		if !connected {
+			connected = true
+			a.setConnected(true)
 		}
 	}
 }

@@ -52,7 +52,8 @@ type Datapath interface {
 	Unplumb(ctx context.Context, req UnplumbRequest) error
 	// Ready reports whether the last Apply attached the local endpoint
 	// (bridge port, or its forwarding rules installed), and when not,
-	// why. It does no kernel I/O.
+	// why. An Apply that began before the endpoint's latest Plumb does
+	// not count (see PlumbGate). It does no kernel I/O.
 	Ready(endpoint string) (bool, string)
 	// Kinds lists the endpoint kinds Plumb offers.
 	Kinds() []string

@@ -44,9 +44,11 @@ type VethAPI interface {
 	Stats() (map[string]Counters, error)
 }
 
-// AddVeth implements VethAPI. The peer is created under a temporary name
-// in this namespace, moved, then renamed, so a failure at any step deletes
-// the pair again and leaves nothing behind.
+// AddVeth implements VethAPI. The pair is made in one request, its peer
+// created straight in v.PeerNS under its own name (no move between
+// namespaces, which costs the kernel an RCU grace period), so a failure
+// leaves nothing behind; a failure to mark the host side deletes the
+// pair.
 func (k *real) AddVeth(v Veth) error {
 	ns, err := netns.GetFromPath(v.PeerNS)
 	if err != nil {
@@ -56,39 +58,20 @@ func (k *real) AddVeth(v Veth) error {
 	k.w()
 	la := netlink.NewLinkAttrs()
 	la.Name, la.MTU = v.Name, v.MTU
-	tmp := "skt" + v.Name[3:]
-	if err := k.h.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: tmp}); err != nil {
-		return fmt.Errorf("nl: add veth %s: %w", v.Name, err)
+	veth := &netlink.Veth{LinkAttrs: la, PeerName: v.PeerName, PeerNamespace: netlink.NsFd(int(ns))}
+	if v.MTU > 0 {
+		veth.PeerMTU = uint32(v.MTU)
+	}
+	if err := k.h.LinkAdd(veth); err != nil {
+		return fmt.Errorf("nl: add veth %s (peer %s in %s): %w", v.Name, v.PeerName, v.PeerNS, err)
 	}
 	host, err := k.h.LinkByName(v.Name)
 	if err != nil {
 		return fmt.Errorf("nl: find veth %s: %w", v.Name, err)
 	}
-	fail := func(err error) error {
-		_ = k.h.LinkDel(host)
-		return err
-	}
 	if err := k.h.LinkSetAlias(host, v.Alias); err != nil {
-		return fail(fmt.Errorf("nl: mark %s: %w", v.Name, err))
-	}
-	peer, err := k.h.LinkByName(tmp)
-	if err != nil {
-		return fail(fmt.Errorf("nl: find veth peer %s: %w", tmp, err))
-	}
-	if err := k.h.LinkSetNsFd(peer, int(ns)); err != nil {
-		return fail(fmt.Errorf("nl: move %s to %s: %w", tmp, v.PeerNS, err))
-	}
-	ph, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE) // no XFRM: see Open
-	if err != nil {
-		return fail(fmt.Errorf("nl: handle in %s: %w", v.PeerNS, err))
-	}
-	defer ph.Close()
-	pl, err := ph.LinkByName(tmp)
-	if err != nil {
-		return fail(fmt.Errorf("nl: find %s in %s: %w", tmp, v.PeerNS, err))
-	}
-	if err := ph.LinkSetName(pl, v.PeerName); err != nil {
-		return fail(fmt.Errorf("nl: rename %s to %s in %s: %w", tmp, v.PeerName, v.PeerNS, err))
+		_ = k.h.LinkDel(host)
+		return fmt.Errorf("nl: mark %s: %w", v.Name, err)
 	}
 	return nil
 }

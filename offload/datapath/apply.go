@@ -34,6 +34,7 @@ func (d *Datapath) links() (map[string]nl.Link, error) {
 func (d *Datapath) Apply(p plan.Plan) error {
 	d.op.Lock()
 	defer d.op.Unlock()
+	start := d.gate.Begin()
 	byName, err := d.links()
 	if err != nil {
 		return err
@@ -141,6 +142,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		d.polRules, d.polStates = polRules, polStates
 	}
 	d.mu.Unlock()
+	d.gate.Done(start)
 	// Delete last: the VXLAN device when no rule needs it.
 	if len(rules) == 0 && hasVX && owned(vx) {
 		d.log.Info("removing unneeded device", "link", VXLANName)

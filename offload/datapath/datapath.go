@@ -72,7 +72,8 @@ type Datapath struct {
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
 
-	op sync.Mutex // one netlink conversation at a time: Apply or Rules
+	op   sync.Mutex // one netlink conversation at a time: Apply or Rules
+	gate agentdp.PlumbGate
 
 	mu     sync.Mutex
 	states []flower.State

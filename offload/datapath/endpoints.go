@@ -34,6 +34,7 @@ func (d *Datapath) Plumb(_ context.Context, req agentdp.PlumbRequest) (agentdp.P
 	default:
 		return agentdp.Plumbed{}, fmt.Errorf("offload datapath: endpoint %s of kind %q: %w", e.Name, e.Kind, agentdp.ErrKind)
 	}
+	d.gate.Plumbing(e.Name)
 	return agentdp.PlumbVeth(d.nsPath(), req)
 }
 
@@ -49,8 +50,12 @@ func (d *Datapath) nsPath() string {
 }
 
 // Ready implements agent/datapath.Datapath: the endpoint's decap rule was
-// installed (in hardware or software) by the last Apply.
+// installed (in hardware or software) by the last Apply that began after
+// its latest Plumb.
 func (d *Datapath) Ready(endpoint string) (bool, string) {
+	if !d.gate.Current(endpoint) {
+		return false, agentdp.NotCurrent
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, s := range d.states {

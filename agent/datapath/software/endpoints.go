@@ -24,6 +24,7 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 	if e.Kind != plan.KindVeth {
 		return datapath.Plumbed{}, fmt.Errorf("software datapath: endpoint %s of kind %q: %w (it plumbs veth pairs; VFs need a node with a switchdev eswitch)", e.Name, e.Kind, datapath.ErrKind)
 	}
+	d.gate.Plumbing(e.Name)
 	return datapath.PlumbVeth("", req)
 }
 
@@ -34,8 +35,12 @@ func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error
 }
 
 // Ready implements datapath.Datapath: the endpoint's host side is a port
-// of its network's bridge, as of the last Apply.
+// of its network's bridge, as of the last Apply that began after its
+// latest Plumb.
 func (d *Datapath) Ready(endpoint string) (bool, string) {
+	if !d.gate.Current(endpoint) {
+		return false, datapath.NotCurrent
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	why, ok := d.attached[endpoint]

@@ -55,6 +55,7 @@ type Datapath struct {
 	fw  *nl.Firewall
 	log *slog.Logger
 
+	gate     datapath.PlumbGate
 	mu       sync.Mutex
 	attached map[string]string // local endpoint -> "" when attached, else why not
 }
@@ -67,6 +68,7 @@ func New(k nl.Kernel, fw *nl.Firewall, log *slog.Logger) *Datapath {
 
 // Apply implements datapath.Datapath.
 func (d *Datapath) Apply(p plan.Plan) error {
+	start := d.gate.Begin()
 	att := map[string]string{}
 	for name := range p.Local {
 		att[name] = "its interface is not plumbed"
@@ -75,6 +77,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		d.mu.Lock()
 		d.attached = att
 		d.mu.Unlock()
+		d.gate.Done(start)
 	}()
 	links, err := d.k.Links()
 	if err != nil {
