@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/agent/dhcp"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/dialer"
 	"github.com/skiff-sdn/skiff/internal/nl"
@@ -94,6 +95,9 @@ type Deps struct {
 	// DialOptions are added when dialing the controller (tests).
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
+	// DHCP answers VM ports' guests; one listening on the ports' host
+	// interfaces in the agent's namespace when nil.
+	DHCP *dhcp.Responder
 }
 
 // Kernel is what the agent itself reads of the kernel: which links exist,
@@ -150,6 +154,14 @@ type Agent struct {
 	caps       *skiffv1.NodeCapabilities
 	mode       string // the mode registered (the datapath that runs)
 	rediscover chan struct{}
+
+	// VM ports as plumbed by the reconcile loop (ports.go).
+	portMu     sync.Mutex
+	ports      map[string]*vmPort
+	portsKnown bool          // a reconcile has run
+	portsRev   int64         // the plan revision ports were last plumbed from
+	portsSig   chan struct{} // wakes the port reporter
+	dhcp       *dhcp.Responder
 
 	reg       *prometheus.Registry
 	revision  prometheus.Gauge
@@ -235,10 +247,13 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	if d.DHCP == nil {
+		d.DHCP = dhcp.NewResponder(dhcp.Options{Logger: log})
+	}
 	a := &Agent{cfg: cfg, log: log, conn: conn, client: skiffv1.NewAgentServiceClient(conn), kernel: d.Kernel, dp: d.Datapath,
 		under: under, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
 		discover: d.Discover, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
-		rediscover: make(chan struct{}, 1)}
+		rediscover: make(chan struct{}, 1), ports: map[string]*vmPort{}, portsSig: make(chan struct{}, 1), dhcp: d.DHCP}
 	a.metrics()
 
 	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)
@@ -257,6 +272,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 // connection when it returns.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.conn.Close()
+	defer a.dhcp.Close()
 	cfg, log := a.cfg, a.log
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
@@ -296,6 +312,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.rediscoverLoop(ctx) })
 	wg.Go(func() { a.reportEvents(ctx) })
 	wg.Go(func() { a.reportCounters(ctx, cfg.StatsInterval) })
+	wg.Go(func() { a.reportPorts(ctx) })
 	wg.Go(func() { a.watch(ctx) })
 	wg.Go(func() { a.session(ctx) })
 	wg.Go(func() { a.reconcileLoop(ctx) })
@@ -426,7 +443,9 @@ func (a *Agent) reconcile() {
 		return // never apply a plan we do not have: that would delete everything
 	}
 	start := time.Now()
+	a.plumbPorts(p)
 	err := a.dp.Apply(p)
+	a.portsApplied(p)
 	a.applySecs.Observe(time.Since(start).Seconds())
 	a.mu.Lock()
 	a.healthy = err

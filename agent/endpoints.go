@@ -50,27 +50,37 @@ func invalid(format string, args ...any) error {
 }
 
 func (a *Agent) validateCreate(r localapi.CreateRequest) error {
+	kind := requestKind(r)
 	switch {
 	case r.Name == "":
 		return invalid("name: required")
 	case r.Network == "":
 		return invalid("network: required")
-	case !ifNameRE.MatchString(r.IfName):
-		return invalid("ifName: %q is not an interface name (1-15 of [A-Za-z0-9_.-])", r.IfName)
 	case r.MTU < 0 || r.MTU > 65535:
 		return invalid("mtu: %d is out of range", r.MTU)
 	}
 	if r.VF != nil && (r.PF == "" || *r.VF < 0) {
 		return invalid("vf: %d needs a pf and must be 0 or more", *r.VF)
 	}
-	if st, err := os.Stat(r.NetNS); err != nil || st.IsDir() {
-		return invalid("netns: %q is not a network namespace file", r.NetNS)
-	}
-	kind := requestKind(r)
 	switch kind {
 	case plan.KindVeth, plan.KindVF, plan.KindTap, plan.KindVFIO:
 	default:
 		return invalid("kind: %q is not veth, vf, tap or vfio", r.Kind)
+	}
+	if datapath.IsVMPort(kind) {
+		if err := validatePortCreate(r); err != nil {
+			return err
+		}
+	} else {
+		if !ifNameRE.MatchString(r.IfName) {
+			return invalid("ifName: %q is not an interface name (1-15 of [A-Za-z0-9_.-])", r.IfName)
+		}
+		if st, err := os.Stat(r.NetNS); err != nil || st.IsDir() {
+			return invalid("netns: %q is not a network namespace file", r.NetNS)
+		}
+		if r.MAC != "" {
+			return invalid("mac: only for a VM port (kind tap or vfio); a pod's MAC is allocated")
+		}
 	}
 	if !slices.Contains(a.dp.Kinds(), kind) {
 		return invalid("kind %s: this node's datapath (mode %s) offers %v", kind, a.mode, a.dp.Kinds())
@@ -96,6 +106,9 @@ func requestKind(r localapi.CreateRequest) string {
 func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi.CreateResponse, error) {
 	if err := a.validateCreate(r); err != nil {
 		return nil, err
+	}
+	if datapath.IsVMPort(requestKind(r)) {
+		return a.createPort(ctx, r)
 	}
 	ctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
@@ -146,16 +159,7 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 		return nil, undo(&localapi.Error{Code: localapi.CodeFailed, Message: fmt.Sprintf("datapath did not attach %s: %v", out.HostIf, err)})
 	}
 	resp := &localapi.CreateResponse{Name: r.Name, Network: r.Network, HostIf: out.HostIf, IfName: r.IfName, MAC: local.MAC, MTU: out.MTU, Revision: ep.Revision}
-	for _, ip := range local.IPs {
-		resp.IPs = append(resp.IPs, ip.String())
-		gw := ""
-		for _, s := range netw.Subnets {
-			if s.CIDR.Contains(ip.Addr()) && s.Gateway.IsValid() {
-				gw = s.Gateway.String()
-			}
-		}
-		resp.Gateways = append(resp.Gateways, gw)
-	}
+	resp.IPs, resp.Gateways = addresses(local, netw)
 	a.log.Info("endpoint plumbed", "endpoint", r.Name, "hostIf", out.HostIf, "ips", resp.IPs)
 	return resp, nil
 }
@@ -167,6 +171,9 @@ func (a *Agent) Delete(ctx context.Context, name string) error {
 	e, ok := a.current().Local[name]
 	if !ok {
 		e = plan.Endpoint{Name: name, VFIndex: -1}
+	}
+	if _, plumbed := a.port(name); plumbed || datapath.IsVMPort(e.Kind) {
+		return a.deletePort(ctx, name)
 	}
 	if _, err := a.client.DeleteEndpoint(ctx, &skiffv1.DeleteRequest{Name: name}); err != nil && status.Code(err) != codes.NotFound {
 		return localErr("delete endpoint", err)
@@ -185,7 +192,14 @@ func (a *Agent) List() []localapi.Endpoint {
 	out := []localapi.Endpoint{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
 		e := p.Local[name]
-		out = append(out, localapi.Endpoint{Name: name, Network: e.Network, Owner: e.Owner, Labels: e.Labels, HostIf: datapath.HostIfName(name)})
+		le := localapi.Endpoint{Name: name, Network: e.Network, Owner: e.Owner, Labels: e.Labels, HostIf: datapath.HostIfName(name), Kind: e.Kind, MAC: e.MAC}
+		for _, ip := range e.IPs {
+			le.IPs = append(le.IPs, ip.String())
+		}
+		if st, ok := a.port(name); ok && st.out.HostIf != "" {
+			le.HostIf, le.PCIAddress, le.VFIOGroup = st.out.HostIf, st.out.PCIAddress, st.out.VFIOGroup
+		}
+		out = append(out, le)
 	}
 	return out
 }

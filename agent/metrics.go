@@ -21,7 +21,7 @@ func (a *Agent) metrics() {
 	a.reg.MustRegister(a.revision, a.connected, a.applies, a.applySecs, writes,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	a.reg.MustRegister(newPolicyCollector(a))
-	for _, c := range a.dp.Collectors() {
+	for _, c := range append(a.dp.Collectors(), a.dhcp.Collectors()...) {
 		a.reg.MustRegister(c)
 	}
 }

@@ -97,6 +97,7 @@ func (a *Agent) stream(ctx context.Context) error {
 		if !connected {
 			connected = true
 			a.setConnected(true)
+			a.kickPorts() // the controller may have missed reports while apart
 		}
 	}
 }

@@ -80,7 +80,7 @@ type PlumbRequest struct {
 	// their gateways).
 	Network plan.Network
 	// NetNS is the path of the namespace the interface goes into (a
-	// pod's); IfName its name there.
+	// pod's); IfName its name there. Both are empty for a VM's port.
 	NetNS  string
 	IfName string
 	// MTU, when positive and below the network's, is used instead.
@@ -93,9 +93,18 @@ type Plumbed struct {
 	// or the VF's representor).
 	HostIf string
 	MTU    int
-	// Gateways are the default routes set on the interface.
+	// Gateways are the default routes set on the interface (a pod's),
+	// or the routers a VM's guest is told of.
 	Gateways []netip.Addr
+	// PCIAddress and VFIOGroup are a vfio port's: the VF's PCI function,
+	// bound to vfio-pci, and its /dev/vfio group, for the hypervisor.
+	PCIAddress string
+	VFIOGroup  string
 }
+
+// IsVMPort reports whether an endpoint kind is a VM's port (tap, vfio):
+// plumbed from the plan, with no namespace, for a hypervisor.
+func IsVMPort(kind string) bool { return kind == plan.KindTap || kind == plan.KindVFIO }
 
 // UnplumbRequest names what to remove. NetNS and IfName may be empty
 // (the namespace is gone); the datapath then finds the interface from its

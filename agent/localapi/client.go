@@ -91,18 +91,36 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 	return c.apiError(err)
 }
 
-// List returns this node's endpoints.
-func (c *Client) List(ctx context.Context) ([]Endpoint, error) {
+// DeleteOwned removes every endpoint of owner on the node (a VM's ports:
+// "vm:ID") and returns their names. An owner with no endpoint is
+// CodeNotFound.
+func (c *Client) DeleteOwned(ctx context.Context, owner string) ([]string, error) {
 	if c.err != nil {
 		return nil, c.unreachable(c.err)
 	}
-	resp, err := c.c.ListLocalEndpoints(ctx, &skiffv1.ListLocalEndpointsRequest{})
+	resp, err := c.c.DeleteLocalEndpoint(ctx, &skiffv1.DeleteLocalEndpointRequest{Owner: owner})
+	if err != nil {
+		return nil, c.apiError(err)
+	}
+	return resp.GetDeleted(), nil
+}
+
+// List returns this node's endpoints.
+func (c *Client) List(ctx context.Context) ([]Endpoint, error) { return c.ListOwned(ctx, "") }
+
+// ListOwned returns this node's endpoints of owner ("": all).
+func (c *Client) ListOwned(ctx context.Context, owner string) ([]Endpoint, error) {
+	if c.err != nil {
+		return nil, c.unreachable(c.err)
+	}
+	resp, err := c.c.ListLocalEndpoints(ctx, &skiffv1.ListLocalEndpointsRequest{Owner: owner})
 	if err != nil {
 		return nil, c.apiError(err)
 	}
 	out := []Endpoint{}
 	for _, e := range resp.GetEndpoints() {
-		out = append(out, Endpoint{Name: e.GetName(), Network: e.GetNetwork(), Owner: e.GetOwner(), Labels: e.GetLabels(), HostIf: e.GetHostIf()})
+		out = append(out, Endpoint{Name: e.GetName(), Network: e.GetNetwork(), Owner: e.GetOwner(), Labels: e.GetLabels(), HostIf: e.GetHostIf(),
+			Kind: e.GetKind(), MAC: e.GetMac(), IPs: e.GetIps(), PCIAddress: e.GetPciAddress(), VFIOGroup: e.GetVfioGroup()})
 	}
 	return out, nil
 }
@@ -173,7 +191,7 @@ func grpcCode(code string) codes.Code {
 
 func createPB(r CreateRequest) *skiffv1.CreateLocalEndpointRequest {
 	pb := &skiffv1.CreateLocalEndpointRequest{Name: r.Name, Network: r.Network, Netns: r.NetNS, IfName: r.IfName, Mtu: int32(r.MTU),
-		Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace, Pf: r.PF, Kind: r.Kind}
+		Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace, Pf: r.PF, Kind: r.Kind, Mac: r.MAC}
 	if r.VF != nil {
 		vf := int32(*r.VF)
 		pb.Vf = &vf
@@ -183,7 +201,7 @@ func createPB(r CreateRequest) *skiffv1.CreateLocalEndpointRequest {
 
 func createRequest(pb *skiffv1.CreateLocalEndpointRequest) CreateRequest {
 	r := CreateRequest{Name: pb.GetName(), Network: pb.GetNetwork(), NetNS: pb.GetNetns(), IfName: pb.GetIfName(), MTU: int(pb.GetMtu()),
-		Labels: pb.GetLabels(), Owner: pb.GetOwner(), Namespace: pb.GetNamespace(), PF: pb.GetPf(), Kind: pb.GetKind()}
+		Labels: pb.GetLabels(), Owner: pb.GetOwner(), Namespace: pb.GetNamespace(), PF: pb.GetPf(), Kind: pb.GetKind(), MAC: pb.GetMac()}
 	if pb.Vf != nil {
 		vf := int(pb.GetVf())
 		r.VF = &vf
@@ -193,10 +211,12 @@ func createRequest(pb *skiffv1.CreateLocalEndpointRequest) CreateRequest {
 
 func createResponse(pb *skiffv1.LocalEndpointResult) *CreateResponse {
 	return &CreateResponse{Name: pb.GetName(), Network: pb.GetNetwork(), HostIf: pb.GetHostIf(), IfName: pb.GetIfName(), MAC: pb.GetMac(),
-		MTU: int(pb.GetMtu()), IPs: pb.GetIps(), Gateways: pb.GetGateways(), Revision: pb.GetRevision()}
+		MTU: int(pb.GetMtu()), IPs: pb.GetIps(), Gateways: pb.GetGateways(), Revision: pb.GetRevision(), Kind: pb.GetKind(),
+		PCIAddress: pb.GetPciAddress(), VFIOGroup: pb.GetVfioGroup(), DNS: pb.GetDns()}
 }
 
 func resultPB(r *CreateResponse) *skiffv1.LocalEndpointResult {
 	return &skiffv1.LocalEndpointResult{Name: r.Name, Network: r.Network, HostIf: r.HostIf, IfName: r.IfName, Mac: r.MAC,
-		Mtu: int32(r.MTU), Ips: r.IPs, Gateways: r.Gateways, Revision: r.Revision}
+		Mtu: int32(r.MTU), Ips: r.IPs, Gateways: r.Gateways, Revision: r.Revision, Kind: r.Kind, PciAddress: r.PCIAddress,
+		VfioGroup: r.VFIOGroup, Dns: r.DNS}
 }

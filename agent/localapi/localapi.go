@@ -46,8 +46,11 @@ type CreateRequest struct {
 	PF string
 	VF *int
 	// Kind is veth, vf, tap or vfio; empty: vf when VF is set, else
-	// veth.
+	// veth. Kinds tap and vfio are a VM's ports: no NetNS nor IfName,
+	// Owner "vm:ID"; a vfio port without PF gets a free VF.
 	Kind string
+	// MAC is a VM port's guest MAC; derived when empty.
+	MAC string
 }
 
 // CreateResponse describes the plumbed endpoint
@@ -62,6 +65,12 @@ type CreateResponse struct {
 	IPs      []string // CIDR form
 	Gateways []string // one per address, "" when none
 	Revision int64
+	Kind     string
+	// A vfio port's VF: its PCI address and /dev/vfio group.
+	PCIAddress string
+	VFIOGroup  string
+	// DNS servers of the endpoint's subnets (DHCP gives them to a VM).
+	DNS []string
 }
 
 // Endpoint is one of this node's endpoints as the list call shows it.
@@ -71,6 +80,12 @@ type Endpoint struct {
 	Owner   string
 	Labels  map[string]string
 	HostIf  string
+	Kind    string
+	MAC     string
+	IPs     []string
+	// A vfio port's VF.
+	PCIAddress string
+	VFIOGroup  string
 }
 
 // Status tells whether the agent can serve.

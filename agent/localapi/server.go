@@ -184,19 +184,40 @@ func (s service) CreateLocalEndpoint(ctx context.Context, pb *skiffv1.CreateLoca
 }
 
 func (s service) DeleteLocalEndpoint(ctx context.Context, pb *skiffv1.DeleteLocalEndpointRequest) (*skiffv1.DeleteLocalEndpointResponse, error) {
-	if pb.GetName() == "" {
-		return nil, statusOf(&Error{Code: CodeInvalid, Message: "name: required"})
+	out := &skiffv1.DeleteLocalEndpointResponse{}
+	switch {
+	case (pb.GetName() == "") == (pb.GetOwner() == ""):
+		return nil, statusOf(&Error{Code: CodeInvalid, Message: "name, owner: give exactly one (an endpoint, or every endpoint of an owner)"})
+	case pb.GetName() != "":
+		if err := s.b.Delete(ctx, pb.GetName()); err != nil {
+			return nil, statusOf(err)
+		}
+		out.Deleted = []string{pb.GetName()}
+		return out, nil
 	}
-	if err := s.b.Delete(ctx, pb.GetName()); err != nil {
-		return nil, statusOf(err)
+	for _, e := range s.b.List() {
+		if e.Owner != pb.GetOwner() {
+			continue
+		}
+		if err := s.b.Delete(ctx, e.Name); err != nil {
+			return nil, statusOf(err)
+		}
+		out.Deleted = append(out.Deleted, e.Name)
 	}
-	return &skiffv1.DeleteLocalEndpointResponse{}, nil
+	if len(out.Deleted) == 0 {
+		return nil, statusOf(&Error{Code: CodeNotFound, Message: fmt.Sprintf("owner: no endpoint of %q on this node", pb.GetOwner())})
+	}
+	return out, nil
 }
 
-func (s service) ListLocalEndpoints(context.Context, *skiffv1.ListLocalEndpointsRequest) (*skiffv1.ListLocalEndpointsResponse, error) {
+func (s service) ListLocalEndpoints(_ context.Context, pb *skiffv1.ListLocalEndpointsRequest) (*skiffv1.ListLocalEndpointsResponse, error) {
 	out := &skiffv1.ListLocalEndpointsResponse{}
 	for _, e := range s.b.List() {
-		out.Endpoints = append(out.Endpoints, &skiffv1.LocalEndpointSummary{Name: e.Name, Network: e.Network, Owner: e.Owner, Labels: e.Labels, HostIf: e.HostIf})
+		if pb.GetOwner() != "" && e.Owner != pb.GetOwner() {
+			continue
+		}
+		out.Endpoints = append(out.Endpoints, &skiffv1.LocalEndpointSummary{Name: e.Name, Network: e.Network, Owner: e.Owner, Labels: e.Labels,
+			HostIf: e.HostIf, Kind: e.Kind, Mac: e.MAC, Ips: e.IPs, PciAddress: e.PCIAddress, VfioGroup: e.VFIOGroup})
 	}
 	return out, nil
 }

@@ -144,6 +144,9 @@ func (m *Management) GetEndpoint(ctx context.Context, r *skiffv1.GetRequest) (*s
 	if err != nil {
 		return nil, grpcError("get endpoint", err)
 	}
+	if err := m.store.FillPortStatus(ctx, e); err != nil {
+		return nil, grpcError("get endpoint", err)
+	}
 	m.counters.fill(e)
 	return e, nil
 }
@@ -154,6 +157,9 @@ func (m *Management) ListEndpoints(ctx context.Context, r *skiffv1.ListRequest) 
 	}
 	es, err := m.store.ListEndpoints(ctx, r.GetNetwork(), r.GetNode())
 	if err != nil {
+		return nil, grpcError("list endpoints", err)
+	}
+	if err := m.store.FillPortStatus(ctx, es...); err != nil {
 		return nil, grpcError("list endpoints", err)
 	}
 	m.counters.fill(es...)

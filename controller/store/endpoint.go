@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-sdn/skiff/controller/ipam"
+	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -20,11 +21,27 @@ import (
 // the same transaction. Requested addresses (ips) must be free and
 // allocatable; otherwise one address per IP family present on the network
 // is allocated from the first subnet of that family with room. The node
-// need not be registered.
+// need not be registered, except for a VM port (kind tap or vfio). A VF
+// (kind vf or vfio with PF and index) is reserved for the endpoint; a
+// vfio port without a PF gets a free VF of its node.
 func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skiffv1.Endpoint, error) {
 	e := proto.Clone(in).(*skiffv1.Endpoint)
 	if err := validateEndpoint(e); err != nil {
 		return nil, err
+	}
+	var node *skiffv1.Node
+	if IsPort(e.Kind) {
+		n, err := s.portNode(ctx, e)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	} else if e.Kind == plan.KindVF {
+		// A VF's PF may be named by PCI address or netdev; the node's
+		// capabilities, when registered, make both one reservation.
+		if n, err := s.GetNode(ctx, e.Node); err == nil {
+			node = n
+		}
 	}
 	if cur, err := s.cli.Get(ctx, s.epKey(e.Name), clientv3.WithCountOnly()); err != nil {
 		return nil, fmt.Errorf("store: create endpoint %q: %w", e.Name, err)
@@ -65,6 +82,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 			}
 			return nil, err
 		}
+		vf, holdsVF, err := s.chooseVF(ctx, e, node)
+		if err != nil {
+			return nil, err
+		}
 		mac := e.Mac
 		if len(in.GetMac()) == 0 {
 			mac = ipam.MAC(e.Network, e.Name, attempt)
@@ -72,6 +93,9 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 		out := proto.Clone(e).(*skiffv1.Endpoint)
 		out.Mac = mac
 		out.Ips = nil
+		if holdsVF {
+			out.Pf, out.VfIndex = vf.pf, &vf.index
+		}
 		cmps := []clientv3.Cmp{
 			modRev(s.netKey(e.Network), nrev), notExist(s.netLock(e.Network)),
 			modRev(s.subnetGuard(e.Network), st.guardRev), notExist(s.epKey(e.Name)),
@@ -86,8 +110,16 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 			puts = append(puts, clientv3.OpPut(k, e.Name))
 			els = append(els, clientv3.OpGet(k))
 		}
+		if holdsVF {
+			cmps = append(cmps, notExist(vf.key))
+			puts = append(puts, clientv3.OpPut(vf.key, e.Name))
+		}
 		puts = append(puts, clientv3.OpPut(s.epKey(e.Name), marshal(out)),
 			clientv3.OpPut(s.epNetKey(e.Network, e.Name), ""), clientv3.OpPut(s.macKey(e.Network, mac), e.Name))
+		// The VF's reservation is read last, after the addresses.
+		if holdsVF {
+			els = append(els, clientv3.OpGet(vf.key))
+		}
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(els...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("store: create endpoint %q: %w", e.Name, err)
@@ -113,6 +145,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 				if owner := rr(2 + i); owner != nil {
 					return nil, errorf(AlreadyExists, fmt.Sprintf("ips[%d]", i), "%s is already used by endpoint %q", ips[i].Addr(), owner)
 				}
+			}
+		}
+		if holdsVF && !vf.picked {
+			if owner := rr(2 + len(ips)); owner != nil {
+				return nil, errorf(AlreadyExists, "vfIndex", "VF %d of PF %s on node %q is already used by endpoint %q", vf.index, vf.pf, e.Node, owner)
 			}
 		}
 		s.log.Debug("endpoint allocation raced, retrying", "endpoint", e.Name, "attempt", attempt)
@@ -158,7 +195,15 @@ func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 		}
 		ops := []clientv3.Op{
 			clientv3.OpDelete(s.epKey(name)), clientv3.OpDelete(s.epNetKey(e.Network, name)),
-			clientv3.OpDelete(s.macKey(e.Network, e.Mac)),
+			clientv3.OpDelete(s.macKey(e.Network, e.Mac)), clientv3.OpDelete(s.portStatusKey(name)),
+		}
+		if e.GetPf() != "" && e.VfIndex != nil {
+			// Only the reservation this endpoint holds (either spelling
+			// of its PF).
+			for _, pf := range slices.Compact([]string{e.GetPf(), s.registeredPF(ctx, e)}) {
+				k := s.vfKey(e.Node, pf, e.GetVfIndex())
+				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k), "=", name)}, []clientv3.Op{clientv3.OpDelete(k)}, nil))
+			}
 		}
 		for _, ip := range e.Ips {
 			if a, err := parseEndpointIP(ip); err == nil {

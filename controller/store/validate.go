@@ -72,6 +72,13 @@ func validateSubnet(s *skiffv1.Subnet) (ipam.Pool, error) {
 		return ipam.Pool{}, fromField("", err)
 	}
 	s.Gateway = pool.Gateway.String()
+	for i, d := range s.GetDns() {
+		a, err := netip.ParseAddr(d)
+		if err != nil || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+			return ipam.Pool{}, invalid(fmt.Sprintf("dns[%d]", i), "%q is not a DNS server address", d)
+		}
+		s.Dns[i] = a.String()
+	}
 	return pool, nil
 }
 
@@ -142,10 +149,10 @@ func validateEndpoint(e *skiffv1.Endpoint) error {
 			return invalid("vfIndex", "must be 0..65535, got %d", e.GetVfIndex())
 		}
 	}
-	if e.Counters != nil || e.CountersTime != nil || e.Revision != 0 {
-		return invalid("counters", "output-only fields (counters, countersTime, revision) must not be set")
+	if e.Counters != nil || e.CountersTime != nil || e.Revision != 0 || e.Port != nil {
+		return invalid("counters", "output-only fields (counters, countersTime, revision, port) must not be set")
 	}
-	return nil
+	return validatePort(e)
 }
 
 // parseEndpointIP accepts an address or address/prefix and returns the

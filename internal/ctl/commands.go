@@ -45,14 +45,14 @@ func (o *options) subnetCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "subnet", Aliases: []string{"subnets"}, Short: "Manage subnets"}
 	var (
 		network, cidr, gateway, out string
-		ranges, excludes            []string
+		ranges, excludes, dns       []string
 	)
 	create := &cobra.Command{
 		Use:   "create NAME --network NET --cidr CIDR",
 		Short: "Create a subnet on a network",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			s := &skiffv1.Subnet{Name: args[0], Network: network, Cidr: cidr, Gateway: gateway, Exclusions: excludes}
+			s := &skiffv1.Subnet{Name: args[0], Network: network, Cidr: cidr, Gateway: gateway, Exclusions: excludes, Dns: dns}
 			for _, r := range ranges {
 				start, end, ok := strings.Cut(r, "-")
 				if !ok {
@@ -75,6 +75,7 @@ func (o *options) subnetCmd() *cobra.Command {
 	f.StringVar(&gateway, "gateway", "", "gateway address (default: the first usable address)")
 	f.StringArrayVar(&ranges, "range", nil, "allocation range START-END (repeatable; default: the whole CIDR)")
 	f.StringArrayVar(&excludes, "exclude", nil, "address or CIDR never allocated (repeatable)")
+	f.StringArrayVar(&dns, "dns", nil, "DNS server handed to VM ports by DHCP (repeatable)")
 	outputFlag(create, &out, "")
 	cmd.AddCommand(create)
 	return cmd
@@ -106,16 +107,11 @@ func (o *options) endpointCmd() *cobra.Command {
 			if hasIndex = c.Flags().Changed("vf-index"); hasIndex {
 				e.VfIndex = &vfIndex
 			}
-			if len(labels) > 0 {
-				e.Labels = map[string]string{}
-				for _, l := range labels {
-					k, v, ok := strings.Cut(l, "=")
-					if !ok || k == "" {
-						return fmt.Errorf("--label %q: want KEY=VALUE", l)
-					}
-					e.Labels[k] = v
-				}
+			ls, err := parseLabels(labels)
+			if err != nil {
+				return err
 			}
+			e.Labels = ls
 			return o.call("create endpoint", func(ctx context.Context, m skiffv1.ManagementServiceClient) error {
 				r, err := m.CreateEndpoint(ctx, &skiffv1.CreateEndpointRequest{Endpoint: &e})
 				if err != nil {

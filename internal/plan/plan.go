@@ -25,6 +25,8 @@ type Subnet struct {
 	Network string
 	CIDR    netip.Prefix
 	Gateway netip.Addr
+	// DNS servers the agent hands to VM ports by DHCP.
+	DNS []netip.Addr
 }
 
 // Network is a tenant network as a node needs it.
@@ -108,10 +110,15 @@ func New(node string) Plan {
 		Policies: map[string]EndpointPolicy{}, Groups: map[string]AddressGroup{}}
 }
 
+// Equal reports whether two subnets are the same.
+func (s Subnet) Equal(o Subnet) bool {
+	return s.Name == o.Name && s.Network == o.Network && s.CIDR == o.CIDR && s.Gateway == o.Gateway && slices.Equal(s.DNS, o.DNS)
+}
+
 // Equal reports whether two networks are the same.
 func (n Network) Equal(o Network) bool {
 	return n.Name == o.Name && n.VNI == o.VNI && n.MTU == o.MTU &&
-		slices.Equal(n.Subnets, o.Subnets) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs)
+		slices.EqualFunc(n.Subnets, o.Subnets, Subnet.Equal) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs)
 }
 
 // Equal reports whether two endpoints are the same.

@@ -27,6 +27,13 @@ func Subnet(s *skiffv1.Subnet) (plan.Subnet, error) {
 		}
 		out.Gateway = gw
 	}
+	for i, d := range s.GetDns() {
+		a, err := netip.ParseAddr(d)
+		if err != nil {
+			return plan.Subnet{}, fmt.Errorf("subnet %q: dns[%d]: %w", s.GetName(), i, err)
+		}
+		out.DNS = append(out.DNS, a)
+	}
 	return out, nil
 }
 
@@ -35,6 +42,9 @@ func SubnetPB(s plan.Subnet) *skiffv1.Subnet {
 	out := &skiffv1.Subnet{Name: s.Name, Network: s.Network, Cidr: s.CIDR.String()}
 	if s.Gateway.IsValid() {
 		out.Gateway = s.Gateway.String()
+	}
+	for _, d := range s.DNS {
+		out.Dns = append(out.Dns, d.String())
 	}
 	return out
 }

@@ -11,26 +11,37 @@ import (
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
-// Kinds implements datapath.Datapath: veth pairs only (a node without a
-// switchdev eswitch has no VF to give).
-func (d *Datapath) Kinds() []string { return []string{plan.KindVeth} }
+// Kinds implements datapath.Datapath: veth pairs (pods) and taps (VMs); a
+// node without a switchdev eswitch has no VF to give.
+func (d *Datapath) Kinds() []string { return []string{plan.KindVeth, plan.KindTap} }
 
-// Plumb implements datapath.Datapath: a veth pair, its host side named
-// datapath.HostIfName and marked with datapath.HostIfAlias, its peer moved
-// into req.NetNS as req.IfName with the endpoint's MAC, MTU, addresses and
-// default routes. Apply puts the host side on the network's bridge.
+// Plumb implements datapath.Datapath. A veth endpoint: a veth pair, its
+// host side named datapath.HostIfName and marked with
+// datapath.HostIfAlias, its peer moved into req.NetNS as req.IfName with
+// the endpoint's MAC, MTU, addresses and default routes. A tap endpoint
+// (a VM's port): a persistent tap of that name for the hypervisor; the
+// guest's MAC is the hypervisor's to set. Apply puts the host side on the
+// network's bridge.
 func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath.Plumbed, error) {
 	e := req.Endpoint
-	if e.Kind != plan.KindVeth {
-		return datapath.Plumbed{}, fmt.Errorf("software datapath: endpoint %s of kind %q: %w (it plumbs veth pairs; VFs need a node with a switchdev eswitch)", e.Name, e.Kind, datapath.ErrKind)
+	switch e.Kind {
+	case plan.KindVeth:
+		d.gate.Plumbing(e.Name)
+		return datapath.PlumbVeth("", req)
+	case plan.KindTap:
+		d.gate.Plumbing(e.Name)
+		return datapath.PlumbTap("", req)
 	}
-	d.gate.Plumbing(e.Name)
-	return datapath.PlumbVeth("", req)
+	return datapath.Plumbed{}, fmt.Errorf("software datapath: endpoint %s of kind %q: %w (it plumbs veth pairs and taps; VFs need a node with a switchdev eswitch)", e.Name, e.Kind, datapath.ErrKind)
 }
 
-// Unplumb implements datapath.Datapath: deleting the host side takes the
-// peer with it, wherever it is.
+// Unplumb implements datapath.Datapath: deleting a veth's host side takes
+// the peer with it, wherever it is; a tap goes (its hypervisor loses the
+// link).
 func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error {
+	if req.Endpoint.Kind == plan.KindTap {
+		return datapath.UnplumbTap("", req.Endpoint.Name)
+	}
 	return datapath.UnplumbVeth("", req.Endpoint.Name)
 }
 

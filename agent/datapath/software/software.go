@@ -109,7 +109,15 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			errs = append(errs, err)
 		}
 	}
-	// Delete last: Skiff's bridges and VXLAN devices no plan holds.
+	// Delete last: taps of VM ports no plan holds (deleted while the
+	// agent was down), then Skiff's bridges and VXLAN devices no plan
+	// holds.
+	for _, l := range datapath.StaleTaps(links, func(ep string) bool { _, ok := p.Local[ep]; return ok }) {
+		d.log.Info("removing the tap of a port that is gone", "link", l.Name, "alias", l.Alias)
+		if err := d.k.DeleteLink(l.Index); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, l := range links {
 		if !Owned(l) || want[l.Name] || !(strings.HasPrefix(l.Name, "skb") || strings.HasPrefix(l.Name, "skv")) {
 			continue

@@ -47,9 +47,11 @@ type CreateLocalEndpointRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Network to attach to.
 	Network string `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
-	// Path of the network namespace the interface goes into (a pod's).
+	// Path of the network namespace the interface goes into (a pod's);
+	// empty for a VM port.
 	Netns string `protobuf:"bytes,3,opt,name=netns,proto3" json:"netns,omitempty"`
-	// Interface name inside it: 1-15 of [A-Za-z0-9_.-].
+	// Interface name inside it: 1-15 of [A-Za-z0-9_.-]; empty for a VM
+	// port.
 	IfName string `protobuf:"bytes,4,opt,name=if_name,json=ifName,proto3" json:"if_name,omitempty"`
 	// MTU; 0: the network's. Lower than the network's only.
 	Mtu    int32             `protobuf:"varint,5,opt,name=mtu,proto3" json:"mtu,omitempty"`
@@ -62,8 +64,12 @@ type CreateLocalEndpointRequest struct {
 	Pf string `protobuf:"bytes,9,opt,name=pf,proto3" json:"pf,omitempty"`
 	Vf *int32 `protobuf:"varint,10,opt,name=vf,proto3,oneof" json:"vf,omitempty"`
 	// Endpoint kind: veth, vf, tap or vfio (the node's datapath says which
-	// it offers). Empty: vf when vf is set, else veth.
-	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	// it offers). Empty: vf when vf is set, else veth. Kinds tap and vfio
+	// are VM ports: owner must be "vm:ID"; for vfio without pf, a free VF
+	// is picked.
+	Kind string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The guest's MAC for a VM port; derived when empty.
+	Mac           string `protobuf:"bytes,12,opt,name=mac,proto3" json:"mac,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -175,11 +181,19 @@ func (x *CreateLocalEndpointRequest) GetKind() string {
 	return ""
 }
 
+func (x *CreateLocalEndpointRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
 type LocalEndpointResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Network string                 `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
-	// Host-side interface (the veth's other end, or the VF's representor).
+	// Host-side interface (the veth's other end, the VM's tap, or the VF's
+	// representor).
 	HostIf string `protobuf:"bytes,3,opt,name=host_if,json=hostIf,proto3" json:"host_if,omitempty"`
 	IfName string `protobuf:"bytes,4,opt,name=if_name,json=ifName,proto3" json:"if_name,omitempty"`
 	Mac    string `protobuf:"bytes,5,opt,name=mac,proto3" json:"mac,omitempty"`
@@ -188,7 +202,13 @@ type LocalEndpointResult struct {
 	Ips      []string `protobuf:"bytes,7,rep,name=ips,proto3" json:"ips,omitempty"`
 	Gateways []string `protobuf:"bytes,8,rep,name=gateways,proto3" json:"gateways,omitempty"`
 	// Store revision of the endpoint.
-	Revision      int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64  `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	Kind     string `protobuf:"bytes,10,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Kind vfio: the VF's PCI address and its /dev/vfio group path.
+	PciAddress string `protobuf:"bytes,11,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	VfioGroup  string `protobuf:"bytes,12,opt,name=vfio_group,json=vfioGroup,proto3" json:"vfio_group,omitempty"`
+	// The network's DNS servers (handed to VM ports by DHCP too).
+	Dns           []string `protobuf:"bytes,13,rep,name=dns,proto3" json:"dns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -286,9 +306,39 @@ func (x *LocalEndpointResult) GetRevision() int64 {
 	return 0
 }
 
+func (x *LocalEndpointResult) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LocalEndpointResult) GetPciAddress() string {
+	if x != nil {
+		return x.PciAddress
+	}
+	return ""
+}
+
+func (x *LocalEndpointResult) GetVfioGroup() string {
+	if x != nil {
+		return x.VfioGroup
+	}
+	return ""
+}
+
+func (x *LocalEndpointResult) GetDns() []string {
+	if x != nil {
+		return x.Dns
+	}
+	return nil
+}
+
 type DeleteLocalEndpointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One endpoint by name, or every endpoint whose owner is owner.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -330,8 +380,16 @@ func (x *DeleteLocalEndpointRequest) GetName() string {
 	return ""
 }
 
+func (x *DeleteLocalEndpointRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type DeleteLocalEndpointResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       []string               `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -366,8 +424,17 @@ func (*DeleteLocalEndpointResponse) Descriptor() ([]byte, []int) {
 	return file_skiff_v1_local_proto_rawDescGZIP(), []int{3}
 }
 
+func (x *DeleteLocalEndpointResponse) GetDeleted() []string {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
 type ListLocalEndpointsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only endpoints of this owner ("vm:ID").
+	Owner         string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +469,13 @@ func (*ListLocalEndpointsRequest) Descriptor() ([]byte, []int) {
 	return file_skiff_v1_local_proto_rawDescGZIP(), []int{4}
 }
 
+func (x *ListLocalEndpointsRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type LocalEndpointSummary struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -409,6 +483,11 @@ type LocalEndpointSummary struct {
 	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	Labels        map[string]string      `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	HostIf        string                 `protobuf:"bytes,5,opt,name=host_if,json=hostIf,proto3" json:"host_if,omitempty"`
+	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	Mac           string                 `protobuf:"bytes,7,opt,name=mac,proto3" json:"mac,omitempty"`
+	Ips           []string               `protobuf:"bytes,8,rep,name=ips,proto3" json:"ips,omitempty"`
+	PciAddress    string                 `protobuf:"bytes,9,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	VfioGroup     string                 `protobuf:"bytes,10,opt,name=vfio_group,json=vfioGroup,proto3" json:"vfio_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -474,6 +553,41 @@ func (x *LocalEndpointSummary) GetLabels() map[string]string {
 func (x *LocalEndpointSummary) GetHostIf() string {
 	if x != nil {
 		return x.HostIf
+	}
+	return ""
+}
+
+func (x *LocalEndpointSummary) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LocalEndpointSummary) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *LocalEndpointSummary) GetIps() []string {
+	if x != nil {
+		return x.Ips
+	}
+	return nil
+}
+
+func (x *LocalEndpointSummary) GetPciAddress() string {
+	if x != nil {
+		return x.PciAddress
+	}
+	return ""
+}
+
+func (x *LocalEndpointSummary) GetVfioGroup() string {
+	if x != nil {
+		return x.VfioGroup
 	}
 	return ""
 }
@@ -632,7 +746,7 @@ var File_skiff_v1_local_proto protoreflect.FileDescriptor
 
 const file_skiff_v1_local_proto_rawDesc = "" +
 	"\n" +
-	"\x14skiff/v1/local.proto\x12\bskiff.v1\"\x84\x03\n" +
+	"\x14skiff/v1/local.proto\x12\bskiff.v1\"\x96\x03\n" +
 	"\x1aCreateLocalEndpointRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x14\n" +
@@ -645,11 +759,12 @@ const file_skiff_v1_local_proto_rawDesc = "" +
 	"\x02pf\x18\t \x01(\tR\x02pf\x12\x13\n" +
 	"\x02vf\x18\n" +
 	" \x01(\x05H\x00R\x02vf\x88\x01\x01\x12\x12\n" +
-	"\x04kind\x18\v \x01(\tR\x04kind\x1a9\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\x12\x10\n" +
+	"\x03mac\x18\f \x01(\tR\x03mac\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x05\n" +
-	"\x03_vf\"\xe3\x01\n" +
+	"\x03_vf\"\xc9\x02\n" +
 	"\x13LocalEndpointResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x17\n" +
@@ -659,17 +774,35 @@ const file_skiff_v1_local_proto_rawDesc = "" +
 	"\x03mtu\x18\x06 \x01(\x05R\x03mtu\x12\x10\n" +
 	"\x03ips\x18\a \x03(\tR\x03ips\x12\x1a\n" +
 	"\bgateways\x18\b \x03(\tR\bgateways\x12\x1a\n" +
-	"\brevision\x18\t \x01(\x03R\brevision\"0\n" +
+	"\brevision\x18\t \x01(\x03R\brevision\x12\x12\n" +
+	"\x04kind\x18\n" +
+	" \x01(\tR\x04kind\x12\x1f\n" +
+	"\vpci_address\x18\v \x01(\tR\n" +
+	"pciAddress\x12\x1d\n" +
+	"\n" +
+	"vfio_group\x18\f \x01(\tR\tvfioGroup\x12\x10\n" +
+	"\x03dns\x18\r \x03(\tR\x03dns\"F\n" +
 	"\x1aDeleteLocalEndpointRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x1d\n" +
-	"\x1bDeleteLocalEndpointResponse\"\x1b\n" +
-	"\x19ListLocalEndpointsRequest\"\xf2\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"7\n" +
+	"\x1bDeleteLocalEndpointResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\"1\n" +
+	"\x19ListLocalEndpointsRequest\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\"\xea\x02\n" +
 	"\x14LocalEndpointSummary\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12B\n" +
 	"\x06labels\x18\x04 \x03(\v2*.skiff.v1.LocalEndpointSummary.LabelsEntryR\x06labels\x12\x17\n" +
-	"\ahost_if\x18\x05 \x01(\tR\x06hostIf\x1a9\n" +
+	"\ahost_if\x18\x05 \x01(\tR\x06hostIf\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x10\n" +
+	"\x03mac\x18\a \x01(\tR\x03mac\x12\x10\n" +
+	"\x03ips\x18\b \x03(\tR\x03ips\x12\x1f\n" +
+	"\vpci_address\x18\t \x01(\tR\n" +
+	"pciAddress\x12\x1d\n" +
+	"\n" +
+	"vfio_group\x18\n" +
+	" \x01(\tR\tvfioGroup\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +

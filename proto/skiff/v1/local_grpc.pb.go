@@ -49,11 +49,14 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type LocalServiceClient interface {
-	// Creates an endpoint on this node, plumbed into a network namespace.
-	// It returns once the datapath has attached it. A failure at any step
-	// undoes the others.
+	// Creates an endpoint on this node: a pod's, plumbed into a network
+	// namespace (kind veth or vf), or a VM's port (kind tap or vfio, no
+	// namespace: the result names the tap, or the VF's PCI address and
+	// vfio group, for the hypervisor). It returns once the datapath has
+	// attached it. A failure at any step undoes the others.
 	CreateLocalEndpoint(ctx context.Context, in *CreateLocalEndpointRequest, opts ...grpc.CallOption) (*LocalEndpointResult, error)
-	// Deletes an endpoint and its interface. Idempotent.
+	// Deletes an endpoint and its interface, or every endpoint of an owner
+	// (a VM's ports). Idempotent by name.
 	DeleteLocalEndpoint(ctx context.Context, in *DeleteLocalEndpointRequest, opts ...grpc.CallOption) (*DeleteLocalEndpointResponse, error)
 	// Lists this node's endpoints.
 	ListLocalEndpoints(ctx context.Context, in *ListLocalEndpointsRequest, opts ...grpc.CallOption) (*ListLocalEndpointsResponse, error)
@@ -113,11 +116,14 @@ func (c *localServiceClient) GetLocalStatus(ctx context.Context, in *GetLocalSta
 // All implementations must embed UnimplementedLocalServiceServer
 // for forward compatibility.
 type LocalServiceServer interface {
-	// Creates an endpoint on this node, plumbed into a network namespace.
-	// It returns once the datapath has attached it. A failure at any step
-	// undoes the others.
+	// Creates an endpoint on this node: a pod's, plumbed into a network
+	// namespace (kind veth or vf), or a VM's port (kind tap or vfio, no
+	// namespace: the result names the tap, or the VF's PCI address and
+	// vfio group, for the hypervisor). It returns once the datapath has
+	// attached it. A failure at any step undoes the others.
 	CreateLocalEndpoint(context.Context, *CreateLocalEndpointRequest) (*LocalEndpointResult, error)
-	// Deletes an endpoint and its interface. Idempotent.
+	// Deletes an endpoint and its interface, or every endpoint of an owner
+	// (a VM's ports). Idempotent by name.
 	DeleteLocalEndpoint(context.Context, *DeleteLocalEndpointRequest) (*DeleteLocalEndpointResponse, error)
 	// Lists this node's endpoints.
 	ListLocalEndpoints(context.Context, *ListLocalEndpointsRequest) (*ListLocalEndpointsResponse, error)

@@ -78,7 +78,7 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44, 0}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48, 0}
 }
 
 // Network is a tenant L2 overlay identified by its VXLAN network identifier.
@@ -220,7 +220,9 @@ type Subnet struct {
 	// Addresses or prefixes never allocated.
 	Exclusions []string `protobuf:"bytes,6,rep,name=exclusions,proto3" json:"exclusions,omitempty"`
 	// Output only.
-	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	// DNS servers handed to VM ports by the agent's DHCP answers.
+	Dns           []string `protobuf:"bytes,8,rep,name=dns,proto3" json:"dns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -302,6 +304,13 @@ func (x *Subnet) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *Subnet) GetDns() []string {
+	if x != nil {
+		return x.Dns
+	}
+	return nil
 }
 
 // Counters are interface counters as seen on the node.
@@ -419,7 +428,10 @@ type Endpoint struct {
 	PolicyCounters []*PolicyRuleCounter `protobuf:"bytes,20,rep,name=policy_counters,json=policyCounters,proto3" json:"policy_counters,omitempty"`
 	// Output only: the tc-flower rules that serve the endpoint on an
 	// offload node, with their state, as its node last reported them.
-	OffloadRules  []*OffloadRule `protobuf:"bytes,21,rep,name=offload_rules,json=offloadRules,proto3" json:"offload_rules,omitempty"`
+	OffloadRules []*OffloadRule `protobuf:"bytes,21,rep,name=offload_rules,json=offloadRules,proto3" json:"offload_rules,omitempty"`
+	// Output only: for a VM port (kind tap or vfio), what its node's agent
+	// last reported of it.
+	Port          *PortStatus `protobuf:"bytes,22,opt,name=port,proto3" json:"port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,6 +578,122 @@ func (x *Endpoint) GetOffloadRules() []*OffloadRule {
 	return nil
 }
 
+func (x *Endpoint) GetPort() *PortStatus {
+	if x != nil {
+		return x.Port
+	}
+	return nil
+}
+
+// PortStatus is a VM port as its node plumbed it.
+type PortStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The host-side interface: the tap (kind tap) or the VF's representor
+	// (kind vfio).
+	HostIf string `protobuf:"bytes,1,opt,name=host_if,json=hostIf,proto3" json:"host_if,omitempty"`
+	// Kind vfio: the VF's PCI address and its /dev/vfio group path.
+	PciAddress string `protobuf:"bytes,2,opt,name=pci_address,json=pciAddress,proto3" json:"pci_address,omitempty"`
+	VfioGroup  string `protobuf:"bytes,3,opt,name=vfio_group,json=vfioGroup,proto3" json:"vfio_group,omitempty"`
+	// Plumbed and attached to its network.
+	Ready bool `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Why not ready yet (transient).
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Plumbing failed and will not succeed by waiting (the node lacks
+	// what the port needs); the port is not usable.
+	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// The plan revision the report describes.
+	PlanRevision  int64                  `protobuf:"varint,7,opt,name=plan_revision,json=planRevision,proto3" json:"plan_revision,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortStatus) Reset() {
+	*x = PortStatus{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortStatus) ProtoMessage() {}
+
+func (x *PortStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortStatus.ProtoReflect.Descriptor instead.
+func (*PortStatus) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PortStatus) GetHostIf() string {
+	if x != nil {
+		return x.HostIf
+	}
+	return ""
+}
+
+func (x *PortStatus) GetPciAddress() string {
+	if x != nil {
+		return x.PciAddress
+	}
+	return ""
+}
+
+func (x *PortStatus) GetVfioGroup() string {
+	if x != nil {
+		return x.VfioGroup
+	}
+	return ""
+}
+
+func (x *PortStatus) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *PortStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PortStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *PortStatus) GetPlanRevision() int64 {
+	if x != nil {
+		return x.PlanRevision
+	}
+	return 0
+}
+
+func (x *PortStatus) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // OffloadRule is one tc-flower rule of the offload datapath.
 type OffloadRule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -596,7 +724,7 @@ type OffloadRule struct {
 
 func (x *OffloadRule) Reset() {
 	*x = OffloadRule{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +736,7 @@ func (x *OffloadRule) String() string {
 func (*OffloadRule) ProtoMessage() {}
 
 func (x *OffloadRule) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[5]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +749,7 @@ func (x *OffloadRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffloadRule.ProtoReflect.Descriptor instead.
 func (*OffloadRule) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{5}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OffloadRule) GetDevice() string {
@@ -714,7 +842,7 @@ type PolicyRuleCounter struct {
 
 func (x *PolicyRuleCounter) Reset() {
 	*x = PolicyRuleCounter{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +854,7 @@ func (x *PolicyRuleCounter) String() string {
 func (*PolicyRuleCounter) ProtoMessage() {}
 
 func (x *PolicyRuleCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[6]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +867,7 @@ func (x *PolicyRuleCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRuleCounter.ProtoReflect.Descriptor instead.
 func (*PolicyRuleCounter) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{6}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PolicyRuleCounter) GetDirection() string {
@@ -791,7 +919,7 @@ type VirtualFunction struct {
 
 func (x *VirtualFunction) Reset() {
 	*x = VirtualFunction{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +931,7 @@ func (x *VirtualFunction) String() string {
 func (*VirtualFunction) ProtoMessage() {}
 
 func (x *VirtualFunction) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[7]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +944,7 @@ func (x *VirtualFunction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualFunction.ProtoReflect.Descriptor instead.
 func (*VirtualFunction) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{7}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VirtualFunction) GetIndex() uint32 {
@@ -872,7 +1000,7 @@ type PhysicalFunction struct {
 
 func (x *PhysicalFunction) Reset() {
 	*x = PhysicalFunction{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1012,7 @@ func (x *PhysicalFunction) String() string {
 func (*PhysicalFunction) ProtoMessage() {}
 
 func (x *PhysicalFunction) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[8]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1025,7 @@ func (x *PhysicalFunction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhysicalFunction.ProtoReflect.Descriptor instead.
 func (*PhysicalFunction) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{8}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PhysicalFunction) GetName() string {
@@ -971,7 +1099,7 @@ type NodeCapabilities struct {
 
 func (x *NodeCapabilities) Reset() {
 	*x = NodeCapabilities{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1111,7 @@ func (x *NodeCapabilities) String() string {
 func (*NodeCapabilities) ProtoMessage() {}
 
 func (x *NodeCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[9]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1124,7 @@ func (x *NodeCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeCapabilities.ProtoReflect.Descriptor instead.
 func (*NodeCapabilities) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{9}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeCapabilities) GetRole() string {
@@ -1049,7 +1177,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1189,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[10]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1202,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{10}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Node) GetName() string {
@@ -1148,7 +1276,7 @@ type PlanNetwork struct {
 
 func (x *PlanNetwork) Reset() {
 	*x = PlanNetwork{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1288,7 @@ func (x *PlanNetwork) String() string {
 func (*PlanNetwork) ProtoMessage() {}
 
 func (x *PlanNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[11]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1301,7 @@ func (x *PlanNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanNetwork.ProtoReflect.Descriptor instead.
 func (*PlanNetwork) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{11}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlanNetwork) GetName() string {
@@ -1226,7 +1354,7 @@ type RemoteEndpoint struct {
 
 func (x *RemoteEndpoint) Reset() {
 	*x = RemoteEndpoint{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1366,7 @@ func (x *RemoteEndpoint) String() string {
 func (*RemoteEndpoint) ProtoMessage() {}
 
 func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1379,7 @@ func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteEndpoint.ProtoReflect.Descriptor instead.
 func (*RemoteEndpoint) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoteEndpoint) GetName() string {
@@ -1309,7 +1437,7 @@ type PolicyPort struct {
 
 func (x *PolicyPort) Reset() {
 	*x = PolicyPort{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1449,7 @@ func (x *PolicyPort) String() string {
 func (*PolicyPort) ProtoMessage() {}
 
 func (x *PolicyPort) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1462,7 @@ func (x *PolicyPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPort.ProtoReflect.Descriptor instead.
 func (*PolicyPort) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PolicyPort) GetProtocol() string {
@@ -1370,7 +1498,7 @@ type PolicyPeer struct {
 
 func (x *PolicyPeer) Reset() {
 	*x = PolicyPeer{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1510,7 @@ func (x *PolicyPeer) String() string {
 func (*PolicyPeer) ProtoMessage() {}
 
 func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1523,7 @@ func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPeer.ProtoReflect.Descriptor instead.
 func (*PolicyPeer) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PolicyPeer) GetGroup() string {
@@ -1431,7 +1559,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1571,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1584,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PolicyRule) GetPeers() []*PolicyPeer {
@@ -1487,7 +1615,7 @@ type EndpointPolicy struct {
 
 func (x *EndpointPolicy) Reset() {
 	*x = EndpointPolicy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1627,7 @@ func (x *EndpointPolicy) String() string {
 func (*EndpointPolicy) ProtoMessage() {}
 
 func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1640,7 @@ func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPolicy.ProtoReflect.Descriptor instead.
 func (*EndpointPolicy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EndpointPolicy) GetEndpoint() string {
@@ -1561,7 +1689,7 @@ type AddressGroup struct {
 
 func (x *AddressGroup) Reset() {
 	*x = AddressGroup{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1701,7 @@ func (x *AddressGroup) String() string {
 func (*AddressGroup) ProtoMessage() {}
 
 func (x *AddressGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1714,7 @@ func (x *AddressGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddressGroup.ProtoReflect.Descriptor instead.
 func (*AddressGroup) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddressGroup) GetName() string {
@@ -1620,7 +1748,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1760,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1773,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Plan) GetNode() string {
@@ -1729,7 +1857,7 @@ type PlanDelta struct {
 
 func (x *PlanDelta) Reset() {
 	*x = PlanDelta{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1869,7 @@ func (x *PlanDelta) String() string {
 func (*PlanDelta) ProtoMessage() {}
 
 func (x *PlanDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1882,7 @@ func (x *PlanDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDelta.ProtoReflect.Descriptor instead.
 func (*PlanDelta) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PlanDelta) GetNode() string {
@@ -1870,7 +1998,7 @@ type PlanUpdate struct {
 
 func (x *PlanUpdate) Reset() {
 	*x = PlanUpdate{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +2010,7 @@ func (x *PlanUpdate) String() string {
 func (*PlanUpdate) ProtoMessage() {}
 
 func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +2023,7 @@ func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanUpdate.ProtoReflect.Descriptor instead.
 func (*PlanUpdate) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PlanUpdate) GetUpdate() isPlanUpdate_Update {
@@ -1948,7 +2076,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2088,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2101,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterRequest) GetNode() *Node {
@@ -1992,7 +2120,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2132,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2145,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -2038,7 +2166,7 @@ type StreamPlanRequest struct {
 
 func (x *StreamPlanRequest) Reset() {
 	*x = StreamPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2178,7 @@ func (x *StreamPlanRequest) String() string {
 func (*StreamPlanRequest) ProtoMessage() {}
 
 func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2191,7 @@ func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPlanRequest.ProtoReflect.Descriptor instead.
 func (*StreamPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StreamPlanRequest) GetNode() string {
@@ -2094,7 +2222,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2234,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2247,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeEvent) GetTime() *timestamppb.Timestamp {
@@ -2160,7 +2288,7 @@ type ReportEventsRequest struct {
 
 func (x *ReportEventsRequest) Reset() {
 	*x = ReportEventsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2300,7 @@ func (x *ReportEventsRequest) String() string {
 func (*ReportEventsRequest) ProtoMessage() {}
 
 func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2313,7 @@ func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReportEventsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportEventsRequest) GetNode() string {
@@ -2210,7 +2338,7 @@ type ReportEventsResponse struct {
 
 func (x *ReportEventsResponse) Reset() {
 	*x = ReportEventsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2350,7 @@ func (x *ReportEventsResponse) String() string {
 func (*ReportEventsResponse) ProtoMessage() {}
 
 func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2363,7 @@ func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReportEventsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
 }
 
 type EndpointCounters struct {
@@ -2250,7 +2378,7 @@ type EndpointCounters struct {
 
 func (x *EndpointCounters) Reset() {
 	*x = EndpointCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2390,7 @@ func (x *EndpointCounters) String() string {
 func (*EndpointCounters) ProtoMessage() {}
 
 func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2403,7 @@ func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointCounters.ProtoReflect.Descriptor instead.
 func (*EndpointCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EndpointCounters) GetEndpoint() string {
@@ -2316,7 +2444,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2456,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2469,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NetworkCounters) GetNetwork() string {
@@ -2370,7 +2498,7 @@ type ReportCountersRequest struct {
 
 func (x *ReportCountersRequest) Reset() {
 	*x = ReportCountersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2510,7 @@ func (x *ReportCountersRequest) String() string {
 func (*ReportCountersRequest) ProtoMessage() {}
 
 func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2523,7 @@ func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersRequest.ProtoReflect.Descriptor instead.
 func (*ReportCountersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportCountersRequest) GetNode() string {
@@ -2434,7 +2562,7 @@ type ReportCountersResponse struct {
 
 func (x *ReportCountersResponse) Reset() {
 	*x = ReportCountersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2574,7 @@ func (x *ReportCountersResponse) String() string {
 func (*ReportCountersResponse) ProtoMessage() {}
 
 func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2587,150 @@ func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersResponse.ProtoReflect.Descriptor instead.
 func (*ReportCountersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
+}
+
+// PortReport is one VM port's status, by endpoint name.
+type PortReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Endpoint      string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Status        *PortStatus            `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortReport) Reset() {
+	*x = PortReport{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortReport) ProtoMessage() {}
+
+func (x *PortReport) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortReport.ProtoReflect.Descriptor instead.
+func (*PortReport) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PortReport) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *PortReport) GetStatus() *PortStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// ReportPortsRequest carries the status of every VM port of the node: a
+// port the node does not list is not plumbed there.
+type ReportPortsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Ports         []*PortReport          `protobuf:"bytes,2,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPortsRequest) Reset() {
+	*x = ReportPortsRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPortsRequest) ProtoMessage() {}
+
+func (x *ReportPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPortsRequest.ProtoReflect.Descriptor instead.
+func (*ReportPortsRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ReportPortsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReportPortsRequest) GetPorts() []*PortReport {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+type ReportPortsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPortsResponse) Reset() {
+	*x = ReportPortsResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPortsResponse) ProtoMessage() {}
+
+func (x *ReportPortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPortsResponse.ProtoReflect.Descriptor instead.
+func (*ReportPortsResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
 }
 
 type GetRequest struct {
@@ -2471,7 +2742,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +2754,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +2767,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetRequest) GetName() string {
@@ -2515,7 +2786,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2798,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2811,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteRequest) GetName() string {
@@ -2558,7 +2829,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2841,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2854,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
 }
 
 type ListRequest struct {
@@ -2597,7 +2868,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2880,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2893,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListRequest) GetNetwork() string {
@@ -2648,7 +2919,7 @@ type CreateNetworkRequest struct {
 
 func (x *CreateNetworkRequest) Reset() {
 	*x = CreateNetworkRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2931,7 @@ func (x *CreateNetworkRequest) String() string {
 func (*CreateNetworkRequest) ProtoMessage() {}
 
 func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2944,7 @@ func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*CreateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateNetworkRequest) GetNetwork() *Network {
@@ -2692,7 +2963,7 @@ type CreateSubnetRequest struct {
 
 func (x *CreateSubnetRequest) Reset() {
 	*x = CreateSubnetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2975,7 @@ func (x *CreateSubnetRequest) String() string {
 func (*CreateSubnetRequest) ProtoMessage() {}
 
 func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2988,7 @@ func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubnetRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubnetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateSubnetRequest) GetSubnet() *Subnet {
@@ -2736,7 +3007,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +3019,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +3032,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateEndpointRequest) GetEndpoint() *Endpoint {
@@ -2780,7 +3051,7 @@ type ListNetworksResponse struct {
 
 func (x *ListNetworksResponse) Reset() {
 	*x = ListNetworksResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3063,7 @@ func (x *ListNetworksResponse) String() string {
 func (*ListNetworksResponse) ProtoMessage() {}
 
 func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3076,7 @@ func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNetworksResponse.ProtoReflect.Descriptor instead.
 func (*ListNetworksResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListNetworksResponse) GetNetworks() []*Network {
@@ -2824,7 +3095,7 @@ type ListSubnetsResponse struct {
 
 func (x *ListSubnetsResponse) Reset() {
 	*x = ListSubnetsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +3107,7 @@ func (x *ListSubnetsResponse) String() string {
 func (*ListSubnetsResponse) ProtoMessage() {}
 
 func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +3120,7 @@ func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubnetsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubnetsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSubnetsResponse) GetSubnets() []*Subnet {
@@ -2868,7 +3139,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3151,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3164,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -2912,7 +3183,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3195,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3208,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2956,7 +3227,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3239,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3252,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetPlanRequest) GetNode() string {
@@ -3001,7 +3272,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3284,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3297,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchRequest) GetKinds() []string {
@@ -3053,7 +3324,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3336,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3349,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -3182,7 +3453,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3465,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3478,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Policy) GetNamespace() string {
@@ -3251,7 +3522,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3534,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3547,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Namespace) GetName() string {
@@ -3310,7 +3581,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3593,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3606,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ApplyPoliciesRequest) GetDocuments() string {
@@ -3354,7 +3625,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3637,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3650,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -3399,7 +3670,7 @@ type PolicyRef struct {
 
 func (x *PolicyRef) Reset() {
 	*x = PolicyRef{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3682,7 @@ func (x *PolicyRef) String() string {
 func (*PolicyRef) ProtoMessage() {}
 
 func (x *PolicyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3695,7 @@ func (x *PolicyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
 func (*PolicyRef) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PolicyRef) GetNamespace() string {
@@ -3451,7 +3722,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3734,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3747,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListPoliciesRequest) GetNamespace() string {
@@ -3495,7 +3766,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3778,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3791,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -3539,7 +3810,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3822,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,12 +3835,295 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
 	if x != nil {
 		return x.Namespaces
+	}
+	return nil
+}
+
+// CreatePortRequest asks for a VM port: an endpoint of kind tap or vfio
+// owned by "vm:VM", plumbed by the node's agent.
+type CreatePortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The VM's identifier (an object name: [a-z0-9.-]).
+	Vm      string `protobuf:"bytes,1,opt,name=vm,proto3" json:"vm,omitempty"`
+	Network string `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
+	Node    string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	// tap (default) or vfio.
+	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Port name; default VM-N with the first free N.
+	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// The guest's MAC; derived when empty. Unique on the network.
+	Mac       string            `protobuf:"bytes,6,opt,name=mac,proto3" json:"mac,omitempty"`
+	Labels    map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Namespace string            `protobuf:"bytes,8,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Kind vfio: the VF to use; a free VF of the node is picked when pf is
+	// empty.
+	Pf      string `protobuf:"bytes,9,opt,name=pf,proto3" json:"pf,omitempty"`
+	VfIndex *int32 `protobuf:"varint,10,opt,name=vf_index,json=vfIndex,proto3,oneof" json:"vf_index,omitempty"`
+	// Return once stored, without waiting for the node to plumb the port.
+	NoWait        bool `protobuf:"varint,11,opt,name=no_wait,json=noWait,proto3" json:"no_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePortRequest) Reset() {
+	*x = CreatePortRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePortRequest) ProtoMessage() {}
+
+func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
+func (*CreatePortRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *CreatePortRequest) GetVm() string {
+	if x != nil {
+		return x.Vm
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *CreatePortRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetPf() string {
+	if x != nil {
+		return x.Pf
+	}
+	return ""
+}
+
+func (x *CreatePortRequest) GetVfIndex() int32 {
+	if x != nil && x.VfIndex != nil {
+		return *x.VfIndex
+	}
+	return 0
+}
+
+func (x *CreatePortRequest) GetNoWait() bool {
+	if x != nil {
+		return x.NoWait
+	}
+	return false
+}
+
+type ListPortsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this VM's ports; only this node's ports. Empty: all.
+	Vm            string `protobuf:"bytes,1,opt,name=vm,proto3" json:"vm,omitempty"`
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsRequest) Reset() {
+	*x = ListPortsRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsRequest) ProtoMessage() {}
+
+func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
+func (*ListPortsRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ListPortsRequest) GetVm() string {
+	if x != nil {
+		return x.Vm
+	}
+	return ""
+}
+
+func (x *ListPortsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type DeletePortsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One port by name, or every port of a VM.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Vm            string `protobuf:"bytes,2,opt,name=vm,proto3" json:"vm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePortsRequest) Reset() {
+	*x = DeletePortsRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePortsRequest) ProtoMessage() {}
+
+func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePortsRequest.ProtoReflect.Descriptor instead.
+func (*DeletePortsRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *DeletePortsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeletePortsRequest) GetVm() string {
+	if x != nil {
+		return x.Vm
+	}
+	return ""
+}
+
+type DeletePortsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       []string               `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePortsResponse) Reset() {
+	*x = DeletePortsResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePortsResponse) ProtoMessage() {}
+
+func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePortsResponse.ProtoReflect.Descriptor instead.
+func (*DeletePortsResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *DeletePortsResponse) GetDeleted() []string {
+	if x != nil {
+		return x.Deleted
 	}
 	return nil
 }
@@ -3588,7 +4142,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +4154,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +4167,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ExplainPolicyRequest) GetSource() string {
@@ -3662,7 +4216,7 @@ type PolicySide struct {
 
 func (x *PolicySide) Reset() {
 	*x = PolicySide{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3674,7 +4228,7 @@ func (x *PolicySide) String() string {
 func (*PolicySide) ProtoMessage() {}
 
 func (x *PolicySide) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3687,7 +4241,7 @@ func (x *PolicySide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySide.ProtoReflect.Descriptor instead.
 func (*PolicySide) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PolicySide) GetEndpoint() string {
@@ -3737,7 +4291,7 @@ type ExplainPolicyResponse struct {
 
 func (x *ExplainPolicyResponse) Reset() {
 	*x = ExplainPolicyResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3749,7 +4303,7 @@ func (x *ExplainPolicyResponse) String() string {
 func (*ExplainPolicyResponse) ProtoMessage() {}
 
 func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3762,7 +4316,7 @@ func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ExplainPolicyResponse) GetAllowed() bool {
@@ -3798,7 +4352,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\brevision\x18\x04 \x01(\x03R\brevision\"1\n" +
 	"\aIPRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\tR\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\tR\x03end\"\xcb\x01\n" +
+	"\x03end\x18\x02 \x01(\tR\x03end\"\xdd\x01\n" +
 	"\x06Subnet\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +
@@ -3808,7 +4362,8 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\n" +
 	"exclusions\x18\x06 \x03(\tR\n" +
 	"exclusions\x12\x1a\n" +
-	"\brevision\x18\a \x01(\x03R\brevision\"\xbc\x01\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\x12\x10\n" +
+	"\x03dns\x18\b \x03(\tR\x03dns\"\xbc\x01\n" +
 	"\bCounters\x12\x1d\n" +
 	"\n" +
 	"rx_packets\x18\x01 \x01(\x04R\trxPackets\x12\x19\n" +
@@ -3819,7 +4374,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"tx_packets\x18\x04 \x01(\x04R\ttxPackets\x12\x19\n" +
 	"\btx_bytes\x18\x05 \x01(\x04R\atxBytes\x12\x1d\n" +
 	"\n" +
-	"tx_dropped\x18\x06 \x01(\x04R\ttxDropped\"\xf7\x04\n" +
+	"tx_dropped\x18\x06 \x01(\x04R\ttxDropped\"\xa1\x05\n" +
 	"\bEndpoint\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +
@@ -3837,11 +4392,24 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\bcounters\x18\r \x01(\v2\x12.skiff.v1.CountersR\bcounters\x12?\n" +
 	"\rcounters_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fcountersTime\x12D\n" +
 	"\x0fpolicy_counters\x18\x14 \x03(\v2\x1b.skiff.v1.PolicyRuleCounterR\x0epolicyCounters\x12:\n" +
-	"\roffload_rules\x18\x15 \x03(\v2\x15.skiff.v1.OffloadRuleR\foffloadRules\x1a9\n" +
+	"\roffload_rules\x18\x15 \x03(\v2\x15.skiff.v1.OffloadRuleR\foffloadRules\x12(\n" +
+	"\x04port\x18\x16 \x01(\v2\x14.skiff.v1.PortStatusR\x04port\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
-	"\t_vf_index\"\xfd\x01\n" +
+	"\t_vf_index\"\xfe\x01\n" +
+	"\n" +
+	"PortStatus\x12\x17\n" +
+	"\ahost_if\x18\x01 \x01(\tR\x06hostIf\x12\x1f\n" +
+	"\vpci_address\x18\x02 \x01(\tR\n" +
+	"pciAddress\x12\x1d\n" +
+	"\n" +
+	"vfio_group\x18\x03 \x01(\tR\tvfioGroup\x12\x14\n" +
+	"\x05ready\x18\x04 \x01(\bR\x05ready\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12#\n" +
+	"\rplan_revision\x18\a \x01(\x03R\fplanRevision\x12.\n" +
+	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfd\x01\n" +
 	"\vOffloadRule\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3992,7 +4560,15 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x128\n" +
 	"\tendpoints\x18\x03 \x03(\v2\x1a.skiff.v1.EndpointCountersR\tendpoints\x125\n" +
 	"\bnetworks\x18\x04 \x03(\v2\x19.skiff.v1.NetworkCountersR\bnetworks\"\x18\n" +
-	"\x16ReportCountersResponse\" \n" +
+	"\x16ReportCountersResponse\"V\n" +
+	"\n" +
+	"PortReport\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12,\n" +
+	"\x06status\x18\x02 \x01(\v2\x14.skiff.v1.PortStatusR\x06status\"T\n" +
+	"\x12ReportPortsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12*\n" +
+	"\x05ports\x18\x02 \x03(\v2\x14.skiff.v1.PortReportR\x05ports\"\x15\n" +
+	"\x13ReportPortsResponse\" \n" +
 	"\n" +
 	"GetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"#\n" +
@@ -4059,7 +4635,32 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x16ListNamespacesResponse\x123\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x13.skiff.v1.NamespaceR\n" +
-	"namespaces\"\x80\x01\n" +
+	"namespaces\"\xfb\x02\n" +
+	"\x11CreatePortRequest\x12\x0e\n" +
+	"\x02vm\x18\x01 \x01(\tR\x02vm\x12\x18\n" +
+	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x10\n" +
+	"\x03mac\x18\x06 \x01(\tR\x03mac\x12?\n" +
+	"\x06labels\x18\a \x03(\v2'.skiff.v1.CreatePortRequest.LabelsEntryR\x06labels\x12\x1c\n" +
+	"\tnamespace\x18\b \x01(\tR\tnamespace\x12\x0e\n" +
+	"\x02pf\x18\t \x01(\tR\x02pf\x12\x1e\n" +
+	"\bvf_index\x18\n" +
+	" \x01(\x05H\x00R\avfIndex\x88\x01\x01\x12\x17\n" +
+	"\ano_wait\x18\v \x01(\bR\x06noWait\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
+	"\t_vf_index\"6\n" +
+	"\x10ListPortsRequest\x12\x0e\n" +
+	"\x02vm\x18\x01 \x01(\tR\x02vm\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"8\n" +
+	"\x12DeletePortsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02vm\x18\x02 \x01(\tR\x02vm\"/\n" +
+	"\x13DeletePortsResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\"\x80\x01\n" +
 	"\x14ExplainPolicyRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12 \n" +
 	"\vdestination\x18\x02 \x01(\tR\vdestination\x12\x1a\n" +
@@ -4077,15 +4678,16 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x15ExplainPolicyResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12,\n" +
 	"\x06egress\x18\x02 \x01(\v2\x14.skiff.v1.PolicySideR\x06egress\x12.\n" +
-	"\aingress\x18\x03 \x01(\v2\x14.skiff.v1.PolicySideR\aingress2\xc4\x03\n" +
+	"\aingress\x18\x03 \x01(\v2\x14.skiff.v1.PolicySideR\aingress2\x90\x04\n" +
 	"\fAgentService\x12A\n" +
 	"\bRegister\x12\x19.skiff.v1.RegisterRequest\x1a\x1a.skiff.v1.RegisterResponse\x12A\n" +
 	"\n" +
 	"StreamPlan\x12\x1b.skiff.v1.StreamPlanRequest\x1a\x14.skiff.v1.PlanUpdate0\x01\x12M\n" +
 	"\fReportEvents\x12\x1d.skiff.v1.ReportEventsRequest\x1a\x1e.skiff.v1.ReportEventsResponse\x12S\n" +
-	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12E\n" +
+	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12J\n" +
+	"\vReportPorts\x12\x1c.skiff.v1.ReportPortsRequest\x1a\x1d.skiff.v1.ReportPortsResponse\x12E\n" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x12C\n" +
-	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xfd\v\n" +
+	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xd2\r\n" +
 	"\x11ManagementService\x12B\n" +
 	"\rCreateNetwork\x12\x1e.skiff.v1.CreateNetworkRequest\x1a\x11.skiff.v1.Network\x125\n" +
 	"\n" +
@@ -4109,7 +4711,11 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\fDeletePolicy\x12\x13.skiff.v1.PolicyRef\x1a\x18.skiff.v1.DeleteResponse\x12P\n" +
 	"\rExplainPolicy\x12\x1e.skiff.v1.ExplainPolicyRequest\x1a\x1f.skiff.v1.ExplainPolicyResponse\x128\n" +
 	"\fSetNamespace\x12\x13.skiff.v1.Namespace\x1a\x13.skiff.v1.Namespace\x12I\n" +
-	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x123\n" +
+	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x12=\n" +
+	"\n" +
+	"CreatePort\x12\x1b.skiff.v1.CreatePortRequest\x1a\x12.skiff.v1.Endpoint\x12H\n" +
+	"\tListPorts\x12\x1a.skiff.v1.ListPortsRequest\x1a\x1f.skiff.v1.ListEndpointsResponse\x12J\n" +
+	"\vDeletePorts\x12\x1c.skiff.v1.DeletePortsRequest\x1a\x1d.skiff.v1.DeletePortsResponse\x123\n" +
 	"\aGetPlan\x12\x18.skiff.v1.GetPlanRequest\x1a\x0e.skiff.v1.Plan\x127\n" +
 	"\x05Watch\x12\x16.skiff.v1.WatchRequest\x1a\x14.skiff.v1.WatchEvent0\x01B3Z1github.com/skiff-sdn/skiff/proto/skiff/v1;skiffv1b\x06proto3"
 
@@ -4126,7 +4732,7 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_skiff_v1_skiff_proto_goTypes = []any{
 	(WatchEvent_Type)(0),           // 0: skiff.v1.WatchEvent.Type
 	(*Network)(nil),                // 1: skiff.v1.Network
@@ -4134,181 +4740,203 @@ var file_skiff_v1_skiff_proto_goTypes = []any{
 	(*Subnet)(nil),                 // 3: skiff.v1.Subnet
 	(*Counters)(nil),               // 4: skiff.v1.Counters
 	(*Endpoint)(nil),               // 5: skiff.v1.Endpoint
-	(*OffloadRule)(nil),            // 6: skiff.v1.OffloadRule
-	(*PolicyRuleCounter)(nil),      // 7: skiff.v1.PolicyRuleCounter
-	(*VirtualFunction)(nil),        // 8: skiff.v1.VirtualFunction
-	(*PhysicalFunction)(nil),       // 9: skiff.v1.PhysicalFunction
-	(*NodeCapabilities)(nil),       // 10: skiff.v1.NodeCapabilities
-	(*Node)(nil),                   // 11: skiff.v1.Node
-	(*PlanNetwork)(nil),            // 12: skiff.v1.PlanNetwork
-	(*RemoteEndpoint)(nil),         // 13: skiff.v1.RemoteEndpoint
-	(*PolicyPort)(nil),             // 14: skiff.v1.PolicyPort
-	(*PolicyPeer)(nil),             // 15: skiff.v1.PolicyPeer
-	(*PolicyRule)(nil),             // 16: skiff.v1.PolicyRule
-	(*EndpointPolicy)(nil),         // 17: skiff.v1.EndpointPolicy
-	(*AddressGroup)(nil),           // 18: skiff.v1.AddressGroup
-	(*Plan)(nil),                   // 19: skiff.v1.Plan
-	(*PlanDelta)(nil),              // 20: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),             // 21: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),        // 22: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 23: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),      // 24: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),              // 25: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),    // 26: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),   // 27: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),       // 28: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),        // 29: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),  // 30: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil), // 31: skiff.v1.ReportCountersResponse
-	(*GetRequest)(nil),             // 32: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),          // 33: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 34: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),            // 35: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),   // 36: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),    // 37: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),  // 38: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),   // 39: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),    // 40: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),  // 41: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),      // 42: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),         // 43: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),           // 44: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),             // 45: skiff.v1.WatchEvent
-	(*Policy)(nil),                 // 46: skiff.v1.Policy
-	(*Namespace)(nil),              // 47: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),   // 48: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 49: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),              // 50: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),    // 51: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 52: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil), // 53: skiff.v1.ListNamespacesResponse
-	(*ExplainPolicyRequest)(nil),   // 54: skiff.v1.ExplainPolicyRequest
-	(*PolicySide)(nil),             // 55: skiff.v1.PolicySide
-	(*ExplainPolicyResponse)(nil),  // 56: skiff.v1.ExplainPolicyResponse
-	nil,                            // 57: skiff.v1.Endpoint.LabelsEntry
-	nil,                            // 58: skiff.v1.Namespace.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 59: google.protobuf.Timestamp
+	(*PortStatus)(nil),             // 6: skiff.v1.PortStatus
+	(*OffloadRule)(nil),            // 7: skiff.v1.OffloadRule
+	(*PolicyRuleCounter)(nil),      // 8: skiff.v1.PolicyRuleCounter
+	(*VirtualFunction)(nil),        // 9: skiff.v1.VirtualFunction
+	(*PhysicalFunction)(nil),       // 10: skiff.v1.PhysicalFunction
+	(*NodeCapabilities)(nil),       // 11: skiff.v1.NodeCapabilities
+	(*Node)(nil),                   // 12: skiff.v1.Node
+	(*PlanNetwork)(nil),            // 13: skiff.v1.PlanNetwork
+	(*RemoteEndpoint)(nil),         // 14: skiff.v1.RemoteEndpoint
+	(*PolicyPort)(nil),             // 15: skiff.v1.PolicyPort
+	(*PolicyPeer)(nil),             // 16: skiff.v1.PolicyPeer
+	(*PolicyRule)(nil),             // 17: skiff.v1.PolicyRule
+	(*EndpointPolicy)(nil),         // 18: skiff.v1.EndpointPolicy
+	(*AddressGroup)(nil),           // 19: skiff.v1.AddressGroup
+	(*Plan)(nil),                   // 20: skiff.v1.Plan
+	(*PlanDelta)(nil),              // 21: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),             // 22: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),        // 23: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),       // 24: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),      // 25: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),              // 26: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),    // 27: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),   // 28: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),       // 29: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),        // 30: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),  // 31: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil), // 32: skiff.v1.ReportCountersResponse
+	(*PortReport)(nil),             // 33: skiff.v1.PortReport
+	(*ReportPortsRequest)(nil),     // 34: skiff.v1.ReportPortsRequest
+	(*ReportPortsResponse)(nil),    // 35: skiff.v1.ReportPortsResponse
+	(*GetRequest)(nil),             // 36: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),          // 37: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),         // 38: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),            // 39: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),   // 40: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),    // 41: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),  // 42: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),   // 43: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),    // 44: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),  // 45: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),      // 46: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),         // 47: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),           // 48: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),             // 49: skiff.v1.WatchEvent
+	(*Policy)(nil),                 // 50: skiff.v1.Policy
+	(*Namespace)(nil),              // 51: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),   // 52: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),  // 53: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),              // 54: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),    // 55: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 56: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil), // 57: skiff.v1.ListNamespacesResponse
+	(*CreatePortRequest)(nil),      // 58: skiff.v1.CreatePortRequest
+	(*ListPortsRequest)(nil),       // 59: skiff.v1.ListPortsRequest
+	(*DeletePortsRequest)(nil),     // 60: skiff.v1.DeletePortsRequest
+	(*DeletePortsResponse)(nil),    // 61: skiff.v1.DeletePortsResponse
+	(*ExplainPolicyRequest)(nil),   // 62: skiff.v1.ExplainPolicyRequest
+	(*PolicySide)(nil),             // 63: skiff.v1.PolicySide
+	(*ExplainPolicyResponse)(nil),  // 64: skiff.v1.ExplainPolicyResponse
+	nil,                            // 65: skiff.v1.Endpoint.LabelsEntry
+	nil,                            // 66: skiff.v1.Namespace.LabelsEntry
+	nil,                            // 67: skiff.v1.CreatePortRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 68: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,  // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	57, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	65, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,  // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	59, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
-	7,  // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
-	6,  // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
-	8,  // 6: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
-	9,  // 7: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
-	10, // 8: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	59, // 9: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	3,  // 10: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
-	15, // 11: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
-	14, // 12: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
-	16, // 13: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
-	16, // 14: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
-	12, // 15: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 16: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
-	13, // 17: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
-	17, // 18: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
-	18, // 19: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
-	12, // 20: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 21: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
-	13, // 22: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
-	17, // 23: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
-	18, // 24: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
-	19, // 25: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
-	20, // 26: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
-	11, // 27: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
-	11, // 28: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	59, // 29: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
-	25, // 30: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
-	4,  // 31: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
-	6,  // 32: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
-	7,  // 33: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
-	4,  // 34: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	59, // 35: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
-	28, // 36: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
-	29, // 37: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
-	1,  // 38: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
-	3,  // 39: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
-	5,  // 40: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
-	1,  // 41: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
-	3,  // 42: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
-	5,  // 43: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
-	11, // 44: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
-	0,  // 45: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
-	1,  // 46: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
-	3,  // 47: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
-	5,  // 48: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
-	11, // 49: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	58, // 50: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	46, // 51: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	46, // 52: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	47, // 53: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	55, // 54: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
-	55, // 55: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
-	22, // 56: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	24, // 57: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	26, // 58: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	30, // 59: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	38, // 60: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	33, // 61: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	36, // 62: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	32, // 63: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	35, // 64: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	33, // 65: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	37, // 66: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	32, // 67: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	35, // 68: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	33, // 69: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	38, // 70: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	32, // 71: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	35, // 72: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	33, // 73: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	32, // 74: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	35, // 75: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	33, // 76: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	48, // 77: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	51, // 78: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	50, // 79: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	54, // 80: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
-	47, // 81: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	35, // 82: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	43, // 83: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	44, // 84: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	23, // 85: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	21, // 86: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	27, // 87: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	31, // 88: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	5,  // 89: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	34, // 90: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,  // 91: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,  // 92: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	39, // 93: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	34, // 94: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,  // 95: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,  // 96: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	40, // 97: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	34, // 98: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,  // 99: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,  // 100: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	41, // 101: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	34, // 102: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	11, // 103: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	42, // 104: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	34, // 105: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	49, // 106: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	52, // 107: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	34, // 108: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	56, // 109: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
-	47, // 110: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	53, // 111: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	19, // 112: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	45, // 113: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	85, // [85:114] is the sub-list for method output_type
-	56, // [56:85] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	68, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	8,  // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
+	7,  // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
+	6,  // 6: skiff.v1.Endpoint.port:type_name -> skiff.v1.PortStatus
+	68, // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
+	9,  // 8: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
+	10, // 9: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
+	11, // 10: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
+	68, // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	3,  // 12: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
+	16, // 13: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
+	15, // 14: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
+	17, // 15: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
+	17, // 16: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
+	13, // 17: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
+	5,  // 18: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
+	14, // 19: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
+	18, // 20: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
+	19, // 21: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
+	13, // 22: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
+	5,  // 23: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
+	14, // 24: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
+	18, // 25: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
+	19, // 26: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
+	20, // 27: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
+	21, // 28: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
+	12, // 29: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
+	12, // 30: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
+	68, // 31: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	26, // 32: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
+	4,  // 33: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
+	7,  // 34: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
+	8,  // 35: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
+	4,  // 36: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
+	68, // 37: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	29, // 38: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
+	30, // 39: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
+	6,  // 40: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
+	33, // 41: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
+	1,  // 42: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
+	3,  // 43: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
+	5,  // 44: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
+	1,  // 45: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
+	3,  // 46: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
+	5,  // 47: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
+	12, // 48: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
+	0,  // 49: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
+	1,  // 50: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
+	3,  // 51: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
+	5,  // 52: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
+	12, // 53: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
+	66, // 54: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	50, // 55: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	50, // 56: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	51, // 57: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	67, // 58: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
+	63, // 59: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
+	63, // 60: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
+	23, // 61: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	25, // 62: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	27, // 63: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	31, // 64: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	34, // 65: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
+	42, // 66: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	37, // 67: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	40, // 68: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	36, // 69: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	39, // 70: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	37, // 71: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	41, // 72: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	36, // 73: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	39, // 74: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	37, // 75: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	42, // 76: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	36, // 77: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	39, // 78: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	37, // 79: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	36, // 80: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	39, // 81: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	37, // 82: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	52, // 83: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	55, // 84: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	54, // 85: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	62, // 86: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
+	51, // 87: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	39, // 88: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	58, // 89: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
+	59, // 90: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
+	60, // 91: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
+	47, // 92: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	48, // 93: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	24, // 94: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	22, // 95: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	28, // 96: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	32, // 97: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	35, // 98: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
+	5,  // 99: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	38, // 100: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,  // 101: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,  // 102: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	43, // 103: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	38, // 104: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,  // 105: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,  // 106: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	44, // 107: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	38, // 108: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,  // 109: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,  // 110: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	45, // 111: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	38, // 112: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	12, // 113: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	46, // 114: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	38, // 115: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	53, // 116: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	56, // 117: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	38, // 118: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	64, // 119: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	51, // 120: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	57, // 121: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	5,  // 122: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
+	45, // 123: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
+	61, // 124: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
+	20, // 125: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	49, // 126: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	94, // [94:127] is the sub-list for method output_type
+	61, // [61:94] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -4317,24 +4945,25 @@ func file_skiff_v1_skiff_proto_init() {
 		return
 	}
 	file_skiff_v1_skiff_proto_msgTypes[4].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[19].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[20].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[20].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[21].OneofWrappers = []any{
 		(*PlanUpdate_Snapshot)(nil),
 		(*PlanUpdate_Delta)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[44].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[48].OneofWrappers = []any{
 		(*WatchEvent_Network)(nil),
 		(*WatchEvent_Subnet)(nil),
 		(*WatchEvent_Endpoint)(nil),
 		(*WatchEvent_Node)(nil),
 	}
+	file_skiff_v1_skiff_proto_msgTypes[57].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   58,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

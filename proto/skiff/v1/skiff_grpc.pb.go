@@ -33,6 +33,7 @@ const (
 	AgentService_StreamPlan_FullMethodName     = "/skiff.v1.AgentService/StreamPlan"
 	AgentService_ReportEvents_FullMethodName   = "/skiff.v1.AgentService/ReportEvents"
 	AgentService_ReportCounters_FullMethodName = "/skiff.v1.AgentService/ReportCounters"
+	AgentService_ReportPorts_FullMethodName    = "/skiff.v1.AgentService/ReportPorts"
 	AgentService_CreateEndpoint_FullMethodName = "/skiff.v1.AgentService/CreateEndpoint"
 	AgentService_DeleteEndpoint_FullMethodName = "/skiff.v1.AgentService/DeleteEndpoint"
 )
@@ -50,6 +51,9 @@ type AgentServiceClient interface {
 	StreamPlan(ctx context.Context, in *StreamPlanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PlanUpdate], error)
 	ReportEvents(ctx context.Context, in *ReportEventsRequest, opts ...grpc.CallOption) (*ReportEventsResponse, error)
 	ReportCounters(ctx context.Context, in *ReportCountersRequest, opts ...grpc.CallOption) (*ReportCountersResponse, error)
+	// ReportPorts records the status of the node's VM ports; reports about
+	// endpoints that are not the node's, or no longer exist, are dropped.
+	ReportPorts(ctx context.Context, in *ReportPortsRequest, opts ...grpc.CallOption) (*ReportPortsResponse, error)
 	// CreateEndpoint and DeleteEndpoint are the agent's local API calls
 	// forwarded to the controller; the endpoint's node is the caller's node.
 	CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*Endpoint, error)
@@ -113,6 +117,16 @@ func (c *agentServiceClient) ReportCounters(ctx context.Context, in *ReportCount
 	return out, nil
 }
 
+func (c *agentServiceClient) ReportPorts(ctx context.Context, in *ReportPortsRequest, opts ...grpc.CallOption) (*ReportPortsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportPortsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReportPorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*Endpoint, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Endpoint)
@@ -146,6 +160,9 @@ type AgentServiceServer interface {
 	StreamPlan(*StreamPlanRequest, grpc.ServerStreamingServer[PlanUpdate]) error
 	ReportEvents(context.Context, *ReportEventsRequest) (*ReportEventsResponse, error)
 	ReportCounters(context.Context, *ReportCountersRequest) (*ReportCountersResponse, error)
+	// ReportPorts records the status of the node's VM ports; reports about
+	// endpoints that are not the node's, or no longer exist, are dropped.
+	ReportPorts(context.Context, *ReportPortsRequest) (*ReportPortsResponse, error)
 	// CreateEndpoint and DeleteEndpoint are the agent's local API calls
 	// forwarded to the controller; the endpoint's node is the caller's node.
 	CreateEndpoint(context.Context, *CreateEndpointRequest) (*Endpoint, error)
@@ -171,6 +188,9 @@ func (UnimplementedAgentServiceServer) ReportEvents(context.Context, *ReportEven
 }
 func (UnimplementedAgentServiceServer) ReportCounters(context.Context, *ReportCountersRequest) (*ReportCountersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportCounters not implemented")
+}
+func (UnimplementedAgentServiceServer) ReportPorts(context.Context, *ReportPortsRequest) (*ReportPortsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportPorts not implemented")
 }
 func (UnimplementedAgentServiceServer) CreateEndpoint(context.Context, *CreateEndpointRequest) (*Endpoint, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateEndpoint not implemented")
@@ -264,6 +284,24 @@ func _AgentService_ReportCounters_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ReportPorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportPortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReportPorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReportPorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReportPorts(ctx, req.(*ReportPortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_CreateEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateEndpointRequest)
 	if err := dec(in); err != nil {
@@ -320,6 +358,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AgentService_ReportCounters_Handler,
 		},
 		{
+			MethodName: "ReportPorts",
+			Handler:    _AgentService_ReportPorts_Handler,
+		},
+		{
 			MethodName: "CreateEndpoint",
 			Handler:    _AgentService_CreateEndpoint_Handler,
 		},
@@ -360,6 +402,9 @@ const (
 	ManagementService_ExplainPolicy_FullMethodName  = "/skiff.v1.ManagementService/ExplainPolicy"
 	ManagementService_SetNamespace_FullMethodName   = "/skiff.v1.ManagementService/SetNamespace"
 	ManagementService_ListNamespaces_FullMethodName = "/skiff.v1.ManagementService/ListNamespaces"
+	ManagementService_CreatePort_FullMethodName     = "/skiff.v1.ManagementService/CreatePort"
+	ManagementService_ListPorts_FullMethodName      = "/skiff.v1.ManagementService/ListPorts"
+	ManagementService_DeletePorts_FullMethodName    = "/skiff.v1.ManagementService/DeletePorts"
 	ManagementService_GetPlan_FullMethodName        = "/skiff.v1.ManagementService/GetPlan"
 	ManagementService_Watch_FullMethodName          = "/skiff.v1.ManagementService/Watch"
 )
@@ -400,6 +445,17 @@ type ManagementServiceClient interface {
 	ExplainPolicy(ctx context.Context, in *ExplainPolicyRequest, opts ...grpc.CallOption) (*ExplainPolicyResponse, error)
 	SetNamespace(ctx context.Context, in *Namespace, opts ...grpc.CallOption) (*Namespace, error)
 	ListNamespaces(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
+	// CreatePort stores a VM port and, unless no_wait, waits until its
+	// node's agent reports it plumbed and attached (the port's status then
+	// names the tap, or the VF's PCI address and vfio group). A port its
+	// node fails to plumb is deleted again and the error says why.
+	CreatePort(ctx context.Context, in *CreatePortRequest, opts ...grpc.CallOption) (*Endpoint, error)
+	// ListPorts lists VM ports (endpoints of kind tap or vfio owned by a
+	// VM); an unknown VM is NOT_FOUND.
+	ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
+	// DeletePorts deletes a port, or every port of a VM; the node's agent
+	// removes the tap (or gives the VF back to its driver).
+	DeletePorts(ctx context.Context, in *DeletePortsRequest, opts ...grpc.CallOption) (*DeletePortsResponse, error)
 	// GetPlan returns the plan a node would receive now.
 	GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*Plan, error)
 	// Watch streams changes to the chosen kinds, starting now.
@@ -624,6 +680,36 @@ func (c *managementServiceClient) ListNamespaces(ctx context.Context, in *ListRe
 	return out, nil
 }
 
+func (c *managementServiceClient) CreatePort(ctx context.Context, in *CreatePortRequest, opts ...grpc.CallOption) (*Endpoint, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Endpoint)
+	err := c.cc.Invoke(ctx, ManagementService_CreatePort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEndpointsResponse)
+	err := c.cc.Invoke(ctx, ManagementService_ListPorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) DeletePorts(ctx context.Context, in *DeletePortsRequest, opts ...grpc.CallOption) (*DeletePortsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeletePortsResponse)
+	err := c.cc.Invoke(ctx, ManagementService_DeletePorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *managementServiceClient) GetPlan(ctx context.Context, in *GetPlanRequest, opts ...grpc.CallOption) (*Plan, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Plan)
@@ -689,6 +775,17 @@ type ManagementServiceServer interface {
 	ExplainPolicy(context.Context, *ExplainPolicyRequest) (*ExplainPolicyResponse, error)
 	SetNamespace(context.Context, *Namespace) (*Namespace, error)
 	ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error)
+	// CreatePort stores a VM port and, unless no_wait, waits until its
+	// node's agent reports it plumbed and attached (the port's status then
+	// names the tap, or the VF's PCI address and vfio group). A port its
+	// node fails to plumb is deleted again and the error says why.
+	CreatePort(context.Context, *CreatePortRequest) (*Endpoint, error)
+	// ListPorts lists VM ports (endpoints of kind tap or vfio owned by a
+	// VM); an unknown VM is NOT_FOUND.
+	ListPorts(context.Context, *ListPortsRequest) (*ListEndpointsResponse, error)
+	// DeletePorts deletes a port, or every port of a VM; the node's agent
+	// removes the tap (or gives the VF back to its driver).
+	DeletePorts(context.Context, *DeletePortsRequest) (*DeletePortsResponse, error)
 	// GetPlan returns the plan a node would receive now.
 	GetPlan(context.Context, *GetPlanRequest) (*Plan, error)
 	// Watch streams changes to the chosen kinds, starting now.
@@ -765,6 +862,15 @@ func (UnimplementedManagementServiceServer) SetNamespace(context.Context, *Names
 }
 func (UnimplementedManagementServiceServer) ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNamespaces not implemented")
+}
+func (UnimplementedManagementServiceServer) CreatePort(context.Context, *CreatePortRequest) (*Endpoint, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePort not implemented")
+}
+func (UnimplementedManagementServiceServer) ListPorts(context.Context, *ListPortsRequest) (*ListEndpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPorts not implemented")
+}
+func (UnimplementedManagementServiceServer) DeletePorts(context.Context, *DeletePortsRequest) (*DeletePortsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePorts not implemented")
 }
 func (UnimplementedManagementServiceServer) GetPlan(context.Context, *GetPlanRequest) (*Plan, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPlan not implemented")
@@ -1171,6 +1277,60 @@ func _ManagementService_ListNamespaces_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ManagementService_CreatePort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).CreatePort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_CreatePort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).CreatePort(ctx, req.(*CreatePortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_ListPorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).ListPorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_ListPorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).ListPorts(ctx, req.(*ListPortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_DeletePorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).DeletePorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_DeletePorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).DeletePorts(ctx, req.(*DeletePortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ManagementService_GetPlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetPlanRequest)
 	if err := dec(in); err != nil {
@@ -1290,6 +1450,18 @@ var ManagementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNamespaces",
 			Handler:    _ManagementService_ListNamespaces_Handler,
+		},
+		{
+			MethodName: "CreatePort",
+			Handler:    _ManagementService_CreatePort_Handler,
+		},
+		{
+			MethodName: "ListPorts",
+			Handler:    _ManagementService_ListPorts_Handler,
+		},
+		{
+			MethodName: "DeletePorts",
+			Handler:    _ManagementService_DeletePorts_Handler,
 		},
 		{
 			MethodName: "GetPlan",
