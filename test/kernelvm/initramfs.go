@@ -251,15 +251,7 @@ func buildInitramfs(verDir, version string, modules []string) (string, error) {
 	}
 	for _, m := range order {
 		src := filepath.Join(modDir, files[m])
-		var b []byte
-		switch {
-		case strings.HasSuffix(src, ".xz"):
-			b, err = exec.Command("xz", "-dc", src).Output()
-		case strings.HasSuffix(src, ".zst"):
-			b, err = exec.Command("zstd", "-dc", src).Output()
-		default:
-			b, err = os.ReadFile(src)
-		}
+		b, err := readModule(src)
 		if err != nil {
 			return "", fmt.Errorf("module %s (%s): %w", m, src, err)
 		}
