@@ -20,7 +20,9 @@ generate: deps
 	./hack/generate.sh
 
 # All tests: unit, privileged and end-to-end (need root), and the kernel VM.
+# The kernel VM's setup comes first: test/e2e boots a guest with its kernel.
 test: deps build lint
+	./hack/kernelvm/setup.sh
 	$(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) test-kernel
 
