@@ -81,8 +81,9 @@ func TestAgentVMPorts(t *testing.T) {
 
 	// A restarted agent plumbs its ports from its saved plan.
 	h.stopAgent()
+	streams := h.ctl.streamsSeen()
 	h.startAgent(fake.New(plan.KindVeth, plan.KindTap))
-	h.waitConnected()
+	h.waitConnected(streams)
 	eventuallyPlumbed := func() bool {
 		for range 100 {
 			if ok, _ := h.dp.Ready("vm1-0"); ok {
