@@ -29,6 +29,8 @@ type Options struct {
 	// Nodes is how many worker nodes to run (each a network namespace
 	// with its own containerd and kubelet); 2 when 0.
 	Nodes int
+	// ControlPlaneOnly runs no node at all (API tests).
+	ControlPlaneOnly bool
 	// KubeProxy runs kube-proxy (iptables mode) on every node.
 	KubeProxy bool
 	// Images are docker-archive tarballs imported into every node's
@@ -83,8 +85,11 @@ func Bin(t testing.TB, name string) string {
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	testns.Require(t)
-	if o.Nodes == 0 {
+	if o.Nodes == 0 && !o.ControlPlaneOnly {
 		o.Nodes = 2
+	}
+	if o.ControlPlaneOnly {
+		o.Nodes = 0
 	}
 	for _, b := range []string{"containerd", "runc", "ctr", "etcd"} {
 		if _, err := exec.LookPath(b); err != nil {
@@ -119,7 +124,9 @@ func Start(t testing.TB, o Options) *Cluster {
 			t.Fatal(err)
 		}
 	}
-	c.WaitNodes(t, 3*time.Minute, false)
+	if len(c.Nodes) > 0 {
+		c.WaitNodes(t, 3*time.Minute, false)
+	}
 	return c
 }
 
