@@ -94,6 +94,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cli = srv.Client()
 	}
 	st := store.New(cli, log)
+	if n, err := st.IndexOwners(ctx); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	} else if n > 0 {
+		log.Info("indexed the owners of endpoints stored before owner records", "endpoints", n)
+	}
 	pl, err := startPlanner(ctx, st, log)
 	if err != nil {
 		return err
