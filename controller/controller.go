@@ -127,7 +127,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	opts = append(opts,
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+		// Agents ping every 5 s (agent.KeepaliveTime); allow them some
+		// slack before a ping counts as abuse.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}))
 	gs := grpc.NewServer(opts...)
 	servers := api.New(st, pl, log, cfg.StatusTTL)
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
