@@ -71,7 +71,9 @@ func TestAgentsBackAfterControllerRestart(t *testing.T) {
 	// Vanished: the controller's packets are dropped before it dies, so
 	// no agent learns that its connection is gone; it returns 3 s later.
 	testns.Run(t, c.ul, "nft", "add table inet sktest { chain out { type filter hook output priority 0; tcp sport 7400 drop; }; }")
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "exec", c.ul, "nft", "delete", "table", "inet", "sktest").Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "exec", c.ul, "nft", "delete", "table", "inet", "sktest").Run()
+	})
 	stop(c.ctrl)
 	time.Sleep(3 * time.Second)
 	testns.Run(t, c.ul, "nft", "delete table inet sktest")
