@@ -144,6 +144,7 @@ type Agent struct {
 	kick        chan struct{}
 	kickNow     chan struct{} // someone waits on the reconcile: no settling
 	healthy     error
+	hs          health
 
 	evMu    sync.Mutex
 	pending []*skiffv1.NodeEvent
@@ -465,12 +466,16 @@ func (a *Agent) reconcile() {
 		return // never apply a plan we do not have: that would delete everything
 	}
 	start := time.Now()
+	a.mu.Lock()
+	a.hs.applyingSince = start
+	a.mu.Unlock()
 	a.plumbPorts(p)
 	err := a.dp.Apply(p)
 	a.portsApplied(p)
 	a.applySecs.Observe(time.Since(start).Seconds())
 	a.mu.Lock()
 	a.healthy = err
+	a.hs.applyingSince, a.hs.applied = time.Time{}, true
 	a.notifyLocked()
 	a.mu.Unlock()
 	if err != nil {

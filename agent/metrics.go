@@ -30,19 +30,7 @@ func (a *Agent) metrics() {
 func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		a.mu.Lock()
-		err, has := a.healthy, a.hasPlan
-		a.mu.Unlock()
-		switch {
-		case err != nil:
-			http.Error(w, "datapath: "+err.Error(), http.StatusServiceUnavailable)
-		case !has:
-			http.Error(w, "no plan yet", http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ok")
-		}
-	})
+	a.healthHandlers(mux)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("agent: --metrics-addr: %w", err)

@@ -76,8 +76,12 @@ func TestDeleteWhileControllerAway(t *testing.T) {
 	}
 
 	// It returns: a create of pod-a (the same container again) finishes
-	// pod-a's delete before it creates; pod-b's is finished by the loop.
+	// pod-a's delete before it creates, or finds it finished by the loop
+	// (whichever comes first, the new pod-a must stay); pod-b's is
+	// finished by the loop.
+	streams := h.ctl.streamsSeen()
 	h.ctl.start(t, addr)
+	h.waitConnected(streams)
 	if _, err := h.create(context.Background(), "pod-a"); err != nil {
 		t.Fatalf("create of an endpoint whose delete was pending: %v", err)
 	}

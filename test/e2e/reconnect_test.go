@@ -59,14 +59,36 @@ func TestAgentsBackAfterControllerRestart(t *testing.T) {
 			return nil
 		})
 	}
+	probe := func(name, path string) string {
+		out, err := testns.Try(c.ul, "curl", "-s", "-w", " %{http_code}", "http://"+c.nodes[name].ip+":9100"+path)
+		if err != nil {
+			return err.Error()
+		}
+		return strings.ReplaceAll(out, "\n", "")
+	}
 	for _, down := range []time.Duration{time.Second, 8 * time.Second} {
 		stop(c.ctrl)
+		if down > time.Second {
+			// Headless: ready on the plan it holds, and live.
+			eventually(t, func() error {
+				if got := probe("n1", "/readyz"); !strings.HasPrefix(got, "ready, headless: the last plan") || !strings.HasSuffix(got, " 200") {
+					return fmt.Errorf("/readyz with the controller down: %q", got)
+				}
+				return nil
+			})
+			if got := probe("n1", "/livez"); got != "ok 200" {
+				t.Errorf("/livez with the controller down: %q", got)
+			}
+		}
 		time.Sleep(down)
 		start := time.Now()
 		c.startController()
 		serving := time.Now()
 		back := c.backAfter(t, serving)
 		t.Logf("killed, down %v: controller serving %v after its start, every agent back %v after that", down, serving.Sub(start), back)
+		if got := probe("n1", "/readyz"); !strings.HasPrefix(got, "ready: connected, plan revision") || !strings.HasSuffix(got, " 200") {
+			t.Errorf("/readyz once back: %q", got)
+		}
 	}
 	// Vanished: the controller's packets are dropped before it dies, so
 	// no agent learns that its connection is gone; it returns 3 s later.
