@@ -267,3 +267,21 @@ func TestIndexOwners(t *testing.T) {
 		t.Errorf("indexed endpoint: %s", got)
 	}
 }
+
+func TestDeleteNamespace(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	before := dump(t)
+	if _, err := s.SetNamespace(ctx, &skiffv1.Namespace{Name: "prod", Labels: map[string]string{"env": "prod"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteNamespace(ctx, "prod"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteNamespace(ctx, "prod"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second delete: %v", err)
+	}
+	if !maps.Equal(before, dump(t)) {
+		t.Error("left behind")
+	}
+}

@@ -216,7 +216,7 @@ func (o *options) deleteCmd() *cobra.Command {
 	var node, owner, uid string
 	var withEndpoints bool
 	cmd := &cobra.Command{
-		Use: "delete network|subnet|endpoint|node|owner|policy NAME (policy: NAMESPACE/NAME)\n" +
+		Use: "delete network|subnet|endpoint|node|owner|namespace|policy NAME (policy: NAMESPACE/NAME)\n" +
 			"  skiffctl delete endpoints --node NODE | --owner OWNER",
 		Short: "Delete an object, or every endpoint of a node or an owner",
 		Args:  cobra.RangeArgs(1, 2),
@@ -260,6 +260,8 @@ func (o *options) deleteCmd() *cobra.Command {
 					for _, e := range res.GetEndpoints() {
 						fmt.Fprintf(o.stdout, "endpoint/%s deleted\n", e)
 					}
+				case "namespace":
+					_, err = m.DeleteNamespace(ctx, r)
 				case "policy":
 					ns, name := splitPolicyRef(args[1], "default")
 					_, err = m.DeletePolicy(ctx, &skiffv1.PolicyRef{Namespace: ns, Name: name})

@@ -3264,8 +3264,14 @@ func (x *GetPlanRequest) GetNode() string {
 
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Kinds to watch: network, subnet, endpoint, node. Empty means all.
-	Kinds         []string `protobuf:"bytes,1,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// Kinds to watch: network, subnet, endpoint, node. Empty means all. A
+	// node's event carries its connection status; its agent connecting or
+	// going away is an event of its own.
+	Kinds []string `protobuf:"bytes,1,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// First send every existing object of those kinds (TYPE_PUT, at the
+	// revision they were read at), then the changes after that revision:
+	// a list and a watch without a gap.
+	Initial       bool `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3305,6 +3311,13 @@ func (x *WatchRequest) GetKinds() []string {
 		return x.Kinds
 	}
 	return nil
+}
+
+func (x *WatchRequest) GetInitial() bool {
+	if x != nil {
+		return x.Initial
+	}
+	return false
 }
 
 type WatchEvent struct {
@@ -4994,9 +5007,10 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x11ListNodesResponse\x12$\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0e.skiff.v1.NodeR\x05nodes\"$\n" +
 	"\x0eGetPlanRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"$\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\">\n" +
 	"\fWatchRequest\x12\x14\n" +
-	"\x05kinds\x18\x01 \x03(\tR\x05kinds\"\xd1\x02\n" +
+	"\x05kinds\x18\x01 \x03(\tR\x05kinds\x12\x18\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\"\xd1\x02\n" +
 	"\n" +
 	"WatchEvent\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.skiff.v1.WatchEvent.TypeR\x04type\x12\x1a\n" +
@@ -5114,7 +5128,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12J\n" +
 	"\vReportPorts\x12\x1c.skiff.v1.ReportPortsRequest\x1a\x1d.skiff.v1.ReportPortsResponse\x12E\n" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x12C\n" +
-	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xa0\x10\n" +
+	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xe6\x10\n" +
 	"\x11ManagementService\x12B\n" +
 	"\rCreateNetwork\x12\x1e.skiff.v1.CreateNetworkRequest\x1a\x11.skiff.v1.Network\x125\n" +
 	"\n" +
@@ -5144,7 +5158,8 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\fDeletePolicy\x12\x13.skiff.v1.PolicyRef\x1a\x18.skiff.v1.DeleteResponse\x12P\n" +
 	"\rExplainPolicy\x12\x1e.skiff.v1.ExplainPolicyRequest\x1a\x1f.skiff.v1.ExplainPolicyResponse\x128\n" +
 	"\fSetNamespace\x12\x13.skiff.v1.Namespace\x1a\x13.skiff.v1.Namespace\x12I\n" +
-	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x12=\n" +
+	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x12D\n" +
+	"\x0fDeleteNamespace\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12=\n" +
 	"\n" +
 	"CreatePort\x12\x1b.skiff.v1.CreatePortRequest\x1a\x12.skiff.v1.Endpoint\x12H\n" +
 	"\tListPorts\x12\x1a.skiff.v1.ListPortsRequest\x1a\x1f.skiff.v1.ListEndpointsResponse\x12J\n" +
@@ -5343,51 +5358,53 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	69,  // 94: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
 	51,  // 95: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
 	39,  // 96: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	58,  // 97: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
-	59,  // 98: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
-	60,  // 99: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
-	47,  // 100: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	48,  // 101: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	24,  // 102: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	22,  // 103: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	28,  // 104: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	32,  // 105: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	35,  // 106: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
-	5,   // 107: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	38,  // 108: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,   // 109: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,   // 110: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	43,  // 111: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	38,  // 112: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,   // 113: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,   // 114: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	44,  // 115: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	38,  // 116: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,   // 117: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,   // 118: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	45,  // 119: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	38,  // 120: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	68,  // 121: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
-	12,  // 122: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	46,  // 123: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	38,  // 124: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	62,  // 125: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
-	62,  // 126: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
-	64,  // 127: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
-	66,  // 128: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
-	53,  // 129: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	56,  // 130: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	38,  // 131: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	71,  // 132: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
-	51,  // 133: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	57,  // 134: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	5,   // 135: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
-	45,  // 136: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
-	61,  // 137: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
-	20,  // 138: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	49,  // 139: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	102, // [102:140] is the sub-list for method output_type
-	64,  // [64:102] is the sub-list for method input_type
+	37,  // 97: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
+	58,  // 98: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
+	59,  // 99: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
+	60,  // 100: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
+	47,  // 101: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	48,  // 102: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	24,  // 103: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	22,  // 104: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	28,  // 105: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	32,  // 106: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	35,  // 107: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
+	5,   // 108: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	38,  // 109: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,   // 110: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,   // 111: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	43,  // 112: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	38,  // 113: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,   // 114: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,   // 115: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	44,  // 116: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	38,  // 117: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,   // 118: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,   // 119: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	45,  // 120: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	38,  // 121: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	68,  // 122: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
+	12,  // 123: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	46,  // 124: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	38,  // 125: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	62,  // 126: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
+	62,  // 127: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
+	64,  // 128: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
+	66,  // 129: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
+	53,  // 130: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	56,  // 131: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	38,  // 132: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	71,  // 133: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	51,  // 134: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	57,  // 135: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	38,  // 136: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
+	5,   // 137: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
+	45,  // 138: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
+	61,  // 139: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
+	20,  // 140: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	49,  // 141: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	103, // [103:142] is the sub-list for method output_type
+	64,  // [64:103] is the sub-list for method input_type
 	64,  // [64:64] is the sub-list for extension type_name
 	64,  // [64:64] is the sub-list for extension extendee
 	0,   // [0:64] is the sub-list for field type_name

@@ -407,6 +407,7 @@ const (
 	ManagementService_ExplainPolicy_FullMethodName   = "/skiff.v1.ManagementService/ExplainPolicy"
 	ManagementService_SetNamespace_FullMethodName    = "/skiff.v1.ManagementService/SetNamespace"
 	ManagementService_ListNamespaces_FullMethodName  = "/skiff.v1.ManagementService/ListNamespaces"
+	ManagementService_DeleteNamespace_FullMethodName = "/skiff.v1.ManagementService/DeleteNamespace"
 	ManagementService_CreatePort_FullMethodName      = "/skiff.v1.ManagementService/CreatePort"
 	ManagementService_ListPorts_FullMethodName       = "/skiff.v1.ManagementService/ListPorts"
 	ManagementService_DeletePorts_FullMethodName     = "/skiff.v1.ManagementService/DeletePorts"
@@ -465,6 +466,8 @@ type ManagementServiceClient interface {
 	ExplainPolicy(ctx context.Context, in *ExplainPolicyRequest, opts ...grpc.CallOption) (*ExplainPolicyResponse, error)
 	SetNamespace(ctx context.Context, in *Namespace, opts ...grpc.CallOption) (*Namespace, error)
 	ListNamespaces(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
+	// DeleteNamespace forgets a namespace's labels.
+	DeleteNamespace(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// CreatePort stores a VM port and, unless no_wait, waits until its
 	// node's agent reports it plumbed and attached (the port's status then
 	// names the tap, or the VF's PCI address and vfio group). A port its
@@ -750,6 +753,16 @@ func (c *managementServiceClient) ListNamespaces(ctx context.Context, in *ListRe
 	return out, nil
 }
 
+func (c *managementServiceClient) DeleteNamespace(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteResponse)
+	err := c.cc.Invoke(ctx, ManagementService_DeleteNamespace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *managementServiceClient) CreatePort(ctx context.Context, in *CreatePortRequest, opts ...grpc.CallOption) (*Endpoint, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Endpoint)
@@ -860,6 +873,8 @@ type ManagementServiceServer interface {
 	ExplainPolicy(context.Context, *ExplainPolicyRequest) (*ExplainPolicyResponse, error)
 	SetNamespace(context.Context, *Namespace) (*Namespace, error)
 	ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error)
+	// DeleteNamespace forgets a namespace's labels.
+	DeleteNamespace(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// CreatePort stores a VM port and, unless no_wait, waits until its
 	// node's agent reports it plumbed and attached (the port's status then
 	// names the tap, or the VF's PCI address and vfio group). A port its
@@ -962,6 +977,9 @@ func (UnimplementedManagementServiceServer) SetNamespace(context.Context, *Names
 }
 func (UnimplementedManagementServiceServer) ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNamespaces not implemented")
+}
+func (UnimplementedManagementServiceServer) DeleteNamespace(context.Context, *DeleteRequest) (*DeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteNamespace not implemented")
 }
 func (UnimplementedManagementServiceServer) CreatePort(context.Context, *CreatePortRequest) (*Endpoint, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreatePort not implemented")
@@ -1467,6 +1485,24 @@ func _ManagementService_ListNamespaces_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ManagementService_DeleteNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).DeleteNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_DeleteNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).DeleteNamespace(ctx, req.(*DeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ManagementService_CreatePort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreatePortRequest)
 	if err := dec(in); err != nil {
@@ -1660,6 +1696,10 @@ var ManagementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNamespaces",
 			Handler:    _ManagementService_ListNamespaces_Handler,
+		},
+		{
+			MethodName: "DeleteNamespace",
+			Handler:    _ManagementService_DeleteNamespace_Handler,
 		},
 		{
 			MethodName: "CreatePort",
