@@ -28,6 +28,7 @@ import (
 	"github.com/skiff-sdn/skiff/controller/api"
 	"github.com/skiff-sdn/skiff/controller/bgp"
 	"github.com/skiff-sdn/skiff/controller/etcdserver"
+	"github.com/skiff-sdn/skiff/controller/kube"
 	"github.com/skiff-sdn/skiff/controller/store"
 	"github.com/skiff-sdn/skiff/internal/tlsconf"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
@@ -54,6 +55,9 @@ type Config struct {
 	MetricsAddr string
 	// Pprof also serves Go's profiles at /debug/pprof/ on MetricsAddr.
 	Pprof bool
+	// Kube, when set, runs the Kubernetes adapter (controller/kube) as a
+	// client of this controller's ManagementService.
+	Kube *kube.Config
 }
 
 // Run serves until ctx ends, then stops gracefully.
@@ -133,6 +137,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	gs := grpc.NewServer(opts...)
 	servers := api.New(st, pl, log, cfg.StatusTTL)
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
+	if cfg.Kube != nil {
+		kctx, stopKube := context.WithCancel(ctx)
+		wait, err := startKube(kctx, *cfg.Kube, servers.Management, reg, log)
+		if err != nil {
+			stopKube()
+			return err
+		}
+		defer wait()
+		defer stopKube()
+	}
 	skiffv1.RegisterAgentServiceServer(gs, servers.Agent)
 	skiffv1.RegisterBgpServiceServer(gs, &bgp.Service{Speaker: speaker, Authorize: notAgent})
 	hs := health.NewServer()
