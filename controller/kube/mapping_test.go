@@ -24,7 +24,7 @@ func pod(ns, name string, labels map[string]string, node string, hostNet bool) *
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Labels: labels, ResourceVersion: "7",
 			Annotations: map[string]string{"big": strings.Repeat("x", 1000)}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
-		Spec: corev1.PodSpec{NodeName: node, HostNetwork: hostNet, Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "1d"}}}},
+		Spec:   corev1.PodSpec{NodeName: node, HostNetwork: hostNet, Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "1d"}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.51.100.7", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 }
