@@ -130,7 +130,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	opts = append(opts,
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+		// An agent that vanished (its host lost) is noticed within 15 s: its
+		// node shows not connected (NetworkUnavailable with the Kubernetes
+		// adapter).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		// Agents ping every 5 s (agent.KeepaliveTime); allow them some
 		// slack before a ping counts as abuse.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}))
