@@ -114,22 +114,17 @@ func (t *term) run(ctx context.Context) error {
 	t.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "skiff-controller"})
 
 	t.factory.StartWithContext(ctx)
-	defer t.factory.Shutdown()
 	queues := []workqueue.TypedRateLimitingInterface[string]{t.podQ, t.gcQ, t.nsQ, t.policyQ, t.nodeQ}
 	defer func() {
+		cancel() // the informers stop, then Shutdown waits for them
+		t.factory.Shutdown()
 		for _, q := range queues {
 			q.ShutDown()
 		}
 	}()
 	start := time.Now()
-	if res := t.factory.WaitForCacheSyncWithContext(ctx); ctx.Err() != nil {
-		return ctx.Err()
-	} else {
-		for typ, ok := range res.Synced {
-			if !ok {
-				return fmt.Errorf("kube: the %v informer did not sync", typ)
-			}
-		}
+	if err := t.factory.WaitForCacheSyncWithContext(ctx).AsError(); err != nil {
+		return fmt.Errorf("kube: informers: %w", err)
 	}
 	t.log.Info("informers synced", "took", time.Since(start), "pods", len(podInf.Informer().GetStore().ListKeys()),
 		"namespaces", len(nsInf.Informer().GetStore().ListKeys()), "nodes", len(nodeInf.Informer().GetStore().ListKeys()),
@@ -141,8 +136,13 @@ func (t *term) run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
+	defer func() {
+		cancel()
+		for _, q := range queues {
+			q.ShutDown() // workers return from Get
+		}
+		wg.Wait()
+	}()
 	wg.Go(func() { t.watchSkiffNodes(ctx) })
 	for _, w := range []struct {
 		name string
