@@ -171,7 +171,9 @@ func (t *term) work(ctx context.Context, name string, q workqueue.TypedRateLimit
 		if quit {
 			return
 		}
-		err := fn(ctx, key)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := fn(cctx, key)
+		cancel()
 		switch {
 		case err == nil:
 			q.Forget(key)
