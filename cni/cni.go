@@ -83,8 +83,12 @@ type k8sArgs struct {
 	K8S_POD_UID       types.UnmarshallableString //nolint:revive
 }
 
-// Main runs the plugin.
+// Main runs the plugin, or with the argument "install" installs it on
+// the node (installMain).
 func Main() {
+	if len(os.Args) > 1 && os.Args[1] == "install" {
+		os.Exit(installMain(os.Args[2:], os.Stderr))
+	}
 	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, Status: cmdStatus, GC: cmdGC},
 		version.PluginSupports("0.4.0", "1.0.0", "1.1.0"), "skiff-cni: Skiff CNI plugin")
 }

@@ -9,6 +9,7 @@ pkgs=(
   iperf3              # TCP between pods in the e2e tests and benchmarks
   iptables            # the reference rule chain of the policy benchmark
   linux-libc-dev      # the kernel uapi headers internal/nl/tc checks its tc/flower numbers against
+  systemd             # systemd-analyze checks the units of deploy/systemd
   frr                 # bgpd + zebra for the BGP EVPN interop tests (test/e2e/bgp*_test.go)
 )
 missing=()

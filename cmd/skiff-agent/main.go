@@ -62,6 +62,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.LocalAPITLS.Key, "local-api-tls-key", "", "key of the TCP local API")
 	f.StringVar(&cfg.LocalAPITLS.ClientCA, "local-api-client-ca", "", "CA that signs the TCP local API's client certificates")
 	f.StringArrayVar(&cfg.LocalAPITLS.Allow, "local-api-allow", nil, "client certificate common name the TCP local API serves (repeatable), e.g. node:host1")
+	f.StringVar(&cfg.SysRoot, "sys-root", "/sys", "where sysfs is mounted (NICs, VFs and representors are discovered, and VFs bound to vfio-pci, through it)")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/skiff-agent", "where the last plan is kept")
 	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto (offload when a switchdev eswitch exists, else software), software or offload")
 	f.DurationVar(&cfg.StatsInterval, "stats-interval", 10*time.Second, "how often counters are sent to the controller")

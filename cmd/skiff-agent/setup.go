@@ -27,17 +27,17 @@ func setup(ctx context.Context, cfg agent.Config, log *slog.Logger) (agent.Deps,
 	}
 	log.Info("node capabilities", "role", caps.GetRole(), "pfs", len(caps.GetPfs()), "modes", strings.Join(caps.GetModes(), ","), "kernel", caps.GetKernel())
 	log.Info("datapath", "mode", mode)
-	dp, err := openDatapath(mode, disc, log)
+	dp, err := openDatapath(mode, disc, cfg.SysRoot, log)
 	if err != nil {
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
 	}
 	return agent.Deps{Datapath: dp, Mode: mode, Discover: discover, Logger: log}, nil
 }
 
-func openDatapath(mode string, disc *eswitch.Discoverer, log *slog.Logger) (datapath.Datapath, error) {
+func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, log *slog.Logger) (datapath.Datapath, error) {
 	switch mode {
 	case agent.ModeOffload:
-		return offloaddp.New(offloaddp.Options{Logger: log, Eswitch: disc, TunnelHardware: true})
+		return offloaddp.New(offloaddp.Options{Logger: log, Eswitch: disc, SysRoot: sysRoot, TunnelHardware: true})
 	case agent.ModeSoftware:
 		k, err := nl.Open(nl.Options{})
 		if err != nil {

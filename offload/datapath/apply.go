@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -150,6 +151,14 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		if err := d.k.DeleteLink(vx.Index); err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", VXLANName, err))
 		}
+	}
+	// Taps of VM ports deleted while the agent was down.
+	gone, err := agentdp.DeleteStaleTaps(d.nsPath(), func(ep string) bool { _, ok := p.Local[ep]; return ok })
+	if len(gone) > 0 {
+		d.log.Info("removed taps of deleted VM ports", "taps", gone)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("offload datapath: %w", err))
 	}
 	return errors.Join(errs...)
 }

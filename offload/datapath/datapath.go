@@ -49,6 +49,13 @@ type Options struct {
 	// Eswitch discovers the node's PFs and representors when
 	// Representor is nil; the current namespace's sysfs when nil.
 	Eswitch *eswitch.Discoverer
+	// SysRoot is where sysfs is mounted ("/sys" when empty): PCI
+	// functions of vfio ports are bound through it, and Eswitch, when
+	// nil, discovers through it.
+	SysRoot string
+	// VFs sets up the VFs of vfio ports; the kernel's (offload/vf) when
+	// nil.
+	VFs VFHost
 	// TunnelHardware asks for hardware on the VXLAN device's rules too
 	// (a NIC offloads decap from tunnel devices through indirect blocks).
 	TunnelHardware bool
@@ -72,8 +79,10 @@ type Datapath struct {
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
 
-	op   sync.Mutex // one netlink conversation at a time: Apply or Rules
-	gate agentdp.PlumbGate
+	op    sync.Mutex // one netlink conversation at a time: Apply or Rules
+	gate  agentdp.PlumbGate
+	ports *eswitchPorts
+	vfs   VFHost
 
 	mu     sync.Mutex
 	states []flower.State
@@ -91,12 +100,17 @@ func New(o Options) (*Datapath, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	disc := o.Eswitch
+	if disc == nil {
+		disc = eswitch.New(eswitch.Options{SysRoot: o.SysRoot, Logger: o.Logger})
+	}
+	ports := &eswitchPorts{disc: disc}
 	if o.Representor == nil {
-		disc := o.Eswitch
-		if disc == nil {
-			disc = eswitch.New(eswitch.Options{Logger: o.Logger})
-		}
-		o.Representor = (&eswitchPorts{disc: disc}).lookup
+		o.Representor = ports.lookup
+	}
+	vfs := o.VFs
+	if vfs == nil {
+		vfs = newVFHost(o)
 	}
 	k, err := nl.OpenOffload(nl.Options{NetNS: o.NetNS})
 	if err != nil {
@@ -113,7 +127,7 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
-	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol}, nil
+	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, ports: ports, vfs: vfs}, nil
 }
 
 // Close releases the netlink sockets; kernel objects stay.

@@ -16,16 +16,24 @@ import (
 // endpoint plumbing, readiness from the last Apply, counters and metrics.
 
 // Kinds implements agent/datapath.Datapath: a veth (its host side is the
-// endpoint's port on the eswitch) and a VF. On a NIC whose VFs have no
-// netdev (netdevsim), a VF endpoint is plumbed as a veth standing in for
-// the VF: its traffic enters the VF's representor.
-func (d *Datapath) Kinds() []string { return []string{plan.KindVeth, plan.KindVF} }
+// endpoint's port on the eswitch), a VF, and a VM's tap or vfio-bound VF
+// (vmports.go). On a NIC whose VFs have no netdev (netdevsim), a VF
+// endpoint is plumbed as a veth standing in for the VF: its traffic
+// enters the VF's representor.
+func (d *Datapath) Kinds() []string {
+	return []string{plan.KindVeth, plan.KindVF, plan.KindTap, plan.KindVFIO}
+}
 
 // Plumb implements agent/datapath.Datapath. A VF endpoint needs its VF's
 // representor on this node; without one it is refused and nothing is made.
 func (d *Datapath) Plumb(_ context.Context, req agentdp.PlumbRequest) (agentdp.Plumbed, error) {
 	e := req.Endpoint
 	switch e.Kind {
+	case plan.KindTap:
+		d.gate.Plumbing(e.Name)
+		return agentdp.PlumbTap(d.nsPath(), req)
+	case plan.KindVFIO:
+		return d.plumbVFIO(req)
 	case plan.KindVeth:
 	case plan.KindVF:
 		if _, ok := d.opts.Representor(e); !ok {
@@ -40,6 +48,12 @@ func (d *Datapath) Plumb(_ context.Context, req agentdp.PlumbRequest) (agentdp.P
 
 // Unplumb implements agent/datapath.Datapath.
 func (d *Datapath) Unplumb(_ context.Context, req agentdp.UnplumbRequest) error {
+	switch req.Endpoint.Kind {
+	case plan.KindTap:
+		return agentdp.UnplumbTap(d.nsPath(), req.Endpoint.Name)
+	case plan.KindVFIO:
+		return d.unplumbVFIO(req.Endpoint)
+	}
 	return agentdp.UnplumbVeth(d.nsPath(), req.Endpoint.Name)
 }
 
@@ -103,7 +117,16 @@ func (d *Datapath) Counters(p plan.Plan) (agentdp.Counters, error) {
 	}
 	for name := range p.Local {
 		ec := agentdp.EndpointCounters{Rules: byEp[name]}
-		if s, ok := stats[agentdp.HostIfName(name)]; ok {
+		// The endpoint's host side (veth, tap), or else its VF's
+		// representor (a vfio port), which counts what the NIC forwarded
+		// too: either's receive is the endpoint's transmit.
+		s, ok := stats[agentdp.HostIfName(name)]
+		if !ok {
+			if port, found := d.opts.Representor(p.Local[name]); found {
+				s, ok = stats[port.Rep]
+			}
+		}
+		if ok {
 			ec.Traffic = &agentdp.IfCounters{RxPackets: s.TxPackets, RxBytes: s.TxBytes, RxDropped: s.TxDropped,
 				TxPackets: s.RxPackets, TxBytes: s.RxBytes, TxDropped: s.RxDropped}
 		}

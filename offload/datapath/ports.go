@@ -51,19 +51,61 @@ type eswitchPorts struct {
 }
 
 func (p *eswitchPorts) lookup(e plan.Endpoint) (Port, bool) {
+	var port Port
+	ok := p.find(func(n *eswitch.Node) bool {
+		var found bool
+		port, found = PortOf(n, e)
+		return found
+	})
+	return port, ok
+}
+
+// vf finds a VF endpoint's PF and VF (by the PF's netdev name or PCI
+// address and the VF index). pf nil: no such PF; ok false: no such VF.
+func (p *eswitchPorts) vf(e plan.Endpoint) (pf *eswitch.PF, v eswitch.VF, ok bool) {
+	p.find(func(n *eswitch.Node) bool {
+		pf, v, ok = vfOf(n, e)
+		return ok
+	})
+	return pf, v, ok
+}
+
+// find calls found with the cached discovery, and again with a new one
+// when it answers false (at most once a second).
+func (p *eswitchPorts) find(found func(*eswitch.Node) bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if port, ok := PortOf(p.node, e); ok {
-		return port, true
+	if p.node != nil && found(p.node) {
+		return true
 	}
 	if time.Since(p.last) < time.Second {
-		return Port{}, false
+		return false
 	}
 	p.last = time.Now()
 	n, err := p.disc.Discover(context.Background())
 	if err != nil {
-		return Port{}, false
+		return false
 	}
 	p.node = n
-	return PortOf(n, e)
+	return found(n)
+}
+
+// vfOf finds a VF endpoint's PF and VF in a discovery.
+func vfOf(node *eswitch.Node, e plan.Endpoint) (*eswitch.PF, eswitch.VF, bool) {
+	if node == nil {
+		return nil, eswitch.VF{}, false
+	}
+	for i := range node.PFs {
+		pf := &node.PFs[i]
+		if pf.Netdev != e.PF && !(pf.Bus == "pci" && pf.Device == e.PF) {
+			continue
+		}
+		for _, v := range pf.VFs {
+			if v.Index == e.VFIndex {
+				return pf, v, true
+			}
+		}
+		return pf, eswitch.VF{}, false
+	}
+	return nil, eswitch.VF{}, false
 }

@@ -172,3 +172,62 @@ func (b *Binder) bind(addr, driver string, override bool) (string, error) {
 	b.log.Info("bound PCI function", "addr", addr, "driver", driver, "previous", cur)
 	return cur, nil
 }
+
+// Release gives a PCI function that BindVFIO moved to vfio-pci back to the
+// kernel's choice of driver: it clears driver_override, unbinds it from
+// vfio-pci and asks the PCI core to probe it (drivers_probe), then waits
+// until a driver other than vfio-pci holds it. A function already on
+// another driver is left alone; idempotent. Use it when the previous
+// driver was not recorded (a restarted agent): the native driver of a VF
+// (mlx5_core, ...) is the one the kernel picks.
+func (b *Binder) Release(addr string) error {
+	cur, err := b.Driver(addr)
+	if err != nil {
+		return err
+	}
+	if ov, err := b.override(addr); err != nil {
+		return err
+	} else if ov != "" {
+		if err := b.write(filepath.Join(b.dev(addr), "driver_override"), "\n"); err != nil {
+			return err
+		}
+	}
+	switch cur {
+	case VFIODriver:
+		if err := b.write(filepath.Join(b.dev(addr), "driver", "unbind"), addr); err != nil {
+			return err
+		}
+		b.log.Info("unbound PCI function", "addr", addr, "driver", cur)
+	case "":
+	default:
+		return nil
+	}
+	if err := b.write(filepath.Join(b.sys, "bus", "pci", "drivers_probe"), addr); err != nil {
+		return fmt.Errorf("%w (function %s is now unbound)", err, addr)
+	}
+	deadline := time.Now().Add(b.timeout)
+	for {
+		got, err := b.Driver(addr)
+		if err != nil {
+			return err
+		}
+		if got != "" && got != VFIODriver {
+			b.log.Info("released PCI function", "addr", addr, "driver", got)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("vf: PCI function %s: no driver took it after probing (on %q)", addr, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// IOMMUGroup returns the /dev/vfio path of a PCI function's IOMMU group,
+// which a hypervisor opens to use the function once it is on vfio-pci.
+func (b *Binder) IOMMUGroup(addr string) (string, error) {
+	t, err := os.Readlink(filepath.Join(b.dev(addr), "iommu_group"))
+	if err != nil {
+		return "", fmt.Errorf("vf: PCI function %s has no IOMMU group (is the IOMMU on?): %w", addr, err)
+	}
+	return "/dev/vfio/" + filepath.Base(t), nil
+}

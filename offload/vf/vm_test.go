@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,26 +82,11 @@ func TestNetdevsimVFSettings(t *testing.T) {
 	}
 }
 
-// findVirtioRNG finds the virtio-rng-pci function the harness gives the VM.
-func findVirtioRNG(t *testing.T) string {
-	t.Helper()
-	devs, _ := filepath.Glob("/sys/bus/pci/devices/*")
-	for _, d := range devs {
-		v, _ := os.ReadFile(d + "/vendor")
-		id, _ := os.ReadFile(d + "/device")
-		if strings.TrimSpace(string(v)) == "0x1af4" && (strings.TrimSpace(string(id)) == "0x1005" || strings.TrimSpace(string(id)) == "0x1044") {
-			return filepath.Base(d)
-		}
-	}
-	t.Fatalf("no virtio-rng PCI function in the VM (%d PCI devices)", len(devs))
-	return ""
-}
-
 // TestVFIOBindAndRestore moves a real PCI function (the VM's virtio-rng)
 // to vfio-pci and back, twice, through driver_override/unbind/drivers_probe.
 func TestVFIOBindAndRestore(t *testing.T) {
 	guest.Require(t)
-	addr := findVirtioRNG(t)
+	addr := guest.VirtioRNG(t)
 	// vfio-pci needs an IOMMU group: the harness gives the VM an IOMMU.
 	if _, err := os.Stat(fmt.Sprintf("/sys/bus/pci/devices/%s/iommu_group", addr)); err != nil {
 		t.Fatalf("%s has no IOMMU group: %v", addr, err)

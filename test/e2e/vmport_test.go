@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,15 +24,7 @@ import (
 // command line, connects to the pod's TCP listener, and then serves
 // "ok" on TCP port 5202 until it is killed. Every step prints a GUEST-
 // line on the serial console for the test to read.
-const guestInit = `#!/bin/busybox sh
-/bin/busybox mkdir -p /proc /sys /dev /tmp /usr/bin /usr/sbin /sbin
-/bin/busybox --install -s /bin
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-for m in $(cat /modules.list); do insmod /lib/modules/$m.ko || echo "GUEST-INSMOD-FAILED $m"; done
-peer=$(sed -n 's/.*skiff.peer=\([0-9.]*\).*/\1/p' /proc/cmdline)
+const guestInit = guestBoot + `peer=$(sed -n 's/.*skiff.peer=\([0-9.]*\).*/\1/p' /proc/cmdline)
 ip link set lo up
 ip link set eth0 up
 echo GUEST-UP
@@ -44,6 +37,18 @@ nc -ll -p 5202 -e /bin/hello &
 sleep 1
 echo GUEST-LISTENING
 while :; do sleep 60; done
+`
+
+// guestBoot is how every test guest's /init begins: busybox's applets,
+// the kernel's file systems, the modules the guest image carries.
+const guestBoot = `#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev /tmp /usr/bin /usr/sbin /sbin
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in $(cat /modules.list); do insmod /lib/modules/$m.ko || echo "GUEST-INSMOD-FAILED $m"; done
 `
 
 // guestDHCP is udhcpc's script: it configures what the lease says.
@@ -64,14 +69,53 @@ esac
 func bootGuest(t *testing.T, g kernelvm.Guest, ns, tap, mac, peer string) <-chan string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "qemu-system-x86_64",
+	cmd := qemuGuest(ctx, g, ns, tap, mac, "skiff.peer="+peer)
+	lines, _ := consoleLines(t, cmd, cancel)
+	return lines
+}
+
+// testGuest builds a guest image (Debian's kernel of the kernel VM cache,
+// busybox) whose /init is init, with guestDHCP and /bin/hello (prints
+// "ok", for nc -e). It skips t where qemu or the kernel is missing (make
+// test installs and prepares both first).
+func testGuest(t testing.TB, init string) kernelvm.Guest {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 is not installed (hack/kernelvm/setup.sh installs it)")
+	}
+	if _, err := os.Stat(filepath.Join(kernelvm.DefaultCacheDir, "current")); err != nil {
+		t.Skipf("no guest kernel prepared (make test runs hack/kernelvm/setup.sh first): %v", err)
+	}
+	g, err := kernelvm.BuildGuest("", t.TempDir(), []string{"virtio_pci", "virtio_net"}, []kernelvm.GuestFile{
+		{Path: "init", Mode: 0o755, Data: []byte(init)},
+		{Path: "dhcp.sh", Mode: 0o755, Data: []byte(guestDHCP)},
+		{Path: "bin/hello", Mode: 0o755, Data: []byte("#!/bin/sh\nprintf ok\n")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// qemuGuest is the qemu command of a test guest in namespace ns, on tap
+// with MAC mac, its console on stdout, with args added to the kernel's
+// command line.
+func qemuGuest(ctx context.Context, g kernelvm.Guest, ns, tap, mac, args string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", "netns", "exec", ns, "qemu-system-x86_64",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-machine", "q35", "-cpu", "max", "-accel", "tcg", "-m", "256",
 		"-kernel", g.Kernel, "-initrd", g.Initramfs,
-		"-append", "console=ttyS0 quiet panic=-1 rdinit=/init skiff.peer="+peer,
+		"-append", "console=ttyS0 quiet panic=-1 rdinit=/init "+args,
 		"-serial", "stdio",
 		"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no",
 		"-device", "virtio-net-pci,netdev=n0,mac="+mac)
+}
+
+// consoleLines starts a guest's qemu and returns a channel of its GUEST-
+// and qemu console lines, and a function that kills it (cancel, cmd's
+// context, then wait), which also runs when t ends.
+func consoleLines(t testing.TB, cmd *exec.Cmd, cancel context.CancelFunc) (<-chan string, func()) {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -93,12 +137,16 @@ func bootGuest(t *testing.T, g kernelvm.Guest, ns, tap, mac, peer string) <-chan
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = cmd.Wait()
-	})
-	return lines
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return lines, stop
 }
 
 // expectGuest reads console lines until one starts with want, and returns
@@ -162,20 +210,7 @@ func taps(t *testing.T, ns string) string {
 // port requests leave nothing behind; deleting the VM's ports removes the
 // tap. VM ports made through n1's local API are checked as well.
 func TestVMPortGuest(t *testing.T) {
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 is not installed (hack/kernelvm/setup.sh installs it)")
-	}
-	if _, err := os.Stat(filepath.Join(kernelvm.DefaultCacheDir, "current")); err != nil {
-		t.Skipf("no guest kernel prepared (make test runs hack/kernelvm/setup.sh first): %v", err)
-	}
-	g, err := kernelvm.BuildGuest("", t.TempDir(), []string{"virtio_pci", "virtio_net"}, []kernelvm.GuestFile{
-		{Path: "init", Mode: 0o755, Data: []byte(guestInit)},
-		{Path: "dhcp.sh", Mode: 0o755, Data: []byte(guestDHCP)},
-		{Path: "bin/hello", Mode: 0o755, Data: []byte("#!/bin/sh\nprintf ok\n")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := testGuest(t, guestInit)
 	c := newCluster(t, "n1", "n2")
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24", "--dns", "198.51.100.53")

@@ -22,7 +22,7 @@ var DefaultModules = []string{
 	"sch_ingress", "cls_flower", "cls_matchall", "cls_bpf",
 	"act_mirred", "act_gact", "act_tunnel_key", "act_ct", "act_vlan", "act_pedit", "act_csum",
 	"nf_conntrack", "nf_tables", "nft_ct", "br_netfilter", "sctp",
-	"vfio_pci", "virtio_rng",
+	"vfio_pci", "virtio_rng", "tun",
 }
 
 // Tools are copied from the host with their libraries, at the same paths.

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -108,41 +107,6 @@ func filterHandles(t *testing.T, ns string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// tcpTransfer sends n bytes from a listener in namespace to to a client in
-// namespace from and returns what arrived.
-func tcpTransfer(t *testing.T, from, to, ip string, n int) int {
-	t.Helper()
-	var l net.Listener
-	guest.InNetns(t, to, func() (err error) {
-		l, err = net.Listen("tcp", net.JoinHostPort(ip, "5201"))
-		return err
-	})
-	defer l.Close()
-	got := make(chan int, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			got <- -1
-			return
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-		k, _ := io.Copy(io.Discard, c)
-		got <- int(k)
-	}()
-	var c net.Conn
-	guest.InNetns(t, from, func() (err error) {
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "5201"), 10*time.Second)
-		return err
-	})
-	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-	if _, err := c.Write(make([]byte, n)); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	return <-got
 }
 
 func metric(t *testing.T, url, prefix string) []string {
@@ -306,7 +270,7 @@ func TestOffloadNodes(t *testing.T) {
 
 	// TCP across the two offload nodes.
 	const size = 4 << 20
-	if got := tcpTransfer(t, "skoep1", "skoep2", ips["skoep2"], size); got != size {
+	if got := guest.TCPTransfer(t, "skoep1", "skoep2", ips["skoep2"], size); got != size {
 		t.Fatalf("TCP transfer p1 -> p2: %d of %d bytes arrived", got, size)
 	}
 
@@ -408,7 +372,7 @@ func TestOffloadNodes(t *testing.T) {
 	}
 	ping("skoep1", "skoep2")
 	ping("skoep3", "skoep1")
-	if got := tcpTransfer(t, "skoep2", "skoep1", ips["skoep1"], size); got != size {
+	if got := guest.TCPTransfer(t, "skoep2", "skoep1", ips["skoep1"], size); got != size {
 		t.Fatalf("TCP transfer p2 -> p1 after the restart: %d of %d bytes", got, size)
 	}
 	if w := metric(t, "http://192.0.2.1:9100/metrics", "skiff_agent_offload_writes"); len(w) != 1 || !strings.HasSuffix(w[0], " 0") {
