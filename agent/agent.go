@@ -66,8 +66,16 @@ type Config struct {
 	Mode        string
 	MetricsAddr string // empty: no metrics server
 	// TLS: CA of the controller's certificate, and this node's client
-	// certificate (common name node:NAME). All empty: plaintext.
+	// certificate (common name node:NAME). All empty: plaintext. The
+	// certificate is read again when its files change, and renewed
+	// through the controller before it expires (install.go).
 	TLSCA, TLSCert, TLSKey string
+	// TLSServerName, when set, is the name checked in the controller's
+	// certificate instead of the address dialled (a Service's name).
+	TLSServerName string
+	// CNI, when set, installs skiff-cni and its configuration once the
+	// controller is connected and the network exists (install.go).
+	CNI *CNIInstall
 	// StatsInterval is how often counters go to the controller (default
 	// 10s).
 	StatsInterval time.Duration
@@ -145,6 +153,9 @@ type Agent struct {
 	kickNow     chan struct{} // someone waits on the reconcile: no settling
 	healthy     error
 	hs          health
+	cniErr      error         // why the CNI is not installed (Config.CNI); nil once it is
+	cniSig      chan struct{} // a connection: try the CNI install
+	certSig     chan struct{} // a connection: check the certificate
 
 	evMu    sync.Mutex
 	pending []*skiffv1.NodeEvent
@@ -264,7 +275,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 		under: under, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
 		discover: d.Discover, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
 		rediscover: make(chan struct{}, 1), ports: map[string]*vmPort{}, portsSig: make(chan struct{}, 1), dhcp: d.DHCP,
-		pendSig: make(chan struct{}, 1)}
+		pendSig: make(chan struct{}, 1), cniSig: make(chan struct{}, 1), certSig: make(chan struct{}, 1)}
 	a.metrics()
 	if a.pend, err = loadPending(cfg.StateDir); err != nil {
 		// The endpoints stay in the controller until an adapter's garbage
@@ -338,6 +349,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.session(ctx) })
 	wg.Go(func() { a.reconcileLoop(ctx) })
 	wg.Go(func() { a.pendingLoop(ctx) })
+	if cfg.CNI != nil {
+		wg.Go(func() { a.installCNI(ctx) })
+	}
+	if cfg.TLSCert != "" {
+		wg.Go(func() { a.renewCertificate(ctx) })
+	}
 	<-ctx.Done()
 	return nil
 }
@@ -398,6 +415,11 @@ func (a *Agent) setConnected(on bool) {
 	if on {
 		a.connected.Set(1)
 		a.kickPending()
+		a.kickCNI()
+		select {
+		case a.certSig <- struct{}{}:
+		default:
+		}
 	} else {
 		a.connected.Set(0)
 	}

@@ -52,6 +52,8 @@ func (a *Agent) ready() (bool, string) {
 		return false, "the plan is not applied yet"
 	case a.healthy != nil:
 		return false, "datapath: " + a.healthy.Error()
+	case a.cfg.CNI != nil && a.cniErr != nil:
+		return false, "CNI: " + a.cniErr.Error()
 	case !a.isConnected:
 		return true, fmt.Sprintf("ready, headless: the last plan (revision %d) is applied; the controller %s is not connected", a.plan.Revision, a.cfg.Controller)
 	}

@@ -25,7 +25,7 @@ import (
 // (internal/dialer: failover, capped reconnection backoff) with TLS as
 // configured and keepalive.
 func dialController(cfg Config, extra []grpc.DialOption) (*grpc.ClientConn, error) {
-	creds, err := tlsconf.Client(cfg.TLSCA, cfg.TLSCert, cfg.TLSKey)
+	creds, err := tlsconf.ClientReloading(tlsconf.ClientOptions{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, ServerName: cfg.TLSServerName})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,6 +36,10 @@ type InstallOptions struct {
 	MTU int
 }
 
+// ConfListVersion is the CNI version of the configuration lists Install
+// writes.
+const ConfListVersion = "1.0.0"
+
 // objectName is what Skiff accepts as an object name.
 var objectName = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
 
@@ -65,7 +70,10 @@ func (o InstallOptions) ConfList() ([]byte, error) {
 	if o.MTU != 0 {
 		plugin["mtu"] = o.MTU
 	}
-	b, err := json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": o.Name, "plugins": []any{plugin}}, "", "  ")
+	// 1.0.0, not the plugin's newest: runtimes still in service read
+	// results of the version they asked for, and containerd 1.6's CNI
+	// library knows no 1.1.0 ("unsupported CNI result version").
+	b, err := json.MarshalIndent(map[string]any{"cniVersion": ConfListVersion, "name": o.Name, "plugins": []any{plugin}}, "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +95,7 @@ func (o InstallOptions) ConfList() ([]byte, error) {
 // half-written file. The binary goes first: a configuration never names a
 // plugin that is not there. On error nothing new stays (a binary
 // installed by this call is removed again if the configuration cannot
-// be written). Idempotent.
+// be written). Idempotent: files that already match are not written.
 func Install(o InstallOptions) error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("cni install: %w", err)
@@ -106,12 +114,15 @@ func Install(o InstallOptions) error {
 	if err != nil {
 		return fmt.Errorf("cni install: reading the plugin: %w", err)
 	}
-	binPath := filepath.Join(o.BinDir, "skiff-cni")
+	binPath, confPath := filepath.Join(o.BinDir, "skiff-cni"), filepath.Join(o.ConfDir, o.File)
 	old, hadOld := readIfExists(binPath)
+	if cur, ok := readIfExists(confPath); hadOld && ok && bytes.Equal(old, bin) && bytes.Equal(cur, conf) {
+		return nil // in place already: nothing written
+	}
 	if err := writeAtomic(binPath, bin, 0o755); err != nil {
 		return fmt.Errorf("cni install: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(o.ConfDir, o.File), conf, 0o644); err != nil {
+	if err := writeAtomic(confPath, conf, 0o644); err != nil {
 		var undo error
 		if hadOld {
 			undo = writeAtomic(binPath, old, 0o755)

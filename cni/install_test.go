@@ -46,9 +46,17 @@ func TestInstall(t *testing.T) {
 	if err := json.Unmarshal(conf, &l); err != nil {
 		t.Fatal(err)
 	}
-	if l.CNIVersion != "1.1.0" || l.Name != "skiff" || len(l.Plugins) != 1 || l.Plugins[0]["type"] != "skiff-cni" ||
+	if l.CNIVersion != "1.0.0" || l.Name != "skiff" || len(l.Plugins) != 1 || l.Plugins[0]["type"] != "skiff-cni" ||
 		l.Plugins[0]["network"] != "pods" || l.Plugins[0]["socket"] != "/run/skiff/agent.sock" || l.Plugins[0]["mtu"] != 1400.0 {
 		t.Errorf("conflist %s", conf)
+	}
+	// Installed again: nothing is written (same modification times).
+	st1, _ := os.Stat(filepath.Join(o.ConfDir, o.File))
+	if err := Install(o); err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := os.Stat(filepath.Join(o.ConfDir, o.File)); !st2.ModTime().Equal(st1.ModTime()) {
+		t.Error("an install that matched wrote the configuration again")
 	}
 	// No temporary file is left in either directory.
 	for _, d := range []string{o.BinDir, o.ConfDir} {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,6 +31,7 @@ import (
 	"github.com/skiff-sdn/skiff/controller/etcdserver"
 	"github.com/skiff-sdn/skiff/controller/kube"
 	"github.com/skiff-sdn/skiff/controller/store"
+	"github.com/skiff-sdn/skiff/internal/settings"
 	"github.com/skiff-sdn/skiff/internal/tlsconf"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
@@ -58,6 +60,18 @@ type Config struct {
 	// Kube, when set, runs the Kubernetes adapter (controller/kube) as a
 	// client of this controller's ManagementService.
 	Kube *kube.Config
+	// Settings is the installation's settings file (internal/settings):
+	// its pod network is made (or checked) before the controller serves.
+	Settings string
+	// CADir holds the controller's CA (made on first start): it serves
+	// with a certificate of it for TLSNames (and the listen host),
+	// requires client certificates of it, renews agents' certificates,
+	// and with Kube approves agents' certificate requests.
+	CADir    string
+	TLSNames []string
+	// AgentNamespace and AgentServiceAccount are the agents' (the pod's
+	// namespace and skiff-agent when empty).
+	AgentNamespace, AgentServiceAccount string
 }
 
 // Run serves until ctx ends, then stops gracefully.
@@ -70,6 +84,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if cfg.StatusTTL == 0 {
 		cfg.StatusTTL = 15 * time.Second
+	}
+	var sets *settings.Settings
+	if cfg.Settings != "" {
+		s, err := settings.Load(cfg.Settings)
+		if err != nil {
+			return err
+		}
+		sets = s
+	}
+	ca, err := setupCA(&cfg, log)
+	if err != nil {
+		return err
 	}
 	var cli *clientv3.Client
 	if len(cfg.EtcdEndpoints) > 0 {
@@ -108,6 +134,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
+	var serving readiness
 	var speaker *bgp.Speaker
 	if cfg.BGP != nil {
 		if speaker, err = startBGP(ctx, *cfg.BGP, st, pl, reg, log); err != nil {
@@ -116,7 +143,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer speaker.Close()
 	}
 	if cfg.MetricsAddr != "" {
-		if err := serveMetrics(ctx, cfg.MetricsAddr, cfg.Pprof, reg, log); err != nil {
+		if err := serveMetrics(ctx, cfg.MetricsAddr, cfg.Pprof, reg, serving.check, log); err != nil {
 			return err
 		}
 	}
@@ -140,6 +167,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	gs := grpc.NewServer(opts...)
 	servers := api.New(st, pl, log, cfg.StatusTTL)
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
+	if sets != nil {
+		if err := ensurePodNetwork(ctx, servers.Management, sets, log); err != nil {
+			return err
+		}
+	}
+	if ca != nil {
+		servers.SetNodeSigner(ca.SignNodeRequest)
+		if cfg.Kube != nil {
+			if err := startApprover(ctx, cfg, ca, log); err != nil {
+				return err
+			}
+		}
+	}
 	if cfg.Kube != nil {
 		kctx, stopKube := context.WithCancel(ctx)
 		wait, err := startKube(kctx, *cfg.Kube, servers.Management, reg, log)
@@ -161,6 +201,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
+	serving.set()
 	log.Info("controller serving", "addr", lis.Addr().String(), "revision", pl.Revision())
 	select {
 	case <-ctx.Done():
@@ -174,6 +215,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
 		gs.Stop()
+	}
+	return nil
+}
+
+// readiness says whether the controller serves its API yet.
+type readiness struct{ on atomic.Bool }
+
+func (r *readiness) set() { r.on.Store(true) }
+
+func (r *readiness) check() error {
+	if !r.on.Load() {
+		return errors.New("not serving yet (store, planner or settings still loading)")
 	}
 	return nil
 }

@@ -93,13 +93,23 @@ func notAgent(ctx context.Context) error {
 }
 
 // serveMetrics serves reg on addr at /metrics until ctx ends.
-func serveMetrics(ctx context.Context, addr string, profiles bool, reg *prometheus.Registry, log *slog.Logger) error {
+// serveMetrics serves /metrics, and /readyz (ready says whether the
+// controller serves its API) and /livez for probes, on addr.
+func serveMetrics(ctx context.Context, addr string, profiles bool, reg *prometheus.Registry, ready func() error, log *slog.Logger) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("controller: metrics listen: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	if profiles {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

@@ -27,8 +27,10 @@ func main() {
 
 func newCommand() *cobra.Command {
 	var (
-		cfg      agent.Config
-		logLevel string
+		cfg        agent.Config
+		logLevel   string
+		settingsF  string
+		installCNI bool
 	)
 	cmd := &cobra.Command{
 		Use:           "skiff-agent",
@@ -42,6 +44,9 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			log = log.With("node", cfg.Node)
+			if err := applySettings(cmd.Flags(), &cfg, settingsF, installCNI); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			deps, err := setup(ctx, cfg, log)
@@ -71,6 +76,9 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's client certificate (CN node:NAME)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "this node's client key")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&settingsF, "settings", "", "the installation's settings file: the controller's address and the mode when not given as flags, the pod network and CNI directories for --install-cni")
+	f.BoolVar(&installCNI, "install-cni", false, "install skiff-cni and its configuration (network and directories from --settings) once the controller is connected and the network exists")
+	f.StringVar(&cfg.TLSServerName, "tls-server-name", "", "name expected in the controller's certificate (default: the host dialled)")
 	cmd.AddCommand(capabilitiesCommand())
 	return cmd
 }

@@ -82,6 +82,12 @@ func newCommand() *cobra.Command {
 	f.BoolVar(&kubeCfg.LeaderElection, "kube-leader-elect", true, "run the adapter only in the replica holding the Lease (off only with one replica)")
 	f.StringVar(&kubeCfg.LeaseNamespace, "kube-lease-namespace", "", "namespace of the adapter's Lease (default: the pod's, else kube-system)")
 	f.StringVar(&kubeCfg.LeaseName, "kube-lease-name", "skiff-controller", "name of the adapter's Lease")
+	f.StringVar(&cfg.Settings, "settings", "", "the installation's settings file (its pod network is made or checked at start)")
+	f.StringVar(&cfg.CADir, "ca-dir", "", "keep the controller's CA here (made on first start): serve mTLS with it, renew agents' certificates, and with --kube approve their certificate requests")
+	f.StringSliceVar(&cfg.TLSNames, "tls-names", nil, "names and addresses agents dial (the serving certificate's, with --ca-dir)")
+	f.StringVar(&cfg.AgentNamespace, "agent-namespace", "", "namespace of the agents' ServiceAccount and of the skiff-ca ConfigMap (default: the pod's)")
+	f.StringVar(&cfg.AgentServiceAccount, "agent-service-account", "skiff-agent", "the agents' ServiceAccount, the only one whose certificate requests are approved")
+	cmd.AddCommand(agentCertificateCommand())
 	cmd.SetContext(context.Background())
 	return cmd
 }

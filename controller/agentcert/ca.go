@@ -207,3 +207,27 @@ func writeFile(path string, data []byte, mode os.FileMode) error {
 	}
 	return nil
 }
+
+// SignNodeRequest signs a PEM certificate request for node's client
+// certificate (MaxTTL): its common name must be node:NAME and it may carry
+// no other names. The caller has already proven it speaks for node.
+func (ca *CA) SignNodeRequest(node string, csrPEM []byte) ([]byte, error) {
+	block, _ := pem.Decode(csrPEM)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("csr: not a PEM certificate request")
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("csr: %w", err)
+	}
+	if err := req.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("csr: bad signature: %w", err)
+	}
+	if req.Subject.CommonName != "node:"+node {
+		return nil, fmt.Errorf("csr: common name %q, want %q", req.Subject.CommonName, "node:"+node)
+	}
+	if len(req.DNSNames)+len(req.IPAddresses)+len(req.EmailAddresses)+len(req.URIs) > 0 || len(req.Subject.Organization) > 0 {
+		return nil, errors.New("csr: an agent certificate carries its common name only")
+	}
+	return ca.issue(req.PublicKey, "node:"+node, nil, MaxTTL)
+}

@@ -40,6 +40,46 @@ type Agent struct {
 	counters  *counters
 	log       *slog.Logger
 	statusTTL time.Duration
+	// signNode signs a node's renewed client certificate; nil when the
+	// controller holds no CA.
+	signNode func(node string, csrPEM []byte) ([]byte, error)
+}
+
+// GetNetwork implements skiffv1.AgentServiceServer: any node may read a
+// network by name.
+func (a *Agent) GetNetwork(ctx context.Context, r *skiffv1.GetRequest) (*skiffv1.Network, error) {
+	if err := authorizeSomeNode(ctx); err != nil {
+		return nil, err
+	}
+	n, err := a.store.GetNetwork(ctx, r.GetName())
+	if err != nil {
+		return nil, grpcError("get network", err)
+	}
+	return n, nil
+}
+
+// RenewCertificate implements skiffv1.AgentServiceServer.
+func (a *Agent) RenewCertificate(ctx context.Context, r *skiffv1.RenewCertificateRequest) (*skiffv1.RenewCertificateResponse, error) {
+	if r.GetNode() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node: required")
+	}
+	if err := authorizeNode(ctx, r.GetNode()); err != nil {
+		return nil, err
+	}
+	if _, tls := callerCN(ctx); !tls || a.signNode == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this controller issues no certificates (it runs without --ca-dir)")
+	}
+	cert, err := a.signNode(r.GetNode(), r.GetCsr())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	a.log.Info("node certificate renewed", "node", r.GetNode())
+	return &skiffv1.RenewCertificateResponse{Certificate: cert}, nil
+}
+
+// SetNodeSigner makes RenewCertificate sign with sign.
+func (s Servers) SetNodeSigner(sign func(node string, csrPEM []byte) ([]byte, error)) {
+	s.Agent.signNode = sign
 }
 
 func (a *Agent) Register(ctx context.Context, r *skiffv1.RegisterRequest) (*skiffv1.RegisterResponse, error) {

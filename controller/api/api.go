@@ -91,6 +91,16 @@ func authorizeNode(ctx context.Context, node string) error {
 	return nil
 }
 
+// authorizeSomeNode checks that the caller is a node (any node), or that
+// the controller runs without TLS.
+func authorizeSomeNode(ctx context.Context) error {
+	cn, tls := callerCN(ctx)
+	if tls && !strings.HasPrefix(cn, NodeCertPrefix) {
+		return status.Errorf(codes.PermissionDenied, "certificate %q is not a node's", cn)
+	}
+	return nil
+}
+
 // authorizeAdmin checks that the caller is not an agent.
 func authorizeAdmin(ctx context.Context) error {
 	cn, tls := callerCN(ctx)

@@ -74,9 +74,9 @@ func (c CNI) BinDirFor(node string) string  { return strings.ReplaceAll(c.BinDir
 func (c CNI) ConfDirFor(node string) string { return strings.ReplaceAll(c.ConfDir, "{node}", node) }
 
 var (
-	nameRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
-	modes   = []string{"auto", "software", "offload", "dpu", "dpu-host"}
-	fileRE  = regexp.MustCompile(`^[A-Za-z0-9_.-]+\.conflist$`)
+	nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+	modes  = []string{"auto", "software", "offload", "dpu", "dpu-host"}
+	fileRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+\.conflist$`)
 )
 
 // Load reads and checks a settings file.
@@ -178,4 +178,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-

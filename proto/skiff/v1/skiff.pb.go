@@ -78,7 +78,7 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48, 0}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50, 0}
 }
 
 // Network is a tenant L2 overlay identified by its VXLAN network identifier.
@@ -2733,6 +2733,106 @@ func (*ReportPortsResponse) Descriptor() ([]byte, []int) {
 	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
 }
 
+// RenewCertificateRequest asks for a new client certificate of the
+// caller's node: a PEM certificate request whose common name is
+// node:NAME, with no other names.
+type RenewCertificateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Csr           []byte                 `protobuf:"bytes,2,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewCertificateRequest) Reset() {
+	*x = RenewCertificateRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewCertificateRequest) ProtoMessage() {}
+
+func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
+func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RenewCertificateRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RenewCertificateRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+type RenewCertificateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The PEM certificate, signed by the controller's CA.
+	Certificate   []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewCertificateResponse) Reset() {
+	*x = RenewCertificateResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewCertificateResponse) ProtoMessage() {}
+
+func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
+func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RenewCertificateResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2742,7 +2842,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2854,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2867,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetRequest) GetName() string {
@@ -2786,7 +2886,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2898,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2911,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteRequest) GetName() string {
@@ -2829,7 +2929,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2941,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2954,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
 }
 
 type ListRequest struct {
@@ -2868,7 +2968,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2980,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +2993,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListRequest) GetNetwork() string {
@@ -2919,7 +3019,7 @@ type CreateNetworkRequest struct {
 
 func (x *CreateNetworkRequest) Reset() {
 	*x = CreateNetworkRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3031,7 @@ func (x *CreateNetworkRequest) String() string {
 func (*CreateNetworkRequest) ProtoMessage() {}
 
 func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3044,7 @@ func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*CreateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateNetworkRequest) GetNetwork() *Network {
@@ -2963,7 +3063,7 @@ type CreateSubnetRequest struct {
 
 func (x *CreateSubnetRequest) Reset() {
 	*x = CreateSubnetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3075,7 @@ func (x *CreateSubnetRequest) String() string {
 func (*CreateSubnetRequest) ProtoMessage() {}
 
 func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3088,7 @@ func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubnetRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubnetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateSubnetRequest) GetSubnet() *Subnet {
@@ -3007,7 +3107,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3119,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3132,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateEndpointRequest) GetEndpoint() *Endpoint {
@@ -3051,7 +3151,7 @@ type ListNetworksResponse struct {
 
 func (x *ListNetworksResponse) Reset() {
 	*x = ListNetworksResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3163,7 @@ func (x *ListNetworksResponse) String() string {
 func (*ListNetworksResponse) ProtoMessage() {}
 
 func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3176,7 @@ func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNetworksResponse.ProtoReflect.Descriptor instead.
 func (*ListNetworksResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListNetworksResponse) GetNetworks() []*Network {
@@ -3095,7 +3195,7 @@ type ListSubnetsResponse struct {
 
 func (x *ListSubnetsResponse) Reset() {
 	*x = ListSubnetsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3207,7 @@ func (x *ListSubnetsResponse) String() string {
 func (*ListSubnetsResponse) ProtoMessage() {}
 
 func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3220,7 @@ func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubnetsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubnetsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListSubnetsResponse) GetSubnets() []*Subnet {
@@ -3139,7 +3239,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3251,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3264,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -3183,7 +3283,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3295,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3308,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3227,7 +3327,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3339,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3352,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetPlanRequest) GetNode() string {
@@ -3278,7 +3378,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3390,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3403,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchRequest) GetKinds() []string {
@@ -3337,7 +3437,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3449,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3462,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -3466,7 +3566,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3578,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3591,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Policy) GetNamespace() string {
@@ -3535,7 +3635,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3647,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3660,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Namespace) GetName() string {
@@ -3594,7 +3694,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3606,7 +3706,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3619,7 +3719,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ApplyPoliciesRequest) GetDocuments() string {
@@ -3638,7 +3738,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3750,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3763,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -3683,7 +3783,7 @@ type PolicyRef struct {
 
 func (x *PolicyRef) Reset() {
 	*x = PolicyRef{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +3795,7 @@ func (x *PolicyRef) String() string {
 func (*PolicyRef) ProtoMessage() {}
 
 func (x *PolicyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +3808,7 @@ func (x *PolicyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
 func (*PolicyRef) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PolicyRef) GetNamespace() string {
@@ -3735,7 +3835,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3847,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3860,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListPoliciesRequest) GetNamespace() string {
@@ -3779,7 +3879,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3791,7 +3891,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3804,7 +3904,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -3823,7 +3923,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3835,7 +3935,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3848,7 +3948,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -3886,7 +3986,7 @@ type CreatePortRequest struct {
 
 func (x *CreatePortRequest) Reset() {
 	*x = CreatePortRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +3998,7 @@ func (x *CreatePortRequest) String() string {
 func (*CreatePortRequest) ProtoMessage() {}
 
 func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4011,7 @@ func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreatePortRequest) GetVm() string {
@@ -4002,7 +4102,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4014,7 +4114,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4027,7 +4127,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListPortsRequest) GetVm() string {
@@ -4055,7 +4155,7 @@ type DeletePortsRequest struct {
 
 func (x *DeletePortsRequest) Reset() {
 	*x = DeletePortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4167,7 @@ func (x *DeletePortsRequest) String() string {
 func (*DeletePortsRequest) ProtoMessage() {}
 
 func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4180,7 @@ func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsRequest.ProtoReflect.Descriptor instead.
 func (*DeletePortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeletePortsRequest) GetName() string {
@@ -4106,7 +4206,7 @@ type DeletePortsResponse struct {
 
 func (x *DeletePortsResponse) Reset() {
 	*x = DeletePortsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4118,7 +4218,7 @@ func (x *DeletePortsResponse) String() string {
 func (*DeletePortsResponse) ProtoMessage() {}
 
 func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4131,7 +4231,7 @@ func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsResponse.ProtoReflect.Descriptor instead.
 func (*DeletePortsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DeletePortsResponse) GetDeleted() []string {
@@ -4169,7 +4269,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4281,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4294,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Owner) GetName() string {
@@ -4256,7 +4356,7 @@ type ListOwnersRequest struct {
 
 func (x *ListOwnersRequest) Reset() {
 	*x = ListOwnersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4368,7 @@ func (x *ListOwnersRequest) String() string {
 func (*ListOwnersRequest) ProtoMessage() {}
 
 func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4381,7 @@ func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListOwnersRequest) GetNode() string {
@@ -4300,7 +4400,7 @@ type ListOwnersResponse struct {
 
 func (x *ListOwnersResponse) Reset() {
 	*x = ListOwnersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4412,7 @@ func (x *ListOwnersResponse) String() string {
 func (*ListOwnersResponse) ProtoMessage() {}
 
 func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4425,7 @@ func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ListOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListOwnersResponse) GetOwners() []*Owner {
@@ -4350,7 +4450,7 @@ type DeleteOwnerRequest struct {
 
 func (x *DeleteOwnerRequest) Reset() {
 	*x = DeleteOwnerRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4362,7 +4462,7 @@ func (x *DeleteOwnerRequest) String() string {
 func (*DeleteOwnerRequest) ProtoMessage() {}
 
 func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4375,7 +4475,7 @@ func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteOwnerRequest) GetName() string {
@@ -4409,7 +4509,7 @@ type DeleteOwnerResponse struct {
 
 func (x *DeleteOwnerResponse) Reset() {
 	*x = DeleteOwnerResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4521,7 @@ func (x *DeleteOwnerResponse) String() string {
 func (*DeleteOwnerResponse) ProtoMessage() {}
 
 func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4534,7 @@ func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteOwnerResponse) GetEndpoints() []string {
@@ -4456,7 +4556,7 @@ type DeleteEndpointsRequest struct {
 
 func (x *DeleteEndpointsRequest) Reset() {
 	*x = DeleteEndpointsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4468,7 +4568,7 @@ func (x *DeleteEndpointsRequest) String() string {
 func (*DeleteEndpointsRequest) ProtoMessage() {}
 
 func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4481,7 +4581,7 @@ func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteEndpointsRequest) GetNode() string {
@@ -4507,7 +4607,7 @@ type DeleteEndpointsResponse struct {
 
 func (x *DeleteEndpointsResponse) Reset() {
 	*x = DeleteEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +4619,7 @@ func (x *DeleteEndpointsResponse) String() string {
 func (*DeleteEndpointsResponse) ProtoMessage() {}
 
 func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +4632,7 @@ func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DeleteEndpointsResponse) GetDeleted() []string {
@@ -4556,7 +4656,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4568,7 +4668,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4581,7 +4681,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ExplainPolicyRequest) GetSource() string {
@@ -4630,7 +4730,7 @@ type PolicySide struct {
 
 func (x *PolicySide) Reset() {
 	*x = PolicySide{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4642,7 +4742,7 @@ func (x *PolicySide) String() string {
 func (*PolicySide) ProtoMessage() {}
 
 func (x *PolicySide) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4655,7 +4755,7 @@ func (x *PolicySide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySide.ProtoReflect.Descriptor instead.
 func (*PolicySide) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PolicySide) GetEndpoint() string {
@@ -4705,7 +4805,7 @@ type ExplainPolicyResponse struct {
 
 func (x *ExplainPolicyResponse) Reset() {
 	*x = ExplainPolicyResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4717,7 +4817,7 @@ func (x *ExplainPolicyResponse) String() string {
 func (*ExplainPolicyResponse) ProtoMessage() {}
 
 func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4730,7 +4830,7 @@ func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ExplainPolicyResponse) GetAllowed() bool {
@@ -4982,7 +5082,12 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x12ReportPortsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12*\n" +
 	"\x05ports\x18\x02 \x03(\v2\x14.skiff.v1.PortReportR\x05ports\"\x15\n" +
-	"\x13ReportPortsResponse\" \n" +
+	"\x13ReportPortsResponse\"?\n" +
+	"\x17RenewCertificateRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
+	"\x03csr\x18\x02 \x01(\fR\x03csr\"<\n" +
+	"\x18RenewCertificateResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\" \n" +
 	"\n" +
 	"GetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"#\n" +
@@ -5119,7 +5224,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x15ExplainPolicyResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12,\n" +
 	"\x06egress\x18\x02 \x01(\v2\x14.skiff.v1.PolicySideR\x06egress\x12.\n" +
-	"\aingress\x18\x03 \x01(\v2\x14.skiff.v1.PolicySideR\aingress2\x90\x04\n" +
+	"\aingress\x18\x03 \x01(\v2\x14.skiff.v1.PolicySideR\aingress2\xa2\x05\n" +
 	"\fAgentService\x12A\n" +
 	"\bRegister\x12\x19.skiff.v1.RegisterRequest\x1a\x1a.skiff.v1.RegisterResponse\x12A\n" +
 	"\n" +
@@ -5128,7 +5233,10 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12J\n" +
 	"\vReportPorts\x12\x1c.skiff.v1.ReportPortsRequest\x1a\x1d.skiff.v1.ReportPortsResponse\x12E\n" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x12C\n" +
-	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xe6\x10\n" +
+	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x125\n" +
+	"\n" +
+	"GetNetwork\x12\x14.skiff.v1.GetRequest\x1a\x11.skiff.v1.Network\x12Y\n" +
+	"\x10RenewCertificate\x12!.skiff.v1.RenewCertificateRequest\x1a\".skiff.v1.RenewCertificateResponse2\xe6\x10\n" +
 	"\x11ManagementService\x12B\n" +
 	"\rCreateNetwork\x12\x1e.skiff.v1.CreateNetworkRequest\x1a\x11.skiff.v1.Network\x125\n" +
 	"\n" +
@@ -5180,99 +5288,101 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_skiff_v1_skiff_proto_goTypes = []any{
-	(WatchEvent_Type)(0),            // 0: skiff.v1.WatchEvent.Type
-	(*Network)(nil),                 // 1: skiff.v1.Network
-	(*IPRange)(nil),                 // 2: skiff.v1.IPRange
-	(*Subnet)(nil),                  // 3: skiff.v1.Subnet
-	(*Counters)(nil),                // 4: skiff.v1.Counters
-	(*Endpoint)(nil),                // 5: skiff.v1.Endpoint
-	(*PortStatus)(nil),              // 6: skiff.v1.PortStatus
-	(*OffloadRule)(nil),             // 7: skiff.v1.OffloadRule
-	(*PolicyRuleCounter)(nil),       // 8: skiff.v1.PolicyRuleCounter
-	(*VirtualFunction)(nil),         // 9: skiff.v1.VirtualFunction
-	(*PhysicalFunction)(nil),        // 10: skiff.v1.PhysicalFunction
-	(*NodeCapabilities)(nil),        // 11: skiff.v1.NodeCapabilities
-	(*Node)(nil),                    // 12: skiff.v1.Node
-	(*PlanNetwork)(nil),             // 13: skiff.v1.PlanNetwork
-	(*RemoteEndpoint)(nil),          // 14: skiff.v1.RemoteEndpoint
-	(*PolicyPort)(nil),              // 15: skiff.v1.PolicyPort
-	(*PolicyPeer)(nil),              // 16: skiff.v1.PolicyPeer
-	(*PolicyRule)(nil),              // 17: skiff.v1.PolicyRule
-	(*EndpointPolicy)(nil),          // 18: skiff.v1.EndpointPolicy
-	(*AddressGroup)(nil),            // 19: skiff.v1.AddressGroup
-	(*Plan)(nil),                    // 20: skiff.v1.Plan
-	(*PlanDelta)(nil),               // 21: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),              // 22: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),         // 23: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),        // 24: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),       // 25: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),               // 26: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),     // 27: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),    // 28: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),        // 29: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),         // 30: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),   // 31: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil),  // 32: skiff.v1.ReportCountersResponse
-	(*PortReport)(nil),              // 33: skiff.v1.PortReport
-	(*ReportPortsRequest)(nil),      // 34: skiff.v1.ReportPortsRequest
-	(*ReportPortsResponse)(nil),     // 35: skiff.v1.ReportPortsResponse
-	(*GetRequest)(nil),              // 36: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),           // 37: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 38: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),             // 39: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),    // 40: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),     // 41: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),   // 42: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),    // 43: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),     // 44: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),   // 45: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),       // 46: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),          // 47: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),            // 48: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),              // 49: skiff.v1.WatchEvent
-	(*Policy)(nil),                  // 50: skiff.v1.Policy
-	(*Namespace)(nil),               // 51: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),    // 52: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),   // 53: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),               // 54: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),     // 55: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 56: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil),  // 57: skiff.v1.ListNamespacesResponse
-	(*CreatePortRequest)(nil),       // 58: skiff.v1.CreatePortRequest
-	(*ListPortsRequest)(nil),        // 59: skiff.v1.ListPortsRequest
-	(*DeletePortsRequest)(nil),      // 60: skiff.v1.DeletePortsRequest
-	(*DeletePortsResponse)(nil),     // 61: skiff.v1.DeletePortsResponse
-	(*Owner)(nil),                   // 62: skiff.v1.Owner
-	(*ListOwnersRequest)(nil),       // 63: skiff.v1.ListOwnersRequest
-	(*ListOwnersResponse)(nil),      // 64: skiff.v1.ListOwnersResponse
-	(*DeleteOwnerRequest)(nil),      // 65: skiff.v1.DeleteOwnerRequest
-	(*DeleteOwnerResponse)(nil),     // 66: skiff.v1.DeleteOwnerResponse
-	(*DeleteEndpointsRequest)(nil),  // 67: skiff.v1.DeleteEndpointsRequest
-	(*DeleteEndpointsResponse)(nil), // 68: skiff.v1.DeleteEndpointsResponse
-	(*ExplainPolicyRequest)(nil),    // 69: skiff.v1.ExplainPolicyRequest
-	(*PolicySide)(nil),              // 70: skiff.v1.PolicySide
-	(*ExplainPolicyResponse)(nil),   // 71: skiff.v1.ExplainPolicyResponse
-	nil,                             // 72: skiff.v1.Endpoint.LabelsEntry
-	nil,                             // 73: skiff.v1.Namespace.LabelsEntry
-	nil,                             // 74: skiff.v1.CreatePortRequest.LabelsEntry
-	nil,                             // 75: skiff.v1.Owner.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 76: google.protobuf.Timestamp
+	(WatchEvent_Type)(0),             // 0: skiff.v1.WatchEvent.Type
+	(*Network)(nil),                  // 1: skiff.v1.Network
+	(*IPRange)(nil),                  // 2: skiff.v1.IPRange
+	(*Subnet)(nil),                   // 3: skiff.v1.Subnet
+	(*Counters)(nil),                 // 4: skiff.v1.Counters
+	(*Endpoint)(nil),                 // 5: skiff.v1.Endpoint
+	(*PortStatus)(nil),               // 6: skiff.v1.PortStatus
+	(*OffloadRule)(nil),              // 7: skiff.v1.OffloadRule
+	(*PolicyRuleCounter)(nil),        // 8: skiff.v1.PolicyRuleCounter
+	(*VirtualFunction)(nil),          // 9: skiff.v1.VirtualFunction
+	(*PhysicalFunction)(nil),         // 10: skiff.v1.PhysicalFunction
+	(*NodeCapabilities)(nil),         // 11: skiff.v1.NodeCapabilities
+	(*Node)(nil),                     // 12: skiff.v1.Node
+	(*PlanNetwork)(nil),              // 13: skiff.v1.PlanNetwork
+	(*RemoteEndpoint)(nil),           // 14: skiff.v1.RemoteEndpoint
+	(*PolicyPort)(nil),               // 15: skiff.v1.PolicyPort
+	(*PolicyPeer)(nil),               // 16: skiff.v1.PolicyPeer
+	(*PolicyRule)(nil),               // 17: skiff.v1.PolicyRule
+	(*EndpointPolicy)(nil),           // 18: skiff.v1.EndpointPolicy
+	(*AddressGroup)(nil),             // 19: skiff.v1.AddressGroup
+	(*Plan)(nil),                     // 20: skiff.v1.Plan
+	(*PlanDelta)(nil),                // 21: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),               // 22: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),          // 23: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 24: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),        // 25: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),                // 26: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),      // 27: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),     // 28: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),         // 29: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),          // 30: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),    // 31: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil),   // 32: skiff.v1.ReportCountersResponse
+	(*PortReport)(nil),               // 33: skiff.v1.PortReport
+	(*ReportPortsRequest)(nil),       // 34: skiff.v1.ReportPortsRequest
+	(*ReportPortsResponse)(nil),      // 35: skiff.v1.ReportPortsResponse
+	(*RenewCertificateRequest)(nil),  // 36: skiff.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil), // 37: skiff.v1.RenewCertificateResponse
+	(*GetRequest)(nil),               // 38: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),            // 39: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 40: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),              // 41: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),     // 42: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),      // 43: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),    // 44: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),     // 45: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),      // 46: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),    // 47: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),        // 48: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),           // 49: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),             // 50: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),               // 51: skiff.v1.WatchEvent
+	(*Policy)(nil),                   // 52: skiff.v1.Policy
+	(*Namespace)(nil),                // 53: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),     // 54: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),    // 55: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),                // 56: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),      // 57: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 58: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil),   // 59: skiff.v1.ListNamespacesResponse
+	(*CreatePortRequest)(nil),        // 60: skiff.v1.CreatePortRequest
+	(*ListPortsRequest)(nil),         // 61: skiff.v1.ListPortsRequest
+	(*DeletePortsRequest)(nil),       // 62: skiff.v1.DeletePortsRequest
+	(*DeletePortsResponse)(nil),      // 63: skiff.v1.DeletePortsResponse
+	(*Owner)(nil),                    // 64: skiff.v1.Owner
+	(*ListOwnersRequest)(nil),        // 65: skiff.v1.ListOwnersRequest
+	(*ListOwnersResponse)(nil),       // 66: skiff.v1.ListOwnersResponse
+	(*DeleteOwnerRequest)(nil),       // 67: skiff.v1.DeleteOwnerRequest
+	(*DeleteOwnerResponse)(nil),      // 68: skiff.v1.DeleteOwnerResponse
+	(*DeleteEndpointsRequest)(nil),   // 69: skiff.v1.DeleteEndpointsRequest
+	(*DeleteEndpointsResponse)(nil),  // 70: skiff.v1.DeleteEndpointsResponse
+	(*ExplainPolicyRequest)(nil),     // 71: skiff.v1.ExplainPolicyRequest
+	(*PolicySide)(nil),               // 72: skiff.v1.PolicySide
+	(*ExplainPolicyResponse)(nil),    // 73: skiff.v1.ExplainPolicyResponse
+	nil,                              // 74: skiff.v1.Endpoint.LabelsEntry
+	nil,                              // 75: skiff.v1.Namespace.LabelsEntry
+	nil,                              // 76: skiff.v1.CreatePortRequest.LabelsEntry
+	nil,                              // 77: skiff.v1.Owner.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 78: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,   // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	72,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	74,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,   // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	76,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	78,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
 	8,   // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
 	7,   // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
 	6,   // 6: skiff.v1.Endpoint.port:type_name -> skiff.v1.PortStatus
-	76,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
+	78,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
 	9,   // 8: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
 	10,  // 9: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
 	11,  // 10: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	76,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	78,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
 	3,   // 12: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
 	16,  // 13: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
 	15,  // 14: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
@@ -5292,13 +5402,13 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	21,  // 28: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
 	12,  // 29: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
 	12,  // 30: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	76,  // 31: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	78,  // 31: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
 	26,  // 32: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
 	4,   // 33: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
 	7,   // 34: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
 	8,   // 35: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
 	4,   // 36: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	76,  // 37: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	78,  // 37: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
 	29,  // 38: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
 	30,  // 39: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
 	6,   // 40: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
@@ -5315,96 +5425,100 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	3,   // 51: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
 	5,   // 52: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
 	12,  // 53: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	73,  // 54: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	50,  // 55: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	50,  // 56: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	51,  // 57: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	74,  // 58: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
-	75,  // 59: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
-	76,  // 60: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
-	62,  // 61: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
-	70,  // 62: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
-	70,  // 63: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
+	75,  // 54: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	52,  // 55: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	52,  // 56: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	53,  // 57: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	76,  // 58: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
+	77,  // 59: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
+	78,  // 60: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
+	64,  // 61: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
+	72,  // 62: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
+	72,  // 63: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
 	23,  // 64: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
 	25,  // 65: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
 	27,  // 66: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
 	31,  // 67: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
 	34,  // 68: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
-	42,  // 69: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	37,  // 70: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	40,  // 71: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	36,  // 72: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	39,  // 73: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	37,  // 74: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	41,  // 75: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	36,  // 76: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	39,  // 77: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	37,  // 78: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	42,  // 79: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	36,  // 80: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	39,  // 81: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	37,  // 82: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	67,  // 83: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
-	36,  // 84: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	39,  // 85: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	37,  // 86: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	62,  // 87: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
-	36,  // 88: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
-	63,  // 89: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
-	65,  // 90: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
-	52,  // 91: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	55,  // 92: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	54,  // 93: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	69,  // 94: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
-	51,  // 95: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	39,  // 96: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	37,  // 97: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
-	58,  // 98: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
-	59,  // 99: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
-	60,  // 100: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
-	47,  // 101: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	48,  // 102: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	24,  // 103: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	22,  // 104: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	28,  // 105: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	32,  // 106: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	35,  // 107: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
-	5,   // 108: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	38,  // 109: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,   // 110: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,   // 111: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	43,  // 112: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	38,  // 113: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,   // 114: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,   // 115: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	44,  // 116: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	38,  // 117: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,   // 118: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,   // 119: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	45,  // 120: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	38,  // 121: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	68,  // 122: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
-	12,  // 123: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	46,  // 124: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	38,  // 125: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	62,  // 126: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
-	62,  // 127: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
-	64,  // 128: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
-	66,  // 129: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
-	53,  // 130: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	56,  // 131: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	38,  // 132: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	71,  // 133: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
-	51,  // 134: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	57,  // 135: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	38,  // 136: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
-	5,   // 137: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
-	45,  // 138: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
-	61,  // 139: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
-	20,  // 140: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	49,  // 141: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	103, // [103:142] is the sub-list for method output_type
-	64,  // [64:103] is the sub-list for method input_type
+	44,  // 69: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	39,  // 70: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	38,  // 71: skiff.v1.AgentService.GetNetwork:input_type -> skiff.v1.GetRequest
+	36,  // 72: skiff.v1.AgentService.RenewCertificate:input_type -> skiff.v1.RenewCertificateRequest
+	42,  // 73: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	38,  // 74: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	41,  // 75: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	39,  // 76: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	43,  // 77: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	38,  // 78: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	41,  // 79: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	39,  // 80: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	44,  // 81: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	38,  // 82: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	41,  // 83: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	39,  // 84: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	69,  // 85: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
+	38,  // 86: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	41,  // 87: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	39,  // 88: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	64,  // 89: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
+	38,  // 90: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
+	65,  // 91: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
+	67,  // 92: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
+	54,  // 93: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	57,  // 94: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	56,  // 95: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	71,  // 96: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
+	53,  // 97: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	41,  // 98: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	39,  // 99: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
+	60,  // 100: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
+	61,  // 101: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
+	62,  // 102: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
+	49,  // 103: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	50,  // 104: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	24,  // 105: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	22,  // 106: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	28,  // 107: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	32,  // 108: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	35,  // 109: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
+	5,   // 110: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	40,  // 111: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,   // 112: skiff.v1.AgentService.GetNetwork:output_type -> skiff.v1.Network
+	37,  // 113: skiff.v1.AgentService.RenewCertificate:output_type -> skiff.v1.RenewCertificateResponse
+	1,   // 114: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,   // 115: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	45,  // 116: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	40,  // 117: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,   // 118: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,   // 119: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	46,  // 120: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	40,  // 121: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,   // 122: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,   // 123: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	47,  // 124: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	40,  // 125: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	70,  // 126: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
+	12,  // 127: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	48,  // 128: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	40,  // 129: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	64,  // 130: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
+	64,  // 131: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
+	66,  // 132: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
+	68,  // 133: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
+	55,  // 134: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	58,  // 135: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	40,  // 136: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	73,  // 137: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	53,  // 138: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	59,  // 139: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	40,  // 140: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
+	5,   // 141: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
+	47,  // 142: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
+	63,  // 143: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
+	20,  // 144: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	51,  // 145: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	105, // [105:146] is the sub-list for method output_type
+	64,  // [64:105] is the sub-list for method input_type
 	64,  // [64:64] is the sub-list for extension type_name
 	64,  // [64:64] is the sub-list for extension extendee
 	0,   // [0:64] is the sub-list for field type_name
@@ -5421,20 +5535,20 @@ func file_skiff_v1_skiff_proto_init() {
 		(*PlanUpdate_Snapshot)(nil),
 		(*PlanUpdate_Delta)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[48].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[50].OneofWrappers = []any{
 		(*WatchEvent_Network)(nil),
 		(*WatchEvent_Subnet)(nil),
 		(*WatchEvent_Endpoint)(nil),
 		(*WatchEvent_Node)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[57].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[59].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   75,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -29,13 +29,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Register_FullMethodName       = "/skiff.v1.AgentService/Register"
-	AgentService_StreamPlan_FullMethodName     = "/skiff.v1.AgentService/StreamPlan"
-	AgentService_ReportEvents_FullMethodName   = "/skiff.v1.AgentService/ReportEvents"
-	AgentService_ReportCounters_FullMethodName = "/skiff.v1.AgentService/ReportCounters"
-	AgentService_ReportPorts_FullMethodName    = "/skiff.v1.AgentService/ReportPorts"
-	AgentService_CreateEndpoint_FullMethodName = "/skiff.v1.AgentService/CreateEndpoint"
-	AgentService_DeleteEndpoint_FullMethodName = "/skiff.v1.AgentService/DeleteEndpoint"
+	AgentService_Register_FullMethodName         = "/skiff.v1.AgentService/Register"
+	AgentService_StreamPlan_FullMethodName       = "/skiff.v1.AgentService/StreamPlan"
+	AgentService_ReportEvents_FullMethodName     = "/skiff.v1.AgentService/ReportEvents"
+	AgentService_ReportCounters_FullMethodName   = "/skiff.v1.AgentService/ReportCounters"
+	AgentService_ReportPorts_FullMethodName      = "/skiff.v1.AgentService/ReportPorts"
+	AgentService_CreateEndpoint_FullMethodName   = "/skiff.v1.AgentService/CreateEndpoint"
+	AgentService_DeleteEndpoint_FullMethodName   = "/skiff.v1.AgentService/DeleteEndpoint"
+	AgentService_GetNetwork_FullMethodName       = "/skiff.v1.AgentService/GetNetwork"
+	AgentService_RenewCertificate_FullMethodName = "/skiff.v1.AgentService/RenewCertificate"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -58,6 +60,14 @@ type AgentServiceClient interface {
 	// forwarded to the controller; the endpoint's node is the caller's node.
 	CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*Endpoint, error)
 	DeleteEndpoint(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// GetNetwork returns a network by name (what an agent's CNI
+	// configuration names must exist).
+	GetNetwork(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*Network, error)
+	// RenewCertificate signs a new client certificate for the caller's
+	// node, when the controller holds its CA (--ca-dir); the caller proves
+	// the node with its current certificate. FAILED_PRECONDITION without a
+	// CA.
+	RenewCertificate(ctx context.Context, in *RenewCertificateRequest, opts ...grpc.CallOption) (*RenewCertificateResponse, error)
 }
 
 type agentServiceClient struct {
@@ -147,6 +157,26 @@ func (c *agentServiceClient) DeleteEndpoint(ctx context.Context, in *DeleteReque
 	return out, nil
 }
 
+func (c *agentServiceClient) GetNetwork(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*Network, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Network)
+	err := c.cc.Invoke(ctx, AgentService_GetNetwork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) RenewCertificate(ctx context.Context, in *RenewCertificateRequest, opts ...grpc.CallOption) (*RenewCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewCertificateResponse)
+	err := c.cc.Invoke(ctx, AgentService_RenewCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -167,6 +197,14 @@ type AgentServiceServer interface {
 	// forwarded to the controller; the endpoint's node is the caller's node.
 	CreateEndpoint(context.Context, *CreateEndpointRequest) (*Endpoint, error)
 	DeleteEndpoint(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	// GetNetwork returns a network by name (what an agent's CNI
+	// configuration names must exist).
+	GetNetwork(context.Context, *GetRequest) (*Network, error)
+	// RenewCertificate signs a new client certificate for the caller's
+	// node, when the controller holds its CA (--ca-dir); the caller proves
+	// the node with its current certificate. FAILED_PRECONDITION without a
+	// CA.
+	RenewCertificate(context.Context, *RenewCertificateRequest) (*RenewCertificateResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -197,6 +235,12 @@ func (UnimplementedAgentServiceServer) CreateEndpoint(context.Context, *CreateEn
 }
 func (UnimplementedAgentServiceServer) DeleteEndpoint(context.Context, *DeleteRequest) (*DeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteEndpoint not implemented")
+}
+func (UnimplementedAgentServiceServer) GetNetwork(context.Context, *GetRequest) (*Network, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetNetwork not implemented")
+}
+func (UnimplementedAgentServiceServer) RenewCertificate(context.Context, *RenewCertificateRequest) (*RenewCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewCertificate not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -338,6 +382,42 @@ func _AgentService_DeleteEndpoint_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetNetwork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetNetwork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetNetwork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetNetwork(ctx, req.(*GetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_RenewCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).RenewCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_RenewCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).RenewCertificate(ctx, req.(*RenewCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -368,6 +448,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteEndpoint",
 			Handler:    _AgentService_DeleteEndpoint_Handler,
+		},
+		{
+			MethodName: "GetNetwork",
+			Handler:    _AgentService_GetNetwork_Handler,
+		},
+		{
+			MethodName: "RenewCertificate",
+			Handler:    _AgentService_RenewCertificate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

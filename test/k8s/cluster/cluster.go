@@ -61,8 +61,9 @@ type Cluster struct {
 	Server     string
 	Nodes      []*Node
 
-	procs   []*proc
-	sysctls map[string]string
+	procs    []*proc
+	sysctls  map[string]string
+	loopback string // the CNI project's loopback plugin
 }
 
 // Bin returns the path of a Kubernetes binary of the cache, failing t
@@ -97,6 +98,14 @@ func Start(t testing.TB, o Options) *Cluster {
 		}
 	}
 	c := &Cluster{t: t, Dir: t.TempDir(), opts: o, Server: "https://" + APIServerIP + ":6443"}
+	// The cluster's directory is a shared mount of its own: what the
+	// nodes' runtimes mount under it (pod namespaces, volumes) reaches
+	// containers that mount it with HostToContainer propagation, as on a
+	// host whose root is shared (systemd's default; this machine's is
+	// private). Stop unmounts it.
+	if err := shareMount(c.Dir); err != nil {
+		t.Fatal(err)
+	}
 	c.bin = filepath.Dir(Bin(t, "kube-apiserver"))
 	c.Underlay = testns.New(t)
 	testns.UnderlayBridge(t, c.Underlay, "ul0", fmt.Sprintf("%s/%d", APIServerIP, underlayLen))
@@ -116,6 +125,14 @@ func Start(t testing.TB, o Options) *Cluster {
 	// Registered after the namespaces: it runs before they are deleted.
 	t.Cleanup(c.Stop)
 	c.recordSysctls()
+	if len(c.Nodes) > 0 {
+		build := exec.Command("go", "build", "-o", c.Dir+"/", "github.com/containernetworking/plugins/plugins/main/loopback")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building the CNI loopback plugin: %v\n%s", err, out)
+		}
+		c.loopback = filepath.Join(c.Dir, "loopback")
+	}
 	if err := c.startControlPlane(); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +270,7 @@ func (c *Cluster) Kubectl(args ...string) (string, error) {
 
 // KubectlIn runs kubectl as the admin in namespace ns.
 func (c *Cluster) KubectlIn(ns string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/var/run/netns/" + ns, "--",
 		filepath.Join(c.bin, "kubectl"), "--kubeconfig", c.Kubeconfig}, args...)...)

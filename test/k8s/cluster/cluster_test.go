@@ -31,12 +31,12 @@ func buildImages(t *testing.T, dir string) (pause, testpod string) {
 	return pause, testpod
 }
 
-// referencePlugins builds the CNI project's bridge, host-local and
-// loopback plugins into dir.
+// referencePlugins builds the CNI project's bridge and host-local
+// plugins into dir.
 func referencePlugins(t *testing.T, dir string) {
 	t.Helper()
 	build := exec.Command("go", "build", "-o", dir+"/", "github.com/containernetworking/plugins/plugins/main/bridge",
-		"github.com/containernetworking/plugins/plugins/ipam/host-local", "github.com/containernetworking/plugins/plugins/main/loopback")
+		"github.com/containernetworking/plugins/plugins/ipam/host-local")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the reference plugins: %v\n%s", err, out)
@@ -64,7 +64,7 @@ func TestClusterWithReferenceCNI(t *testing.T) {
 	start := time.Now()
 	c := cluster.Start(t, cluster.Options{Nodes: 2, Images: []string{pause, testpod},
 		BeforeKubelet: func(n *cluster.Node) error {
-			for _, p := range []string{"bridge", "host-local", "loopback"} {
+			for _, p := range []string{"bridge", "host-local"} {
 				if err := copyFile(filepath.Join(plugins, p), filepath.Join(n.CNIBinDir(), p), 0o755); err != nil {
 					return err
 				}

@@ -134,6 +134,11 @@ func (n *Node) start() error {
 	if err := makeCgroup(n.CgroupRoot()); err != nil {
 		return err
 	}
+	// containerd 1.6 sets up every sandbox's lo with the CNI loopback
+	// plugin, which a node's provisioning installs (kubernetes-cni).
+	if err := copyFile(c.loopback, filepath.Join(n.CNIBinDir(), "loopback"), 0o755); err != nil {
+		return err
+	}
 	if err := n.StartContainerd(); err != nil {
 		return err
 	}
@@ -286,4 +291,12 @@ func (n *Node) kubeletSynced() (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, mode)
 }

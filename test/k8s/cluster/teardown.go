@@ -224,3 +224,15 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// shareMount bind-mounts dir on itself and makes it a shared mount.
+func shareMount(dir string) error {
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("cluster: bind mount %s: %w", dir, err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_SHARED, ""); err != nil {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		return fmt.Errorf("cluster: make %s shared: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package skiff
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+)
+
+// probePod is a pod of the test image on node, sleeping, with labels.
+func probePod(name, node string, labels map[string]string) string {
+	var l []string
+	for k, v := range labels {
+		l = append(l, fmt.Sprintf("%s: %q", k, v))
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, labels: {%s}}
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: skiff.local/testpod:dev
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "printf '#!/bin/sh\\necho ok\\n' >/tmp/ok; chmod +x /tmp/ok; nc -ll -p 8080 -e /tmp/ok & exec sleep 3600"]
+    readinessProbe:
+      tcpSocket: {port: 8080}
+      periodSeconds: 1
+---
+`, name, strings.Join(l, ", "), node)
+}
+
+func podIP(t *testing.T, c *cluster.Cluster, name string) string {
+	t.Helper()
+	return strings.TrimSpace(c.MustKubectl(t, "get", "pod", name, "-o", "jsonpath={.status.podIP}"))
+}
+
+// Install brings up a two-node cluster and installs Skiff with kubectl.
+func Install(t *testing.T, o Overlay) *cluster.Cluster {
+	t.Helper()
+	root := Root(t)
+	imgs := Images(t, root, t.TempDir())
+	c := cluster.Start(t, cluster.Options{Nodes: 2, KubeProxy: true, Images: imgs})
+	t.Cleanup(func() {
+		if t.Failed() {
+			Diagnose(t, c)
+		}
+	})
+	start := time.Now()
+	c.MustKubectl(t, "apply", "-k", WriteOverlay(t, root, c, o))
+	WaitRollout(t, c, 3*time.Minute)
+	c.WaitNodes(t, time.Minute, true)
+	t.Logf("kubectl apply -k to every node Ready with Skiff: %v", time.Since(start))
+	c.WaitDefaultServiceAccount(t, "default")
+	return c
+}
+
+// TestInstall installs Skiff with kubectl on a real two-node cluster: the
+// controller (StatefulSet, embedded etcd on a PersistentVolume) and the
+// agents (DaemonSet, each with a certificate for its own node from a
+// CertificateSigningRequest) come up, the agents install skiff-cni, the
+// nodes turn Ready, and pods on the two nodes get addresses from Skiff and
+// reach each other across the overlay.
+func TestInstall(t *testing.T) {
+	c := Install(t, Overlay{})
+	c.Apply(t, probePod("a", "k1", map[string]string{"app": "a"})+probePod("b", "k2", map[string]string{"app": "b"}))
+	c.MustKubectl(t, "wait", "--for=condition=Ready", "pod/a", "pod/b", "--timeout=120s")
+	a, b := podIP(t, c, "a"), podIP(t, c, "b")
+	if !strings.HasPrefix(a, "198.51.100.") || !strings.HasPrefix(b, "198.51.100.") {
+		t.Fatalf("pod addresses %s %s, want Skiff's pod network", a, b)
+	}
+	c.MustKubectl(t, "exec", "a", "--", "ping", "-c", "2", "-W", "2", b)
+	c.MustKubectl(t, "exec", "b", "--", "ping", "-c", "2", "-W", "2", a)
+	if out := c.MustKubectl(t, "exec", "a", "--", "nc", "-w", "2", b, "8080"); strings.TrimSpace(out) != "ok" {
+		t.Errorf("TCP a -> b: %q", out)
+	}
+}
