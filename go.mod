@@ -24,6 +24,7 @@ require (
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
+	k8s.io/kubelet v0.37.2
 	sigs.k8s.io/yaml v1.6.0
 )
 
