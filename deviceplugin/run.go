@@ -89,11 +89,11 @@ func SocketName(resource string) string {
 type server struct {
 	pool *pool
 	path string
-	ino  uint64 // the socket file's inode, to notice it was replaced
+	id   fileID // the socket file, to notice it was replaced
 	grpc *grpc.Server
-	// registered: the kubelet socket (inode) the pool registered with;
-	// 0 when not registered.
-	registered uint64
+	// registered: the kubelet socket the pool registered with; zero
+	// when not registered.
+	registered kubeletID
 }
 
 // Run advertises the configured pools to the kubelet until ctx ends:
@@ -158,10 +158,28 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	}()
+	// The plugin directory is watched with inotify (a new kubelet.sock,
+	// a plugin socket removed) and also polled every SocketCheck (the
+	// directory may not exist yet, or be replaced).
+	var (
+		watch *dirWatch
+		gen   uint64
+	)
+	defer func() {
+		if watch != nil {
+			watch.close()
+		}
+	}()
 	check := func() {
-		kubelet := inode(o.KubeletSocket)
+		if watch == nil {
+			if w, err := watchDir(o.PluginDir); err == nil {
+				watch = w
+				gen++ // whatever happened before the watch is unknown
+			}
+		}
+		kubelet := kubeletID{file: identify(o.KubeletSocket), gen: gen}
 		for _, s := range servers {
-			if s.grpc == nil || inode(s.path) != s.ino {
+			if s.grpc == nil || identify(s.path) != s.id {
 				if s.grpc != nil {
 					log.Info("plugin socket gone (kubelet restarted?); serving again", "socket", s.path)
 				}
@@ -171,7 +189,7 @@ func Run(ctx context.Context, o Options) error {
 					continue
 				}
 			}
-			if kubelet != 0 && s.registered != kubelet {
+			if kubelet.file != (fileID{}) && s.registered != kubelet {
 				if err := register(ctx, o.KubeletSocket, s); err != nil {
 					log.Warn("register with the kubelet", "resource", s.pool.cfg.ResourceName, "socket", o.KubeletSocket, "err", err)
 					continue
@@ -195,6 +213,15 @@ func Run(ctx context.Context, o Options) error {
 		case <-sockT.C:
 			check()
 			continue
+		case name, open := <-watchEvents(watch):
+			if !open {
+				watch.close()
+				watch = nil
+			} else if name == "" || name == filepath.Base(o.KubeletSocket) {
+				gen++
+			}
+			check()
+			continue
 		}
 		if err := rescan(); err != nil {
 			log.Error("VF scan", "err", err)
@@ -202,16 +229,38 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// inode of a file, 0 when it does not exist.
-func inode(path string) uint64 {
+func watchEvents(w *dirWatch) <-chan string {
+	if w == nil {
+		return nil
+	}
+	return w.events
+}
+
+// fileID tells a file from another that replaced it under the same
+// name: its inode and its change time (an inode number is reused at once
+// on some file systems).
+type fileID struct {
+	ino   uint64
+	ctime int64
+}
+
+// kubeletID tells one kubelet socket from the next: the file, and how
+// many times inotify saw one created.
+type kubeletID struct {
+	file fileID
+	gen  uint64
+}
+
+// identify a file; the zero fileID when it does not exist.
+func identify(path string) fileID {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return 0
+		return fileID{}
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Ino
+		return fileID{ino: st.Ino, ctime: st.Ctim.Nano()}
 	}
-	return 0
+	return fileID{}
 }
 
 // start listens on the pool's socket (root only) and serves it.
@@ -233,7 +282,7 @@ func (s *server) start() error {
 	g := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(g, s.pool)
 	go func() { _ = g.Serve(l) }()
-	s.grpc, s.ino, s.registered = g, inode(s.path), 0
+	s.grpc, s.id, s.registered = g, identify(s.path), kubeletID{}
 	return nil
 }
 
@@ -243,10 +292,10 @@ func (s *server) stop() {
 		return
 	}
 	s.grpc.Stop()
-	if inode(s.path) == s.ino {
+	if identify(s.path) == s.id {
 		_ = os.Remove(s.path)
 	}
-	s.grpc, s.ino, s.registered = nil, 0, 0
+	s.grpc, s.id, s.registered = nil, fileID{}, kubeletID{}
 }
 
 // register tells the kubelet about a pool's socket.
