@@ -90,7 +90,7 @@ pools:
     selectors: {pfNames: [ens1f0np0]}
 `
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, f *fixture)
 		// want is the summary of VFs 0 and 1.
 		want string
