@@ -295,13 +295,19 @@ func TestAttachRefuses(t *testing.T) {
 		want  string
 	}{
 		{"bad name", func(r *moveRig) (Ref, string, PodIface) { i := r.ifc; i.Name = "a/b"; return r.ref, pod, i }, `"a/b" is not an interface name`},
-		{"long name", func(r *moveRig) (Ref, string, PodIface) { i := r.ifc; i.Name = "abcdefghijklmnop"; return r.ref, pod, i }, "not an interface name"},
+		{"long name", func(r *moveRig) (Ref, string, PodIface) {
+			i := r.ifc
+			i.Name = "abcdefghijklmnop"
+			return r.ref, pod, i
+		}, "not an interface name"},
 		{"no namespace", func(r *moveRig) (Ref, string, PodIface) { return r.ref, "", r.ifc }, "no pod namespace"},
 		{"pod has the name", func(r *moveRig) (Ref, string, PodIface) {
 			r.links.ns[pod]["eth0"] = &nl.Netdev{Name: "eth0", Alias: "other"}
 			return r.ref, pod, r.ifc
 		}, `the pod already has an interface eth0 (alias "other")`},
-		{"unknown PCI", func(r *moveRig) (Ref, string, PodIface) { return Ref{PF: "pf0", Index: 1, PCI: "0000:99:00.1"}, pod, r.ifc }, "PCI function 0000:99:00.1"},
+		{"unknown PCI", func(r *moveRig) (Ref, string, PodIface) {
+			return Ref{PF: "pf0", Index: 1, PCI: "0000:99:00.1"}, pod, r.ifc
+		}, "PCI function 0000:99:00.1"},
 		{"foreign alias", func(r *moveRig) (Ref, string, PodIface) {
 			r.links.ns[""]["ens1f0v1"].Alias = "host uplink"
 			return r.ref, pod, r.ifc
