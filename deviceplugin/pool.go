@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -188,14 +189,20 @@ func (p *pool) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*plugi
 		}
 		chosen = append(chosen, ds)
 	}
+	var written []string
 	for _, ds := range chosen {
 		cr := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
 		var ids []string
 		groups := map[string]bool{}
 		for _, d := range ds {
 			if err := writeDevInfo(p.devInfoDir, p.cfg.ResourceName, d); err != nil {
+				// Nothing half-done: the files this call wrote go too.
+				for _, f := range written {
+					_ = os.Remove(f)
+				}
 				return nil, status.Errorf(codes.Internal, "%v", err)
 			}
+			written = append(written, DevInfoPath(p.devInfoDir, p.cfg.ResourceName, d.ID))
 			ids = append(ids, d.ID)
 			if p.cfg.Use == UseVFIO && !groups[d.IOMMUGroup] {
 				if len(groups) == 0 {
