@@ -53,7 +53,7 @@ func (p *pool) update(scanned []Device, now time.Time) bool {
 	seen := map[string]bool{}
 	for _, d := range scanned {
 		seen[d.ID] = true
-		if old, ok := p.devs[d.ID]; (ok && (old.Healthy != d.Healthy || old.Reason != d.Reason)) || (!ok && p.list != nil) {
+		if old, ok := p.devs[d.ID]; (ok && (old.Healthy != d.Healthy || old.Reason != d.Reason)) || (!ok && (p.list != nil || !d.Healthy)) {
 			p.log.Info("VF state", "vf", d.ID, "pf", d.PF, "index", d.Index, "healthy", d.Healthy, "reason", d.Reason)
 		}
 		p.devs[d.ID] = d

@@ -9,25 +9,21 @@ package vf_test
 // routes, and the kernel giving a destroyed namespace's devices back to
 // the init namespace.
 //
-// What is stood in: netdevsim has no VF netdevs. Each VF's netdev is the
-// port of a netdevsim device of its own (one port each): a device netdev
-// (no rtnl_link_ops), which the kernel moves between namespaces and
-// returns to the init namespace when its namespace is destroyed, as it
-// does a real VF; a veth or dummy would be deleted with the namespace
-// instead. The VFs' PCI functions are directories of a sysfs overlay tree
-// (sysfstest.Tree) at 0000:7f:00.N: the PF's class/net entry and device
-// (with virtfnN links) are the overlay's, copying the real uplink's
-// switch id and port name, and each function's net/ is a link to the
-// stand-in device's real net/ directory in /sys, so the names sysfs
-// shows (and hides, while the netdev is in a pod) are the kernel's.
+// What is stood in (package vftest): netdevsim has no VF netdevs. Each
+// VF's netdev is the port of a netdevsim device of its own: a device
+// netdev, which the kernel moves between namespaces and returns to the
+// init namespace when its namespace is destroyed, as it does a real VF (a
+// veth or dummy would be deleted with the namespace instead). The VFs' PCI
+// functions are directories of a sysfs overlay tree at 0000:7f:00.N whose
+// net/ is a link to the stand-in device's real net/ directory in /sys, so
+// the names sysfs shows (and hides, while the netdev is in a pod) are the
+// kernel's.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -35,9 +31,8 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/offload/eswitch"
-	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
 	"github.com/skiff-sdn/skiff/offload/vf"
+	"github.com/skiff-sdn/skiff/offload/vf/vftest"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
@@ -54,85 +49,14 @@ type vfRig struct {
 	links nl.Netdevs
 }
 
-// newVFRig makes the PF (netdevsim 51, switchdev, 4 VFs), one stand-in
-// netdev per VF (netdevsim 61..64, renamed skvf0..3) and the overlay tree.
+// newVFRig makes the PF (netdevsim 51, switchdev, 4 VFs) and one stand-in
+// netdev per VF (netdevsim 61..64, renamed skvf0..3) with the overlay
+// tree (package vftest).
 func newVFRig(t *testing.T) *vfRig {
-	guest.Require(t)
-	ctx := context.Background()
-	pfDev := guest.NewNetdevsim(t, 51, 1)
-	pf := pfDev.Netdevs(t)[0]
-	es := eswitch.New(eswitch.Options{Logger: logger()})
-	if err := es.SetNumVFs(pf, vfCount); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = es.SetNumVFs(pf, 0) })
-	if err := es.SetMode(ctx, pf, eswitch.ModeSwitchdev); err != nil {
-		t.Fatal(err)
-	}
-	r := &vfRig{pf: pf}
-	tr := sysfstest.New(t)
-	read := func(attr string) string {
-		b, err := os.ReadFile("/sys/class/net/" + pf + "/" + attr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(b))
-	}
-	dev := "devices/netdevsim51"
-	tr.Mkdir(dev)
-	tr.RelLink(dev+"/subsystem", "bus/netdevsim")
-	tr.Write(dev+"/sriov_numvfs", fmt.Sprint(vfCount))
-	tr.Write("class/net/"+pf+"/phys_switch_id", read("phys_switch_id"))
-	tr.Write("class/net/"+pf+"/phys_port_name", read("phys_port_name"))
-	tr.RelLink("class/net/"+pf+"/device", dev)
-	for i := range vfCount {
-		sim := guest.NewNetdevsim(t, 61+i, 1)
-		name := sim.Netdevs(t)[0]
-		home := fmt.Sprintf("skvf%d", i)
-		guest.Run(t, guest.IP, "link", "set", name, "name", home)
-		pci := fmt.Sprintf("0000:7f:00.%d", i)
-		fn := "devices/pci0000:7f/" + pci
-		tr.Mkdir(fn)
-		tr.Link(fn+"/net", sim.Dir+"/net")
-		tr.RelLink(fn+"/physfn", dev)
-		tr.RelLink(fmt.Sprintf("%s/virtfn%d", dev, i), fn)
-		tr.RelLink("bus/pci/devices/"+pci, fn)
-		r.homes = append(r.homes, home)
-	}
-	// The PF's representors, as they are.
-	ents, err := os.ReadDir("/sys/class/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		sw, _ := os.ReadFile("/sys/class/net/" + e.Name() + "/phys_switch_id")
-		pn, _ := os.ReadFile("/sys/class/net/" + e.Name() + "/phys_port_name")
-		if strings.TrimSpace(string(sw)) == read("phys_switch_id") && strings.HasPrefix(string(pn), "pf0vf") {
-			tr.Link("class/net/"+e.Name(), "/sys/class/net/"+e.Name())
-		}
-	}
-	r.sys = tr.Root
-	node, err := eswitch.New(eswitch.Options{SysRoot: tr.Root, Logger: logger()}).Discover(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := node.PF(pf)
-	if err != nil {
-		t.Fatalf("%v (problems %v)", err, node.Problems)
-	}
-	if p.Mode != eswitch.ModeSwitchdev || len(p.VFs) != vfCount {
-		t.Fatalf("overlay PF = %+v, problems %v", p, node.Problems)
-	}
-	for i, v := range p.VFs {
-		if v.Netdev != r.homes[i] || v.Representor == "" {
-			t.Fatalf("VF %d = %+v: want netdev %s and a representor", i, v, r.homes[i])
-		}
-		r.reps = append(r.reps, v.Representor)
-	}
-	r.refs = vf.RefsOf(node)
-	r.mover = vf.NewMover(vf.MoverOptions{SysRoot: tr.Root, Logger: logger(), ReturnWait: 10 * time.Second})
-	r.mgr = vf.NewManager(vf.Options{Logger: logger()})
-	return r
+	s := vftest.New(t, 51, vfCount, 61, "skvf", logger())
+	return &vfRig{pf: s.PF, homes: s.Homes, refs: s.Refs, reps: s.Reps, sys: s.Root,
+		mover: vf.NewMover(vf.MoverOptions{SysRoot: s.Root, Logger: logger(), ReturnWait: 10 * time.Second}),
+		mgr:   vf.NewManager(vf.Options{Logger: logger()})}
 }
 
 func podMAC(i, round int) net.HardwareAddr {
