@@ -5,7 +5,7 @@ CMDS    := skiff-controller skiff-agent skiffctl skiff-cni
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: all build deps generate test test-kernel lint demo bench scale clean
+.PHONY: all build deps generate test test-kernel test-k8s k8s-setup image lint demo bench scale clean
 
 all: build
 
@@ -19,12 +19,29 @@ deps:
 generate: deps
 	./hack/generate.sh
 
-# All tests: unit, privileged and end-to-end (need root), and the kernel VM.
-# The kernel VM's setup comes first: test/e2e boots a guest with its kernel.
+# All tests: unit, privileged and end-to-end (need root), the real
+# Kubernetes cluster (test/k8s) and the kernel VM. The kernel VM's setup
+# comes first (test/e2e boots a guest with its kernel), and the Kubernetes
+# binaries' (cached by version: a cold build takes 10-20 minutes).
 test: deps build lint
 	./hack/kernelvm/setup.sh
+	./hack/k8s/setup.sh
 	$(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) test-kernel
+
+# Kubernetes components built from the Kubernetes modules, containerd and
+# runc from Debian (hack/k8s/setup.sh; cached under /var/cache/skiff-k8s).
+k8s-setup:
+	./hack/k8s/setup.sh
+
+# Skiff's image (the four static binaries), without a registry:
+# bin/skiff-image.tar, for `ctr -n k8s.io images import`.
+image: build
+	$(GO) run ./hack/image skiff --bin-dir $(BIN) --out $(BIN)/skiff-image.tar
+
+# Only the real-cluster tests (test/k8s).
+test-k8s: deps build k8s-setup
+	$(GO) test -count=1 -timeout 30m ./test/k8s/...
 
 # Tests that need what the host kernel lacks (netdevsim, switchdev, flower),
 # run inside Debian's kernel under qemu (docs/kernelvm.md).

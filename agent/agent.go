@@ -23,8 +23,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -142,6 +144,7 @@ type Agent struct {
 	kick        chan struct{}
 	kickNow     chan struct{} // someone waits on the reconcile: no settling
 	healthy     error
+	hs          health
 
 	evMu    sync.Mutex
 	pending []*skiffv1.NodeEvent
@@ -162,6 +165,13 @@ type Agent struct {
 	portsRev   int64         // the plan revision ports were last plumbed from
 	portsSig   chan struct{} // wakes the port reporter
 	dhcp       *dhcp.Responder
+
+	// Deletes the controller has not confirmed (pending.go).
+	pendMu       sync.Mutex
+	pend         map[string]pendingDelete
+	pendSig      chan struct{}
+	pendOp       sync.RWMutex // creates (read) against the pending loop's deletes (write)
+	pendingGauge prometheus.Gauge
 
 	reg       *prometheus.Registry
 	revision  prometheus.Gauge
@@ -253,8 +263,19 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, conn: conn, client: skiffv1.NewAgentServiceClient(conn), kernel: d.Kernel, dp: d.Datapath,
 		under: under, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
 		discover: d.Discover, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
-		rediscover: make(chan struct{}, 1), ports: map[string]*vmPort{}, portsSig: make(chan struct{}, 1), dhcp: d.DHCP}
+		rediscover: make(chan struct{}, 1), ports: map[string]*vmPort{}, portsSig: make(chan struct{}, 1), dhcp: d.DHCP,
+		pendSig: make(chan struct{}, 1)}
 	a.metrics()
+	if a.pend, err = loadPending(cfg.StateDir); err != nil {
+		// The endpoints stay in the controller until an adapter's garbage
+		// collection or an operator deletes them.
+		log.Error("ignoring pending deletes", "err", err)
+		a.pend = map[string]pendingDelete{}
+	}
+	if len(a.pend) > 0 {
+		log.Info("deletes wait for the controller", "endpoints", slices.Sorted(maps.Keys(a.pend)))
+	}
+	a.pendingGauge.Set(float64(len(a.pend)))
 
 	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)
 	if err != nil {
@@ -316,6 +337,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.watch(ctx) })
 	wg.Go(func() { a.session(ctx) })
 	wg.Go(func() { a.reconcileLoop(ctx) })
+	wg.Go(func() { a.pendingLoop(ctx) })
 	<-ctx.Done()
 	return nil
 }
@@ -375,6 +397,7 @@ func (a *Agent) setConnected(on bool) {
 	a.mu.Unlock()
 	if on {
 		a.connected.Set(1)
+		a.kickPending()
 	} else {
 		a.connected.Set(0)
 	}
@@ -443,12 +466,16 @@ func (a *Agent) reconcile() {
 		return // never apply a plan we do not have: that would delete everything
 	}
 	start := time.Now()
+	a.mu.Lock()
+	a.hs.applyingSince = start
+	a.mu.Unlock()
 	a.plumbPorts(p)
 	err := a.dp.Apply(p)
 	a.portsApplied(p)
 	a.applySecs.Observe(time.Since(start).Seconds())
 	a.mu.Lock()
 	a.healthy = err
+	a.hs.applyingSince, a.hs.applied = time.Time{}, true
 	a.notifyLocked()
 	a.mu.Unlock()
 	if err != nil {

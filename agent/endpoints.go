@@ -117,7 +117,7 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 		vf := int32(*r.VF)
 		want.Pf, want.VfIndex = r.PF, &vf
 	}
-	ep, err := a.client.CreateEndpoint(ctx, &skiffv1.CreateEndpointRequest{Endpoint: want})
+	ep, err := a.createAtController(ctx, want)
 	if err != nil {
 		return nil, localErr("create endpoint", err)
 	}
@@ -164,7 +164,28 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 	return resp, nil
 }
 
-// Delete implements localapi.Backend: idempotent.
+// createAtController creates the endpoint at the controller, first
+// finishing a delete of the same name that waits for it (the runtime
+// retrying the same container), or the create would find the old one.
+func (a *Agent) createAtController(ctx context.Context, want *skiffv1.Endpoint) (*skiffv1.Endpoint, error) {
+	a.pendOp.RLock()
+	defer a.pendOp.RUnlock()
+	if a.isPending(want.Name) {
+		if done, err := a.finishPending(ctx, want.Name); !done {
+			return nil, fmt.Errorf("an earlier delete of %s is not finished: %w", want.Name, err)
+		}
+	}
+	return a.client.CreateEndpoint(ctx, &skiffv1.CreateEndpointRequest{Endpoint: want})
+}
+
+// deleteWait bounds how long a local delete waits for the controller
+// before it records the controller-side delete for later.
+const deleteWait = 3 * time.Second
+
+// Delete implements localapi.Backend: idempotent. The interface is
+// removed at once; the controller-side delete is finished later when the
+// controller cannot be reached now (pending.go), so a pod's deletion never
+// waits for the controller.
 func (a *Agent) Delete(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -175,14 +196,27 @@ func (a *Agent) Delete(ctx context.Context, name string) error {
 	if _, plumbed := a.port(name); plumbed || datapath.IsVMPort(e.Kind) {
 		return a.deletePort(ctx, name)
 	}
-	if _, err := a.client.DeleteEndpoint(ctx, &skiffv1.DeleteRequest{Name: name}); err != nil && status.Code(err) != codes.NotFound {
-		return localErr("delete endpoint", err)
-	}
 	if err := a.dp.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: e}); err != nil {
 		return &localapi.Error{Code: localapi.CodeFailed, Message: err.Error()}
 	}
 	a.resync()
-	return nil
+	if a.isPending(name) {
+		return nil
+	}
+	cctx, ccancel := context.WithTimeout(ctx, deleteWait)
+	_, err := a.client.DeleteEndpoint(cctx, &skiffv1.DeleteRequest{Name: name})
+	ccancel()
+	switch {
+	case err == nil || status.Code(err) == codes.NotFound:
+		return nil
+	case unreachable(err):
+		if perr := a.addPending(name); perr != nil {
+			return &localapi.Error{Code: localapi.CodeFailed, Message: fmt.Sprintf("delete endpoint: the controller is not reachable (%v) and the delete could not be recorded: %v", err, perr)}
+		}
+		a.log.Warn("controller not reachable: the interface is removed, the endpoint's delete is recorded and finished when it returns", "endpoint", name, "err", err)
+		return nil
+	}
+	return localErr("delete endpoint", err)
 }
 
 // List implements localapi.Backend: this node's endpoints in the current

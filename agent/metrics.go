@@ -17,8 +17,9 @@ func (a *Agent) metrics() {
 	a.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_controller_connected", Help: "1 while the plan stream is open."})
 	a.applies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "skiff_agent_datapath_applies_total", Help: "Datapath reconciles by result."}, []string{"result"})
 	a.applySecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "skiff_agent_datapath_apply_seconds", Help: "Time of one datapath reconcile.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	a.pendingGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_pending_deletes", Help: "Endpoint deletes done on the node that wait for the controller."})
 	writes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skiff_agent_netlink_writes", Help: "Netlink writes made since start."}, func() float64 { return float64(a.dp.Writes()) })
-	a.reg.MustRegister(a.revision, a.connected, a.applies, a.applySecs, writes,
+	a.reg.MustRegister(a.revision, a.connected, a.applies, a.applySecs, writes, a.pendingGauge,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	a.reg.MustRegister(newPolicyCollector(a))
 	for _, c := range append(a.dp.Collectors(), a.dhcp.Collectors()...) {
@@ -29,19 +30,7 @@ func (a *Agent) metrics() {
 func (a *Agent) serveMetrics(addr string) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		a.mu.Lock()
-		err, has := a.healthy, a.hasPlan
-		a.mu.Unlock()
-		switch {
-		case err != nil:
-			http.Error(w, "datapath: "+err.Error(), http.StatusServiceUnavailable)
-		case !has:
-			http.Error(w, "no plan yet", http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ok")
-		}
-	})
+	a.healthHandlers(mux)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("agent: --metrics-addr: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -29,8 +30,41 @@ func dialController(cfg Config, extra []grpc.DialOption) (*grpc.ClientConn, erro
 		return nil, err
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second})}
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true})}
 	return dialer.Dial(cfg.Controller, append(opts, extra...)...)
+}
+
+// KeepaliveTime and KeepaliveTimeout: an idle connection to the controller
+// is pinged this often, and given up when a ping is not answered in time.
+// A controller that vanished without closing its connections (its host or
+// its pod's network gone first) is noticed within their sum; one that
+// returns at the same address answers the next ping with a reset, so the
+// agent is back within KeepaliveTime plus a reconnection. The controller
+// allows pings this frequent (its keepalive enforcement).
+const (
+	KeepaliveTime    = 5 * time.Second
+	KeepaliveTimeout = 3 * time.Second
+)
+
+// waitChannel waits until the connection to the controller is ready, for
+// at most max: after a failed call the channel reconnects by itself (with
+// the dialer's capped backoff), and the session goes on the moment it is
+// ready instead of after a sleep of its own.
+func (a *Agent) waitChannel(ctx context.Context, max time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	for {
+		st := a.conn.GetState()
+		switch st {
+		case connectivity.Ready:
+			return
+		case connectivity.Idle:
+			a.conn.Connect()
+		}
+		if !a.conn.WaitForStateChange(ctx, st) {
+			return
+		}
+	}
 }
 
 // session keeps the node registered and its plan current until ctx ends,
@@ -47,6 +81,12 @@ func (a *Agent) session(ctx context.Context) {
 		a.setConnected(false)
 		if time.Since(start) > 10*time.Second {
 			wait = 100 * time.Millisecond
+		}
+		if c := status.Code(err); c == codes.Unavailable || c == codes.DeadlineExceeded {
+			// Not reached: wait for the channel's own reconnection.
+			a.log.Warn("controller not reachable; waiting for it", "err", err)
+			a.waitChannel(ctx, 10*time.Second)
+			continue
 		}
 		a.log.Warn("controller session ended; retrying", "err", err, "in", wait)
 		select {

@@ -44,24 +44,5 @@ func savePlan(dir string, p plan.Plan) error {
 	if err != nil {
 		return fmt.Errorf("agent: encode state: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, stateFile+".*")
-	if err != nil {
-		return fmt.Errorf("agent: write state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("agent: write state: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("agent: write state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("agent: write state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, stateFile)); err != nil {
-		return fmt.Errorf("agent: write state: %w", err)
-	}
-	return nil
+	return writeAtomic(dir, stateFile, b)
 }

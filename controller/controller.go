@@ -28,6 +28,7 @@ import (
 	"github.com/skiff-sdn/skiff/controller/api"
 	"github.com/skiff-sdn/skiff/controller/bgp"
 	"github.com/skiff-sdn/skiff/controller/etcdserver"
+	"github.com/skiff-sdn/skiff/controller/kube"
 	"github.com/skiff-sdn/skiff/controller/store"
 	"github.com/skiff-sdn/skiff/internal/tlsconf"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
@@ -54,6 +55,9 @@ type Config struct {
 	MetricsAddr string
 	// Pprof also serves Go's profiles at /debug/pprof/ on MetricsAddr.
 	Pprof bool
+	// Kube, when set, runs the Kubernetes adapter (controller/kube) as a
+	// client of this controller's ManagementService.
+	Kube *kube.Config
 }
 
 // Run serves until ctx ends, then stops gracefully.
@@ -94,6 +98,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cli = srv.Client()
 	}
 	st := store.New(cli, log)
+	if n, err := st.IndexOwners(ctx); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	} else if n > 0 {
+		log.Info("indexed the owners of endpoints stored before owner records", "endpoints", n)
+	}
 	pl, err := startPlanner(ctx, st, log)
 	if err != nil {
 		return err
@@ -121,11 +130,26 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	opts = append(opts,
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
+		// An agent that vanished (its host lost) is noticed within 15 s: its
+		// node shows not connected (NetworkUnavailable with the Kubernetes
+		// adapter).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		// Agents ping every 5 s (agent.KeepaliveTime); allow them some
+		// slack before a ping counts as abuse.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}))
 	gs := grpc.NewServer(opts...)
 	servers := api.New(st, pl, log, cfg.StatusTTL)
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
+	if cfg.Kube != nil {
+		kctx, stopKube := context.WithCancel(ctx)
+		wait, err := startKube(kctx, *cfg.Kube, servers.Management, reg, log)
+		if err != nil {
+			stopKube()
+			return err
+		}
+		defer wait()
+		defer stopKube()
+	}
 	skiffv1.RegisterAgentServiceServer(gs, servers.Agent)
 	skiffv1.RegisterBgpServiceServer(gs, &bgp.Service{Speaker: speaker, Authorize: notAgent})
 	hs := health.NewServer()

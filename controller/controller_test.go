@@ -20,6 +20,13 @@ import (
 // management client.
 func startForTest(tb testing.TB) skiffv1.ManagementServiceClient {
 	tb.Helper()
+	m, _ := startAt(tb)
+	return m
+}
+
+// startAt is startForTest that also returns the controller's address.
+func startAt(tb testing.TB) (skiffv1.ManagementServiceClient, string) {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -41,7 +48,7 @@ func startForTest(tb testing.TB) skiffv1.ManagementServiceClient {
 	for i := 0; ; i++ {
 		_, err := m.ListNetworks(ctx, &skiffv1.ListRequest{})
 		if err == nil {
-			return m
+			return m, addr
 		}
 		if i > 300 {
 			tb.Fatalf("controller not serving: %v", err)

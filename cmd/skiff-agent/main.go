@@ -66,7 +66,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/skiff-agent", "where the last plan is kept")
 	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto (offload when a switchdev eswitch exists, else software), software or offload")
 	f.DurationVar(&cfg.StatsInterval, "stats-interval", 10*time.Second, "how often counters are sent to the controller")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "address of /metrics and /healthz (empty: off)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "address of /metrics and the probes /livez, /readyz and /healthz (empty: off)")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA of the controller's certificate")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's client certificate (CN node:NAME)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "this node's client key")

@@ -9,11 +9,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/skiff-sdn/skiff/controller"
 	"github.com/skiff-sdn/skiff/controller/bgp"
+	"github.com/skiff-sdn/skiff/controller/kube"
 	"github.com/skiff-sdn/skiff/internal/logging"
 )
 
@@ -30,6 +32,8 @@ func newCommand() *cobra.Command {
 		endpoints string
 		logLevel  string
 		bgpFlags  bgp.Flags
+		kubeCfg   kube.Config
+		inCluster bool
 	)
 	cmd := &cobra.Command{
 		Use:           "skiff-controller",
@@ -50,6 +54,12 @@ func newCommand() *cobra.Command {
 			if cfg.BGP, err = bgpFlags.Config(cmd.Flags()); err != nil {
 				return err
 			}
+			if kubeCfg.Kubeconfig != "" || inCluster {
+				if kubeCfg.Kubeconfig != "" && inCluster {
+					return fmt.Errorf("--kube and --kubeconfig: give one (--kube uses the pod's in-cluster configuration)")
+				}
+				cfg.Kube = &kubeCfg
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return controller.Run(ctx, cfg, log)
@@ -66,6 +76,12 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's CPU and memory profiles at /debug/pprof/ on --metrics-addr")
 	bgpFlags.Add(f)
+	f.StringVar(&kubeCfg.Kubeconfig, "kubeconfig", "", "run the Kubernetes adapter with this kubeconfig")
+	f.BoolVar(&inCluster, "kube", false, "run the Kubernetes adapter with the pod's in-cluster configuration")
+	f.DurationVar(&kubeCfg.GCGrace, "kube-gc-grace", 30*time.Second, "how long the endpoints of a pod that left the API wait for its CNI DEL before they are freed")
+	f.BoolVar(&kubeCfg.LeaderElection, "kube-leader-elect", true, "run the adapter only in the replica holding the Lease (off only with one replica)")
+	f.StringVar(&kubeCfg.LeaseNamespace, "kube-lease-namespace", "", "namespace of the adapter's Lease (default: the pod's, else kube-system)")
+	f.StringVar(&kubeCfg.LeaseName, "kube-lease-name", "skiff-controller", "name of the adapter's Lease")
 	cmd.SetContext(context.Background())
 	return cmd
 }

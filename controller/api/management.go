@@ -229,20 +229,39 @@ func (m *Management) Watch(r *skiffv1.WatchRequest, srv skiffv1.ManagementServic
 			return status.Errorf(codes.InvalidArgument, "kinds: %q is not one of network, subnet, endpoint, node", k)
 		}
 	}
+	want := func(k string) bool { return len(kinds) == 0 || kinds[k] }
 	st, err := m.store.ReadState(ctx, 0)
 	if err != nil {
 		return grpcError("watch", err)
 	}
+	if r.GetInitial() {
+		if err := m.sendInitial(srv, st, want); err != nil {
+			return grpcError("watch", err)
+		}
+	}
 	err = m.store.Watch(ctx, st.Revision, func(rev int64, evs []store.Event) error {
 		for _, e := range evs {
-			if e.Policy != nil || e.Namespace != nil || (len(kinds) > 0 && !kinds[e.Kind()]) {
-				continue
-			}
 			we := &skiffv1.WatchEvent{Type: skiffv1.WatchEvent_TYPE_PUT, Revision: rev}
 			if e.Delete {
 				we.Type = skiffv1.WatchEvent_TYPE_DELETE
 			}
 			switch {
+			case e.Policy != nil || e.Namespace != nil:
+				continue
+			case e.Status != nil:
+				// The agent came or went: the node, with its status.
+				if !want("node") {
+					continue
+				}
+				n, err := m.store.GetNode(ctx, e.Status.Node)
+				if err != nil {
+					continue // deleted meanwhile: its own event says so
+				}
+				n.Connected = e.Status.Connected
+				we.Type = skiffv1.WatchEvent_TYPE_PUT
+				we.Object = &skiffv1.WatchEvent_Node{Node: n}
+			case !want(e.Kind()):
+				continue
 			case e.Network != nil:
 				we.Object = &skiffv1.WatchEvent_Network{Network: e.Network}
 			case e.Subnet != nil:
@@ -250,7 +269,15 @@ func (m *Management) Watch(r *skiffv1.WatchRequest, srv skiffv1.ManagementServic
 			case e.Endpoint != nil:
 				we.Object = &skiffv1.WatchEvent_Endpoint{Endpoint: e.Endpoint}
 			case e.Node != nil:
+				if !e.Delete {
+					// A registration carries no status: read it.
+					if n, err := m.store.GetNode(ctx, e.Node.Name); err == nil {
+						e.Node.Connected, e.Node.LastSeen = n.Connected, n.LastSeen
+					}
+				}
 				we.Object = &skiffv1.WatchEvent_Node{Node: e.Node}
+			default:
+				continue
 			}
 			if err := srv.Send(we); err != nil {
 				return err
@@ -262,6 +289,59 @@ func (m *Management) Watch(r *skiffv1.WatchRequest, srv skiffv1.ManagementServic
 		return nil
 	}
 	return grpcError("watch", err)
+}
+
+// sendInitial sends the objects of st that the watch wants, nodes with
+// their status at st's revision.
+func (m *Management) sendInitial(srv skiffv1.ManagementService_WatchServer, st *store.State, want func(string) bool) error {
+	send := func(we *skiffv1.WatchEvent) error {
+		we.Type, we.Revision = skiffv1.WatchEvent_TYPE_PUT, st.Revision
+		return srv.Send(we)
+	}
+	if want("network") {
+		for _, n := range st.Networks {
+			if err := send(&skiffv1.WatchEvent{Object: &skiffv1.WatchEvent_Network{Network: n}}); err != nil {
+				return err
+			}
+		}
+	}
+	if want("subnet") {
+		for _, s := range st.Subnets {
+			if err := send(&skiffv1.WatchEvent{Object: &skiffv1.WatchEvent_Subnet{Subnet: s}}); err != nil {
+				return err
+			}
+		}
+	}
+	if want("endpoint") {
+		for _, e := range st.Endpoints {
+			if err := send(&skiffv1.WatchEvent{Object: &skiffv1.WatchEvent_Endpoint{Endpoint: e}}); err != nil {
+				return err
+			}
+		}
+	}
+	if want("node") {
+		connected, err := m.store.ConnectedAt(srv.Context(), st.Revision)
+		if err != nil {
+			return err
+		}
+		for _, n := range st.Nodes {
+			n.Connected = connected[n.Name]
+			if err := send(&skiffv1.WatchEvent{Object: &skiffv1.WatchEvent_Node{Node: n}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Management) DeleteNamespace(ctx context.Context, r *skiffv1.DeleteRequest) (*skiffv1.DeleteResponse, error) {
+	if err := m.guard(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.store.DeleteNamespace(ctx, r.GetName()); err != nil {
+		return nil, grpcError("delete namespace", err)
+	}
+	return &skiffv1.DeleteResponse{}, nil
 }
 
 func (m *Management) ApplyPolicies(ctx context.Context, r *skiffv1.ApplyPoliciesRequest) (*skiffv1.ApplyPoliciesResponse, error) {

@@ -241,6 +241,12 @@ func TestRandomChangesMatchFullBuild(t *testing.T) {
 		case k < 6:
 			e := ep(fmt.Sprintf("e%d", r.IntN(15)), nets[r.IntN(3)], nodes[r.IntN(5)], byte(r.IntN(200)))
 			e.Namespace, e.Labels = []string{"p", "q", ""}[r.IntN(3)], map[string]string{"app": []string{"web", "db"}[r.IntN(2)]}
+			if i := slices.IndexFunc(state.Endpoints, func(x plan.Endpoint) bool { return x.Name == e.Name }); i >= 0 && r.IntN(2) == 0 {
+				// A label change only (an owner record's).
+				old := state.Endpoints[i]
+				old.Labels = e.Labels
+				e = old
+			}
 			c = Change{Endpoint: &e, Delete: r.IntN(3) == 0}
 		case k < 8:
 			n := node(nodes[r.IntN(5)], byte(r.IntN(4)+1)) // shared VTEPs happen

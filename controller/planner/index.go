@@ -37,9 +37,14 @@ func (p *Planner) putEndpoint(e plan.Endpoint) {
 	p.byNode[e.Node][e.Name] = struct{}{}
 }
 
-func (p *Planner) dropEndpoint(e plan.Endpoint) {
+// dropEndpoint removes e from the indexes; the policy index keeps it when
+// it is replaced (putEndpoint follows), so that only what changed of it
+// is recompiled.
+func (p *Planner) dropEndpoint(e plan.Endpoint, replaced bool) {
 	delete(p.eps, e.Name)
-	p.pidx.DeleteEndpoint(e.Name)
+	if !replaced {
+		p.pidx.DeleteEndpoint(e.Name)
+	}
 	delete(p.byNode[e.Node], e.Name)
 	if len(p.byNode[e.Node]) == 0 {
 		delete(p.byNode, e.Node)

@@ -93,7 +93,7 @@ func (p *Planner) apply(c Change, t touchSet) {
 			before[w] = p.memberSet(w)
 		}
 		if hadOld {
-			p.dropEndpoint(old)
+			p.dropEndpoint(old, !c.Delete)
 		}
 		if !c.Delete {
 			p.putEndpoint(*c.Endpoint)

@@ -77,11 +77,16 @@ func NewIndex() *Index {
 // SetEndpoint adds or replaces an endpoint.
 func (x *Index) SetEndpoint(e Endpoint) {
 	if old, ok := x.eps[e.Name]; ok {
-		if old.Namespace == e.Namespace && old.Network == e.Network && maps.Equal(old.Labels, e.Labels) && slices.Equal(old.IPs, e.IPs) {
+		same := old.Namespace == e.Namespace && old.Network == e.Network && slices.Equal(old.IPs, e.IPs)
+		if same && maps.Equal(old.Labels, e.Labels) {
 			if old.Node != e.Node {
 				x.eps[e.Name] = e
 				x.dirtyEps[e.Name] = true // its rules move with it
 			}
+			return
+		}
+		if same {
+			x.relabel(old, e)
 			return
 		}
 		x.DeleteEndpoint(e.Name)
@@ -98,6 +103,31 @@ func (x *Index) SetEndpoint(e Endpoint) {
 		}
 	}
 	x.reselect(e.Name)
+}
+
+// relabel replaces an endpoint whose labels (and perhaps node) changed,
+// nothing else: only the groups it joins or leaves, and its rules if
+// they differ, are marked changed.
+func (x *Index) relabel(old, e Endpoint) {
+	x.eps[e.Name] = e
+	for id, g := range x.candidateGroups(e.Namespace) {
+		_, had := g.members[e.Name]
+		if has := x.inGroup(g, e); has == had {
+			continue
+		} else if has {
+			g.members[e.Name] = struct{}{}
+		} else {
+			delete(g.members, e.Name)
+		}
+		g.valid = false
+		if len(e.IPs) > 0 {
+			x.dirtyGroup[id] = true
+		}
+	}
+	x.reselect(e.Name)
+	if _, ok := x.rules[e.Name]; ok && old.Node != e.Node {
+		x.dirtyEps[e.Name] = true // its rules move with it
+	}
 }
 
 // DeleteEndpoint removes an endpoint; an unknown name is ignored.

@@ -68,6 +68,12 @@ spec:
 			if rng.IntN(5) == 0 {
 				e.IPs = nil
 			}
+			if old, ok := eps[e.Name]; ok && rng.IntN(2) == 0 {
+				// Only the labels (and perhaps the node) change: an owner
+				// record's labels reaching the endpoint.
+				old.Labels, old.Node = e.Labels, e.Node
+				e = old
+			}
 			eps[e.Name] = e
 			x.SetEndpoint(e)
 			what = fmt.Sprintf("set endpoint %+v", e)
@@ -142,4 +148,54 @@ func groupMembers(r Result) map[string][]netip.Addr {
 		}
 	}
 	return out
+}
+
+// TestRelabelMarksOnlyWhatChanged: a label change that moves an endpoint
+// in no group and under no other policy marks nothing to recompute; one
+// that does marks that endpoint and those groups only.
+func TestRelabelMarksOnlyWhatChanged(t *testing.T) {
+	pols, err := ParseYAML([]byte(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: a}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: [{from: [{podSelector: {matchLabels: {app: db}}}]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := NewIndex()
+	if err := x.SetPolicy(pols[0]); err != nil {
+		t.Fatal(err)
+	}
+	ip := func(b byte) []netip.Addr { return []netip.Addr{netip.AddrFrom4([4]byte{198, 51, 100, b})} }
+	x.SetEndpoint(Endpoint{Name: "w", Namespace: "a", Network: "n", Node: "n1", Labels: map[string]string{"app": "web"}, IPs: ip(1)})
+	x.SetEndpoint(Endpoint{Name: "d", Namespace: "a", Network: "n", Node: "n1", Labels: map[string]string{"app": "db"}, IPs: ip(2)})
+	x.Take()
+	for _, c := range []struct {
+		name        string
+		e           Endpoint
+		eps, groups string
+		selected    bool
+	}{
+		{"an unrelated label", Endpoint{Name: "d", Namespace: "a", Network: "n", Node: "n1", Labels: map[string]string{"app": "db", "pod-template-hash": "x1"}, IPs: ip(2)}, "[]", "[]", false},
+		{"web gets one", Endpoint{Name: "w", Namespace: "a", Network: "n", Node: "n1", Labels: map[string]string{"app": "web", "v": "2"}, IPs: ip(1)}, "[]", "[]", true},
+		{"db leaves the group", Endpoint{Name: "d", Namespace: "a", Network: "n", Node: "n1", Labels: map[string]string{"app": "cache"}, IPs: ip(2)}, "[]", "[g0]", false},
+		{"db becomes web", Endpoint{Name: "d", Namespace: "a", Network: "n", Node: "n1", Labels: map[string]string{"app": "web"}, IPs: ip(2)}, "[d]", "[]", true},
+		{"web moves node", Endpoint{Name: "w", Namespace: "a", Network: "n", Node: "n2", Labels: map[string]string{"app": "web", "v": "2"}, IPs: ip(1)}, "[w]", "[]", true},
+	} {
+		x.SetEndpoint(c.e)
+		eps, groups := x.Take()
+		gs := slices.Clone(groups)
+		for i := range gs {
+			gs[i] = "g" + fmt.Sprint(i)
+		}
+		if fmt.Sprint(eps) != c.eps || fmt.Sprint(gs) != c.groups {
+			t.Errorf("%s: marked endpoints %v groups %v, want %s and %s", c.name, eps, groups, c.eps, c.groups)
+		}
+		if _, ok := x.Rules(c.e.Name); ok != c.selected {
+			t.Errorf("%s: selected %v, want %v", c.name, ok, c.selected)
+		}
+	}
 }

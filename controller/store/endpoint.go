@@ -69,6 +69,20 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 		if st.locked {
 			return nil, errorf(FailedPrecondition, "network", "network %q is being deleted", e.Network)
 		}
+		// An owner record gives the endpoint its labels and namespace; a
+		// record changed meanwhile makes the transaction fail and retry.
+		var ownerRev int64
+		if e.Owner != "" {
+			o, rev, err := s.getOwner(ctx, e.Owner)
+			if err != nil {
+				return nil, err
+			}
+			e.Labels, e.Namespace = in.GetLabels(), in.GetNamespace()
+			if o != nil {
+				ownedLabels(e, o)
+			}
+			ownerRev = rev
+		}
 		sd := seed.Sum64() + uint64(attempt)*7919
 		if !scan {
 			if err := s.probe(ctx, st, e.Network, requested, sd); err != nil {
@@ -116,6 +130,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 		}
 		puts = append(puts, clientv3.OpPut(s.epKey(e.Name), marshal(out)),
 			clientv3.OpPut(s.epNetKey(e.Network, e.Name), ""), clientv3.OpPut(s.macKey(e.Network, mac), e.Name))
+		if e.Owner != "" {
+			cmps = append(cmps, modRev(s.ownerKey(e.Owner), ownerRev))
+			puts = append(puts, clientv3.OpPut(s.epOwnerKey(e.Owner, e.Name), ""))
+		}
 		// The VF's reservation is read last, after the addresses.
 		if holdsVF {
 			els = append(els, clientv3.OpGet(vf.key))
@@ -193,24 +211,7 @@ func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		ops := []clientv3.Op{
-			clientv3.OpDelete(s.epKey(name)), clientv3.OpDelete(s.epNetKey(e.Network, name)),
-			clientv3.OpDelete(s.macKey(e.Network, e.Mac)), clientv3.OpDelete(s.portStatusKey(name)),
-		}
-		if e.GetPf() != "" && e.VfIndex != nil {
-			// Only the reservation this endpoint holds (either spelling
-			// of its PF).
-			for _, pf := range slices.Compact([]string{e.GetPf(), s.registeredPF(ctx, e)}) {
-				k := s.vfKey(e.Node, pf, e.GetVfIndex())
-				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k), "=", name)}, []clientv3.Op{clientv3.OpDelete(k)}, nil))
-			}
-		}
-		for _, ip := range e.Ips {
-			if a, err := parseEndpointIP(ip); err == nil {
-				ops = append(ops, clientv3.OpDelete(s.ipKey(e.Network, a)))
-			}
-		}
-		resp, err := s.cli.Txn(ctx).If(modRev(s.epKey(name), e.Revision)).Then(ops...).Commit()
+		resp, err := s.cli.Txn(ctx).If(modRev(s.epKey(name), e.Revision)).Then(s.endpointDeleteOps(ctx, e)...).Commit()
 		if err != nil {
 			return fmt.Errorf("store: delete endpoint %q: %w", name, err)
 		}
@@ -219,4 +220,32 @@ func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 		}
 	}
 	return errorf(Aborted, "", "endpoint %q kept changing during delete; retry", name)
+}
+
+// endpointDeleteOps deletes a stored endpoint e and frees what it holds
+// (addresses, MAC, VF, port status, owner index). The caller compares e's
+// revision.
+func (s *Store) endpointDeleteOps(ctx context.Context, e *skiffv1.Endpoint) []clientv3.Op {
+	name := e.Name
+	ops := []clientv3.Op{
+		clientv3.OpDelete(s.epKey(name)), clientv3.OpDelete(s.epNetKey(e.Network, name)),
+		clientv3.OpDelete(s.macKey(e.Network, e.Mac)), clientv3.OpDelete(s.portStatusKey(name)),
+	}
+	if e.Owner != "" {
+		ops = append(ops, clientv3.OpDelete(s.epOwnerKey(e.Owner, name)))
+	}
+	if e.GetPf() != "" && e.VfIndex != nil {
+		// Only the reservation this endpoint holds (either spelling
+		// of its PF).
+		for _, pf := range slices.Compact([]string{e.GetPf(), s.registeredPF(ctx, e)}) {
+			k := s.vfKey(e.Node, pf, e.GetVfIndex())
+			ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k), "=", name)}, []clientv3.Op{clientv3.OpDelete(k)}, nil))
+		}
+	}
+	for _, ip := range e.Ips {
+		if a, err := parseEndpointIP(ip); err == nil {
+			ops = append(ops, clientv3.OpDelete(s.ipKey(e.Network, a)))
+		}
+	}
+	return ops
 }

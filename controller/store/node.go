@@ -114,6 +114,20 @@ func (s *Store) ListNodes(ctx context.Context) ([]*skiffv1.Node, error) {
 	return nodes, nil
 }
 
+// ConnectedAt returns the nodes whose agent held a session at store
+// revision rev.
+func (s *Store) ConnectedAt(ctx context.Context, rev int64) (map[string]bool, error) {
+	resp, err := s.cli.Get(ctx, s.k("status")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("store: node status at %d: %w", rev, err)
+	}
+	out := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		out[lastSeg(kv.Key)] = true
+	}
+	return out, nil
+}
+
 // DeleteNode removes a node's registration. Its endpoints stay and return
 // to plans when the node registers again.
 func (s *Store) DeleteNode(ctx context.Context, name string) error {

@@ -91,6 +91,18 @@ func (s *Store) SetNamespace(ctx context.Context, n *skiffv1.Namespace) (*skiffv
 	return out, nil
 }
 
+// DeleteNamespace forgets a namespace's labels.
+func (s *Store) DeleteNamespace(ctx context.Context, name string) error {
+	resp, err := s.cli.Delete(ctx, s.namespaceKey(name))
+	if err != nil {
+		return fmt.Errorf("store: delete namespace %s: %w", name, err)
+	}
+	if resp.Deleted == 0 {
+		return errorf(NotFound, "", "namespace %q has no labels stored", name)
+	}
+	return nil
+}
+
 // ListNamespaces returns the namespaces that have labels, sorted.
 func (s *Store) ListNamespaces(ctx context.Context) ([]*skiffv1.Namespace, error) {
 	return list[skiffv1.Namespace](ctx, s, s.k("namespaces")+"/", 0, func(x *skiffv1.Namespace, r int64) { x.Revision = r })

@@ -22,6 +22,8 @@
 //	ipalloc/NET/ADDR -> EP  macalloc/NET/MAC -> EP
 //	nodes/NODE              Node               vtep/ADDR -> NODE
 //	status/NODE             leased: the node's agent is connected
+//	owners/OWNER            Owner (OWNER path-escaped)
+//	epowner/OWNER/EP        the owner's endpoints
 package store
 
 import (

@@ -87,10 +87,20 @@ type Event struct {
 	Node      *skiffv1.Node
 	Policy    *skiffv1.Policy
 	Namespace *skiffv1.Namespace
+	// Status is a node's agent connecting (a put of its leased status
+	// key) or going away (its deletion: the session ended or the lease
+	// expired).
+	Status *NodeStatus
+}
+
+// NodeStatus is whether a node's agent holds a session.
+type NodeStatus struct {
+	Node      string
+	Connected bool
 }
 
 // Kind names the kind of the event's object: network, subnet, endpoint,
-// node, policy or namespace.
+// node, policy, namespace or status.
 func (e Event) Kind() string {
 	switch {
 	case e.Network != nil:
@@ -103,6 +113,8 @@ func (e Event) Kind() string {
 		return "policy"
 	case e.Namespace != nil:
 		return "namespace"
+	case e.Status != nil:
+		return "status"
 	default:
 		return "node"
 	}
@@ -165,6 +177,10 @@ func (s *Store) decodeEvent(ev *clientv3.Event) (Event, bool, error) {
 	key := strings.TrimPrefix(string(ev.Kv.Key), s.prefix)
 	kind, _, _ := strings.Cut(key, "/")
 	e := Event{Revision: ev.Kv.ModRevision, Delete: ev.Type == mvccpb.DELETE}
+	if kind == "status" {
+		e.Status = &NodeStatus{Node: lastSeg(ev.Kv.Key), Connected: !e.Delete}
+		return e, true, nil
+	}
 	body := ev.Kv.Value
 	if e.Delete {
 		if ev.PrevKv == nil {

@@ -145,12 +145,13 @@ var kinds = map[string]string{
 	"endpoint": "endpoint", "endpoints": "endpoint", "ep": "endpoint", "eps": "endpoint",
 	"policy": "policy", "policies": "policy", "netpol": "policy",
 	"namespace": "namespace", "namespaces": "namespace", "ns": "namespace",
+	"owner": "owner", "owners": "owner",
 }
 
 func kindOf(s string) (string, error) {
 	k, ok := kinds[s]
 	if !ok {
-		return "", fmt.Errorf("unknown kind %q: want nodes, networks, subnets, endpoints, policies or namespaces", s)
+		return "", fmt.Errorf("unknown kind %q: want nodes, networks, subnets, endpoints, owners, policies or namespaces", s)
 	}
 	return k, nil
 }
@@ -158,7 +159,7 @@ func kindOf(s string) (string, error) {
 func (o *options) getCmd() *cobra.Command {
 	var out, network, node, namespace string
 	cmd := &cobra.Command{
-		Use:   "get nodes|networks|subnets|endpoints|policies|namespaces [NAME]",
+		Use:   "get nodes|networks|subnets|endpoints|owners|policies|namespaces [NAME]",
 		Short: "Show objects (a JSON/YAML array, or one object when NAME is given)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(_ *cobra.Command, args []string) error {
@@ -206,20 +207,41 @@ func (o *options) getCmd() *cobra.Command {
 	}
 	outputFlag(cmd, &out, "table")
 	cmd.Flags().StringVar(&network, "network", "", "only endpoints/subnets of this network")
-	cmd.Flags().StringVar(&node, "node", "", "only endpoints of this node")
+	cmd.Flags().StringVar(&node, "node", "", "only endpoints (owners) of this node")
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "only policies of this namespace (default for NAME: default)")
 	return cmd
 }
 
 func (o *options) deleteCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete network|subnet|endpoint|node|policy NAME (policy: NAMESPACE/NAME)",
-		Short: "Delete an object",
-		Args:  exactArgs(2, "KIND NAME"),
+	var node, owner, uid string
+	var withEndpoints bool
+	cmd := &cobra.Command{
+		Use: "delete network|subnet|endpoint|node|owner|namespace|policy NAME (policy: NAMESPACE/NAME)\n" +
+			"  skiffctl delete endpoints --node NODE | --owner OWNER",
+		Short: "Delete an object, or every endpoint of a node or an owner",
+		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(_ *cobra.Command, args []string) error {
 			kind, err := kindOf(args[0])
 			if err != nil {
 				return err
+			}
+			if len(args) == 1 {
+				if kind != "endpoint" || (node == "" && owner == "") {
+					return fmt.Errorf("want KIND NAME, or endpoints --node NODE or --owner OWNER")
+				}
+				return o.call("delete endpoints", func(ctx context.Context, m skiffv1.ManagementServiceClient) error {
+					r, err := m.DeleteEndpoints(ctx, &skiffv1.DeleteEndpointsRequest{Node: node, Owner: owner})
+					if err != nil {
+						return err
+					}
+					for _, e := range r.Deleted {
+						fmt.Fprintf(o.stdout, "endpoint/%s deleted\n", e)
+					}
+					return nil
+				})
+			}
+			if node != "" || owner != "" {
+				return fmt.Errorf("--node and --owner go with endpoints and no NAME")
 			}
 			return o.call("delete "+kind, func(ctx context.Context, m skiffv1.ManagementServiceClient) error {
 				r := &skiffv1.DeleteRequest{Name: args[1]}
@@ -232,6 +254,14 @@ func (o *options) deleteCmd() *cobra.Command {
 					_, err = m.DeleteEndpoint(ctx, r)
 				case "node":
 					_, err = m.DeleteNode(ctx, r)
+				case "owner":
+					var res *skiffv1.DeleteOwnerResponse
+					res, err = m.DeleteOwner(ctx, &skiffv1.DeleteOwnerRequest{Name: args[1], Uid: uid, Endpoints: withEndpoints})
+					for _, e := range res.GetEndpoints() {
+						fmt.Fprintf(o.stdout, "endpoint/%s deleted\n", e)
+					}
+				case "namespace":
+					_, err = m.DeleteNamespace(ctx, r)
 				case "policy":
 					ns, name := splitPolicyRef(args[1], "default")
 					_, err = m.DeletePolicy(ctx, &skiffv1.PolicyRef{Namespace: ns, Name: name})
@@ -245,6 +275,12 @@ func (o *options) deleteCmd() *cobra.Command {
 			})
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&node, "node", "", "endpoints: every endpoint of this node")
+	f.StringVar(&owner, "owner", "", "endpoints: every endpoint of this owner (pod:NS/NAME, vm:ID)")
+	f.BoolVar(&withEndpoints, "endpoints", false, "owner: also delete the owner's endpoints")
+	f.StringVar(&uid, "uid", "", "owner: only if the record's uid is this")
+	return cmd
 }
 
 func (o *options) planCmd() *cobra.Command {

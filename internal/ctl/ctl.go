@@ -59,7 +59,7 @@ func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&o.tlsCert, "tls-cert", "", "client certificate for mTLS")
 	pf.StringVar(&o.tlsKey, "tls-key", "", "client key for mTLS")
 	root.AddCommand(o.networkCmd(), o.subnetCmd(), o.endpointCmd(), o.getCmd(), o.deleteCmd(), o.planCmd(), o.watchCmd(),
-		o.policyCmd(), o.namespaceCmd(), o.bgpCmd(), o.portCmd())
+		o.policyCmd(), o.namespaceCmd(), o.ownerCmd(), o.bgpCmd(), o.portCmd())
 	for _, c := range root.Commands() {
 		strict(c)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -122,14 +123,24 @@ func printTable(w io.Writer, kind string, objs []object) error {
 			row(s.Name, s.Network, s.Cidr, s.Gateway)
 		}
 	case "endpoint":
-		row("NAME", "NETWORK", "NODE", "KIND", "MAC", "IPS", "RX_PKTS", "TX_PKTS")
+		row("NAME", "NETWORK", "NODE", "OWNER", "KIND", "MAC", "IPS", "RX_PKTS", "TX_PKTS")
 		for _, x := range objs {
 			e := x.(*skiffv1.Endpoint)
 			rx, tx := "", ""
 			if c := e.Counters; c != nil {
 				rx, tx = fmt.Sprint(c.RxPackets), fmt.Sprint(c.TxPackets)
 			}
-			row(e.Name, e.Network, e.Node, e.Kind, e.Mac, strings.Join(e.Ips, ","), rx, tx)
+			row(e.Name, e.Network, e.Node, e.Owner, e.Kind, e.Mac, strings.Join(e.Ips, ","), rx, tx)
+		}
+	case "owner":
+		row("NAME", "NAMESPACE", "NODE", "UID", "LABELS", "DELETED")
+		for _, x := range objs {
+			o := x.(*skiffv1.Owner)
+			deleted := ""
+			if o.Deleted != nil {
+				deleted = o.Deleted.AsTime().UTC().Format(time.RFC3339)
+			}
+			row(o.Name, o.Namespace, o.Node, o.Uid, labelList(o.Labels), deleted)
 		}
 	case "policy":
 		row("NAMESPACE", "NAME", "REVISION")
@@ -141,12 +152,7 @@ func printTable(w io.Writer, kind string, objs []object) error {
 		row("NAME", "LABELS")
 		for _, x := range objs {
 			n := x.(*skiffv1.Namespace)
-			var ls []string
-			for k, v := range n.Labels {
-				ls = append(ls, k+"="+v)
-			}
-			slices.Sort(ls)
-			row(n.Name, strings.Join(ls, ","))
+			row(n.Name, labelList(n.Labels))
 		}
 	case "node":
 		row("NAME", "UNDERLAY", "MODE", "CONNECTED", "ROLE")
@@ -156,6 +162,16 @@ func printTable(w io.Writer, kind string, objs []object) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// labelList renders labels as sorted KEY=VALUE pairs.
+func labelList(l map[string]string) string {
+	var ls []string
+	for k, v := range l {
+		ls = append(ls, k+"="+v)
+	}
+	slices.Sort(ls)
+	return strings.Join(ls, ",")
 }
 
 func printPlan(w io.Writer, p *skiffv1.Plan) error {
@@ -192,6 +208,8 @@ func getOne(ctx context.Context, m skiffv1.ManagementServiceClient, kind, name s
 		return m.GetSubnet(ctx, r)
 	case "endpoint":
 		return m.GetEndpoint(ctx, r)
+	case "owner":
+		return m.GetOwner(ctx, r)
 	default:
 		return m.GetNode(ctx, r)
 	}
@@ -223,6 +241,14 @@ func list(ctx context.Context, m skiffv1.ManagementServiceClient, kind, network,
 			return nil, err
 		}
 		for _, x := range l.Endpoints {
+			out = append(out, x)
+		}
+	case "owner":
+		l, err := m.ListOwners(ctx, &skiffv1.ListOwnersRequest{Node: node})
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range l.Owners {
 			out = append(out, x)
 		}
 	default:

@@ -139,21 +139,45 @@ func (k *real) finish(name, alias string) error {
 	return nil
 }
 
+// ErrLinkGone is wrapped by the error of a call on a link that no longer
+// exists: deleted between a listing and the call (by an endpoint's
+// unplumb, or with its namespace). The caller's next listing no longer
+// holds it; it is not a failure of the caller.
+var ErrLinkGone = errors.New("the link is gone")
+
 func (k *real) byIndex(i int) (netlink.Link, error) {
 	l, err := k.h.LinkByIndex(i)
 	if err != nil {
-		return nil, fmt.Errorf("nl: link %d: %w", i, err)
+		return nil, fmt.Errorf("nl: link %d: %w", i, k.gone(i, err))
 	}
 	return l, nil
+}
+
+// gone marks err with ErrLinkGone when the link of index is gone.
+func (k *real) gone(index int, err error) error {
+	if err == nil || errors.Is(err, ErrLinkGone) {
+		return err
+	}
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("%w: %w", ErrLinkGone, err)
+	}
+	if _, lerr := k.h.LinkByIndex(index); errors.As(lerr, &nf) {
+		return fmt.Errorf("%w: %w", ErrLinkGone, err)
+	}
+	return err
 }
 
 func (k *real) DeleteLink(index int) error {
 	k.w()
 	l, err := k.byIndex(index)
+	if errors.Is(err, ErrLinkGone) {
+		return nil // removing what is not there succeeds
+	}
 	if err != nil {
 		return err
 	}
-	if err := k.h.LinkDel(l); err != nil {
+	if err := k.gone(index, k.h.LinkDel(l)); err != nil && !errors.Is(err, ErrLinkGone) {
 		return fmt.Errorf("nl: delete %s: %w", l.Attrs().Name, err)
 	}
 	return nil
@@ -165,7 +189,7 @@ func (k *real) SetMaster(index, master int) error {
 	if err != nil {
 		return err
 	}
-	if err := k.h.LinkSetMasterByIndex(l, master); err != nil {
+	if err := k.gone(index, k.h.LinkSetMasterByIndex(l, master)); err != nil {
 		return fmt.Errorf("nl: enslave %s to %d: %w", l.Attrs().Name, master, err)
 	}
 	return nil
@@ -177,7 +201,7 @@ func (k *real) SetUp(index int) error {
 	if err != nil {
 		return err
 	}
-	if err := k.h.LinkSetUp(l); err != nil {
+	if err := k.gone(index, k.h.LinkSetUp(l)); err != nil {
 		return fmt.Errorf("nl: set %s up: %w", l.Attrs().Name, err)
 	}
 	return nil
@@ -189,7 +213,7 @@ func (k *real) SetMTU(index, mtu int) error {
 	if err != nil {
 		return err
 	}
-	if err := k.h.LinkSetMTU(l, mtu); err != nil {
+	if err := k.gone(index, k.h.LinkSetMTU(l, mtu)); err != nil {
 		return fmt.Errorf("nl: set %s mtu %d: %w", l.Attrs().Name, mtu, err)
 	}
 	return nil
@@ -201,7 +225,7 @@ func (k *real) SetAlias(index int, alias string) error {
 	if err != nil {
 		return err
 	}
-	if err := k.h.LinkSetAlias(l, alias); err != nil {
+	if err := k.gone(index, k.h.LinkSetAlias(l, alias)); err != nil {
 		return fmt.Errorf("nl: set %s alias: %w", l.Attrs().Name, err)
 	}
 	return nil
@@ -213,7 +237,7 @@ func (k *real) PortFlags(index int) (PortFlags, error) {
 		return PortFlags{}, err
 	}
 	p, err := k.h.LinkGetProtinfo(l)
-	if err != nil {
+	if err = k.gone(index, err); err != nil {
 		return PortFlags{}, fmt.Errorf("nl: port flags of %s: %w", l.Attrs().Name, err)
 	}
 	return PortFlags{Learning: p.Learning, NeighSuppress: p.NeighSuppress}, nil
@@ -225,11 +249,11 @@ func (k *real) SetPortFlags(index int, f PortFlags) error {
 		return err
 	}
 	k.w()
-	if err := k.h.LinkSetLearning(l, f.Learning); err != nil {
+	if err := k.gone(index, k.h.LinkSetLearning(l, f.Learning)); err != nil {
 		return fmt.Errorf("nl: set learning on %s: %w", l.Attrs().Name, err)
 	}
 	k.w()
-	if err := k.h.LinkSetBrNeighSuppress(l, f.NeighSuppress); err != nil {
+	if err := k.gone(index, k.h.LinkSetBrNeighSuppress(l, f.NeighSuppress)); err != nil {
 		return fmt.Errorf("nl: set neigh_suppress on %s: %w", l.Attrs().Name, err)
 	}
 	return nil
@@ -376,7 +400,7 @@ func (k *real) Addrs(index int) ([]netip.Prefix, error) {
 		return nil, err
 	}
 	as, err := dump(func() ([]netlink.Addr, error) { return k.h.AddrList(l, netlink.FAMILY_ALL) })
-	if err != nil {
+	if err = k.gone(index, err); err != nil {
 		return nil, fmt.Errorf("nl: addresses of %s: %w", l.Attrs().Name, err)
 	}
 	var out []netip.Prefix
@@ -405,7 +429,7 @@ func (k *real) AddAddr(index int, a netip.Prefix) error {
 	if err != nil {
 		return err
 	}
-	if err := k.h.AddrReplace(l, addrOf(a)); err != nil {
+	if err := k.gone(index, k.h.AddrReplace(l, addrOf(a))); err != nil {
 		return fmt.Errorf("nl: add %s to %s: %w", a, l.Attrs().Name, err)
 	}
 	return nil
@@ -433,7 +457,7 @@ func (k *real) SetMAC(index int, mac string) error {
 	if err != nil {
 		return fmt.Errorf("nl: mac %q: %w", mac, err)
 	}
-	if err := k.h.LinkSetHardwareAddr(l, hw); err != nil {
+	if err := k.gone(index, k.h.LinkSetHardwareAddr(l, hw)); err != nil {
 		return fmt.Errorf("nl: set %s mac: %w", l.Attrs().Name, err)
 	}
 	return nil

@@ -15,9 +15,14 @@ import (
 // cniRun executes skiff-cni exactly as a runtime does: CNI_* in the
 // environment, the configuration on stdin. It returns stdout and the error.
 func cniRun(command, containerID, netns, ifName, conf string) (string, error) {
+	return cniRunArgs(command, containerID, netns, ifName, conf, "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME="+containerID)
+}
+
+// cniRunArgs is cniRun with the CNI_ARGS given.
+func cniRunArgs(command, containerID, netns, ifName, conf, args string) (string, error) {
 	cmd := exec.Command(filepath.Join(binDir, "skiff-cni"))
 	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+containerID, "CNI_NETNS="+netns,
-		"CNI_IFNAME="+ifName, "CNI_PATH="+binDir, "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME="+containerID)
+		"CNI_IFNAME="+ifName, "CNI_PATH="+binDir, "CNI_ARGS="+args)
 	cmd.Stdin = strings.NewReader(conf)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -229,7 +229,12 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 		if !hl.Up {
 			eerrs = append(eerrs, d.k.SetUp(hl.Index))
 		}
-		if err := errors.Join(eerrs...); err != nil {
+		if err := errors.Join(eerrs...); errors.Is(err, nl.ErrLinkGone) {
+			// Unplumbed, or gone with its namespace, since the listing:
+			// not plumbed, and no failure (the deletion's netlink event
+			// brings the next reconcile).
+			att[e.Name] = "its interface is not plumbed"
+		} else if err != nil {
 			att[e.Name] = "attaching " + hl.Name + " to " + br.Name + ": " + err.Error()
 			add(err)
 		} else {

@@ -3264,8 +3264,14 @@ func (x *GetPlanRequest) GetNode() string {
 
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Kinds to watch: network, subnet, endpoint, node. Empty means all.
-	Kinds         []string `protobuf:"bytes,1,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// Kinds to watch: network, subnet, endpoint, node. Empty means all. A
+	// node's event carries its connection status; its agent connecting or
+	// going away is an event of its own.
+	Kinds []string `protobuf:"bytes,1,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// First send every existing object of those kinds (TYPE_PUT, at the
+	// revision they were read at), then the changes after that revision:
+	// a list and a watch without a gap.
+	Initial       bool `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3305,6 +3311,13 @@ func (x *WatchRequest) GetKinds() []string {
 		return x.Kinds
 	}
 	return nil
+}
+
+func (x *WatchRequest) GetInitial() bool {
+	if x != nil {
+		return x.Initial
+	}
+	return false
 }
 
 type WatchEvent struct {
@@ -4128,6 +4141,407 @@ func (x *DeletePortsResponse) GetDeleted() []string {
 	return nil
 }
 
+// Owner is what an orchestrator says about the owner of endpoints (a pod):
+// every endpoint whose owner field names it takes its labels and namespace
+// from the record, whichever of the two is stored first, and follows the
+// record when it changes.
+type Owner struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "pod:NAMESPACE/NAME", or another "KIND:ID" (kind [a-z]+).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The namespace its endpoints get. For a pod, NAMESPACE of its name
+	// (filled in when empty; anything else is refused).
+	Namespace string            `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Labels    map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The orchestrator's identity of this incarnation (a pod's UID).
+	Uid string `protobuf:"bytes,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The node the owner runs on, when known.
+	Node string `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	// When the orchestrator deleted the owner; unset while it exists. An
+	// adapter frees the endpoints of an owner deleted for longer than its
+	// grace period (their CNI DEL never came).
+	Deleted *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Output only.
+	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Owner) Reset() {
+	*x = Owner{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Owner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Owner) ProtoMessage() {}
+
+func (x *Owner) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Owner.ProtoReflect.Descriptor instead.
+func (*Owner) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *Owner) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Owner) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Owner) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Owner) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Owner) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Owner) GetDeleted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *Owner) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type ListOwnersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only owners on this node; empty: all.
+	Node          string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOwnersRequest) Reset() {
+	*x = ListOwnersRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOwnersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOwnersRequest) ProtoMessage() {}
+
+func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOwnersRequest.ProtoReflect.Descriptor instead.
+func (*ListOwnersRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ListOwnersRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type ListOwnersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owners        []*Owner               `protobuf:"bytes,1,rep,name=owners,proto3" json:"owners,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOwnersResponse) Reset() {
+	*x = ListOwnersResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOwnersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOwnersResponse) ProtoMessage() {}
+
+func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOwnersResponse.ProtoReflect.Descriptor instead.
+func (*ListOwnersResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ListOwnersResponse) GetOwners() []*Owner {
+	if x != nil {
+		return x.Owners
+	}
+	return nil
+}
+
+type DeleteOwnerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Only when the stored record has this uid (the incarnation the caller
+	// saw deleted); empty: whatever it is.
+	Uid string `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	// Also delete every endpoint of the owner (freeing their addresses), in
+	// the same transaction.
+	Endpoints     bool `protobuf:"varint,3,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOwnerRequest) Reset() {
+	*x = DeleteOwnerRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOwnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOwnerRequest) ProtoMessage() {}
+
+func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOwnerRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOwnerRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *DeleteOwnerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteOwnerRequest) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *DeleteOwnerRequest) GetEndpoints() bool {
+	if x != nil {
+		return x.Endpoints
+	}
+	return false
+}
+
+type DeleteOwnerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoints deleted with the record.
+	Endpoints     []string `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOwnerResponse) Reset() {
+	*x = DeleteOwnerResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOwnerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOwnerResponse) ProtoMessage() {}
+
+func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOwnerResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOwnerResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *DeleteOwnerResponse) GetEndpoints() []string {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+type DeleteEndpointsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every endpoint of this node, of this owner, or (both set) of this
+	// owner on this node. One of them is required.
+	Node          string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteEndpointsRequest) Reset() {
+	*x = DeleteEndpointsRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteEndpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteEndpointsRequest) ProtoMessage() {}
+
+func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteEndpointsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteEndpointsRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *DeleteEndpointsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *DeleteEndpointsRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type DeleteEndpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       []string               `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteEndpointsResponse) Reset() {
+	*x = DeleteEndpointsResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteEndpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteEndpointsResponse) ProtoMessage() {}
+
+func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteEndpointsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteEndpointsResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *DeleteEndpointsResponse) GetDeleted() []string {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
 // ExplainPolicyRequest names a flow: source and destination are endpoint
 // names or IP addresses; protocol is TCP, UDP, SCTP or ICMP.
 type ExplainPolicyRequest struct {
@@ -4142,7 +4556,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4154,7 +4568,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4167,7 +4581,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ExplainPolicyRequest) GetSource() string {
@@ -4216,7 +4630,7 @@ type PolicySide struct {
 
 func (x *PolicySide) Reset() {
 	*x = PolicySide{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4642,7 @@ func (x *PolicySide) String() string {
 func (*PolicySide) ProtoMessage() {}
 
 func (x *PolicySide) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4655,7 @@ func (x *PolicySide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySide.ProtoReflect.Descriptor instead.
 func (*PolicySide) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PolicySide) GetEndpoint() string {
@@ -4291,7 +4705,7 @@ type ExplainPolicyResponse struct {
 
 func (x *ExplainPolicyResponse) Reset() {
 	*x = ExplainPolicyResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4717,7 @@ func (x *ExplainPolicyResponse) String() string {
 func (*ExplainPolicyResponse) ProtoMessage() {}
 
 func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4730,7 @@ func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ExplainPolicyResponse) GetAllowed() bool {
@@ -4593,9 +5007,10 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x11ListNodesResponse\x12$\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0e.skiff.v1.NodeR\x05nodes\"$\n" +
 	"\x0eGetPlanRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"$\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\">\n" +
 	"\fWatchRequest\x12\x14\n" +
-	"\x05kinds\x18\x01 \x03(\tR\x05kinds\"\xd1\x02\n" +
+	"\x05kinds\x18\x01 \x03(\tR\x05kinds\x12\x18\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\"\xd1\x02\n" +
 	"\n" +
 	"WatchEvent\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.skiff.v1.WatchEvent.TypeR\x04type\x12\x1a\n" +
@@ -4660,6 +5075,32 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02vm\x18\x02 \x01(\tR\x02vm\"/\n" +
 	"\x13DeletePortsResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\"\xa1\x02\n" +
+	"\x05Owner\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x123\n" +
+	"\x06labels\x18\x03 \x03(\v2\x1b.skiff.v1.Owner.LabelsEntryR\x06labels\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\tR\x03uid\x12\x12\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\x124\n" +
+	"\adeleted\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\adeleted\x12\x1a\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +
+	"\x11ListOwnersRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"=\n" +
+	"\x12ListOwnersResponse\x12'\n" +
+	"\x06owners\x18\x01 \x03(\v2\x0f.skiff.v1.OwnerR\x06owners\"X\n" +
+	"\x12DeleteOwnerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1c\n" +
+	"\tendpoints\x18\x03 \x01(\bR\tendpoints\"3\n" +
+	"\x13DeleteOwnerResponse\x12\x1c\n" +
+	"\tendpoints\x18\x01 \x03(\tR\tendpoints\"B\n" +
+	"\x16DeleteEndpointsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"3\n" +
+	"\x17DeleteEndpointsResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x03(\tR\adeleted\"\x80\x01\n" +
 	"\x14ExplainPolicyRequest\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12 \n" +
@@ -4687,7 +5128,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12J\n" +
 	"\vReportPorts\x12\x1c.skiff.v1.ReportPortsRequest\x1a\x1d.skiff.v1.ReportPortsResponse\x12E\n" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x12C\n" +
-	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xd2\r\n" +
+	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse2\xe6\x10\n" +
 	"\x11ManagementService\x12B\n" +
 	"\rCreateNetwork\x12\x1e.skiff.v1.CreateNetworkRequest\x1a\x11.skiff.v1.Network\x125\n" +
 	"\n" +
@@ -4701,17 +5142,24 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x127\n" +
 	"\vGetEndpoint\x12\x14.skiff.v1.GetRequest\x1a\x12.skiff.v1.Endpoint\x12G\n" +
 	"\rListEndpoints\x12\x15.skiff.v1.ListRequest\x1a\x1f.skiff.v1.ListEndpointsResponse\x12C\n" +
-	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12/\n" +
+	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12V\n" +
+	"\x0fDeleteEndpoints\x12 .skiff.v1.DeleteEndpointsRequest\x1a!.skiff.v1.DeleteEndpointsResponse\x12/\n" +
 	"\aGetNode\x12\x14.skiff.v1.GetRequest\x1a\x0e.skiff.v1.Node\x12?\n" +
 	"\tListNodes\x12\x15.skiff.v1.ListRequest\x1a\x1b.skiff.v1.ListNodesResponse\x12?\n" +
 	"\n" +
-	"DeleteNode\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12P\n" +
+	"DeleteNode\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12,\n" +
+	"\bSetOwner\x12\x0f.skiff.v1.Owner\x1a\x0f.skiff.v1.Owner\x121\n" +
+	"\bGetOwner\x12\x14.skiff.v1.GetRequest\x1a\x0f.skiff.v1.Owner\x12G\n" +
+	"\n" +
+	"ListOwners\x12\x1b.skiff.v1.ListOwnersRequest\x1a\x1c.skiff.v1.ListOwnersResponse\x12J\n" +
+	"\vDeleteOwner\x12\x1c.skiff.v1.DeleteOwnerRequest\x1a\x1d.skiff.v1.DeleteOwnerResponse\x12P\n" +
 	"\rApplyPolicies\x12\x1e.skiff.v1.ApplyPoliciesRequest\x1a\x1f.skiff.v1.ApplyPoliciesResponse\x12M\n" +
 	"\fListPolicies\x12\x1d.skiff.v1.ListPoliciesRequest\x1a\x1e.skiff.v1.ListPoliciesResponse\x12=\n" +
 	"\fDeletePolicy\x12\x13.skiff.v1.PolicyRef\x1a\x18.skiff.v1.DeleteResponse\x12P\n" +
 	"\rExplainPolicy\x12\x1e.skiff.v1.ExplainPolicyRequest\x1a\x1f.skiff.v1.ExplainPolicyResponse\x128\n" +
 	"\fSetNamespace\x12\x13.skiff.v1.Namespace\x1a\x13.skiff.v1.Namespace\x12I\n" +
-	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x12=\n" +
+	"\x0eListNamespaces\x12\x15.skiff.v1.ListRequest\x1a .skiff.v1.ListNamespacesResponse\x12D\n" +
+	"\x0fDeleteNamespace\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x12=\n" +
 	"\n" +
 	"CreatePort\x12\x1b.skiff.v1.CreatePortRequest\x1a\x12.skiff.v1.Endpoint\x12H\n" +
 	"\tListPorts\x12\x1a.skiff.v1.ListPortsRequest\x1a\x1f.skiff.v1.ListEndpointsResponse\x12J\n" +
@@ -4732,211 +5180,234 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_skiff_v1_skiff_proto_goTypes = []any{
-	(WatchEvent_Type)(0),           // 0: skiff.v1.WatchEvent.Type
-	(*Network)(nil),                // 1: skiff.v1.Network
-	(*IPRange)(nil),                // 2: skiff.v1.IPRange
-	(*Subnet)(nil),                 // 3: skiff.v1.Subnet
-	(*Counters)(nil),               // 4: skiff.v1.Counters
-	(*Endpoint)(nil),               // 5: skiff.v1.Endpoint
-	(*PortStatus)(nil),             // 6: skiff.v1.PortStatus
-	(*OffloadRule)(nil),            // 7: skiff.v1.OffloadRule
-	(*PolicyRuleCounter)(nil),      // 8: skiff.v1.PolicyRuleCounter
-	(*VirtualFunction)(nil),        // 9: skiff.v1.VirtualFunction
-	(*PhysicalFunction)(nil),       // 10: skiff.v1.PhysicalFunction
-	(*NodeCapabilities)(nil),       // 11: skiff.v1.NodeCapabilities
-	(*Node)(nil),                   // 12: skiff.v1.Node
-	(*PlanNetwork)(nil),            // 13: skiff.v1.PlanNetwork
-	(*RemoteEndpoint)(nil),         // 14: skiff.v1.RemoteEndpoint
-	(*PolicyPort)(nil),             // 15: skiff.v1.PolicyPort
-	(*PolicyPeer)(nil),             // 16: skiff.v1.PolicyPeer
-	(*PolicyRule)(nil),             // 17: skiff.v1.PolicyRule
-	(*EndpointPolicy)(nil),         // 18: skiff.v1.EndpointPolicy
-	(*AddressGroup)(nil),           // 19: skiff.v1.AddressGroup
-	(*Plan)(nil),                   // 20: skiff.v1.Plan
-	(*PlanDelta)(nil),              // 21: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),             // 22: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),        // 23: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),       // 24: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),      // 25: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),              // 26: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),    // 27: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),   // 28: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),       // 29: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),        // 30: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),  // 31: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil), // 32: skiff.v1.ReportCountersResponse
-	(*PortReport)(nil),             // 33: skiff.v1.PortReport
-	(*ReportPortsRequest)(nil),     // 34: skiff.v1.ReportPortsRequest
-	(*ReportPortsResponse)(nil),    // 35: skiff.v1.ReportPortsResponse
-	(*GetRequest)(nil),             // 36: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),          // 37: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 38: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),            // 39: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),   // 40: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),    // 41: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),  // 42: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),   // 43: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),    // 44: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),  // 45: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),      // 46: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),         // 47: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),           // 48: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),             // 49: skiff.v1.WatchEvent
-	(*Policy)(nil),                 // 50: skiff.v1.Policy
-	(*Namespace)(nil),              // 51: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),   // 52: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),  // 53: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),              // 54: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),    // 55: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 56: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil), // 57: skiff.v1.ListNamespacesResponse
-	(*CreatePortRequest)(nil),      // 58: skiff.v1.CreatePortRequest
-	(*ListPortsRequest)(nil),       // 59: skiff.v1.ListPortsRequest
-	(*DeletePortsRequest)(nil),     // 60: skiff.v1.DeletePortsRequest
-	(*DeletePortsResponse)(nil),    // 61: skiff.v1.DeletePortsResponse
-	(*ExplainPolicyRequest)(nil),   // 62: skiff.v1.ExplainPolicyRequest
-	(*PolicySide)(nil),             // 63: skiff.v1.PolicySide
-	(*ExplainPolicyResponse)(nil),  // 64: skiff.v1.ExplainPolicyResponse
-	nil,                            // 65: skiff.v1.Endpoint.LabelsEntry
-	nil,                            // 66: skiff.v1.Namespace.LabelsEntry
-	nil,                            // 67: skiff.v1.CreatePortRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 68: google.protobuf.Timestamp
+	(WatchEvent_Type)(0),            // 0: skiff.v1.WatchEvent.Type
+	(*Network)(nil),                 // 1: skiff.v1.Network
+	(*IPRange)(nil),                 // 2: skiff.v1.IPRange
+	(*Subnet)(nil),                  // 3: skiff.v1.Subnet
+	(*Counters)(nil),                // 4: skiff.v1.Counters
+	(*Endpoint)(nil),                // 5: skiff.v1.Endpoint
+	(*PortStatus)(nil),              // 6: skiff.v1.PortStatus
+	(*OffloadRule)(nil),             // 7: skiff.v1.OffloadRule
+	(*PolicyRuleCounter)(nil),       // 8: skiff.v1.PolicyRuleCounter
+	(*VirtualFunction)(nil),         // 9: skiff.v1.VirtualFunction
+	(*PhysicalFunction)(nil),        // 10: skiff.v1.PhysicalFunction
+	(*NodeCapabilities)(nil),        // 11: skiff.v1.NodeCapabilities
+	(*Node)(nil),                    // 12: skiff.v1.Node
+	(*PlanNetwork)(nil),             // 13: skiff.v1.PlanNetwork
+	(*RemoteEndpoint)(nil),          // 14: skiff.v1.RemoteEndpoint
+	(*PolicyPort)(nil),              // 15: skiff.v1.PolicyPort
+	(*PolicyPeer)(nil),              // 16: skiff.v1.PolicyPeer
+	(*PolicyRule)(nil),              // 17: skiff.v1.PolicyRule
+	(*EndpointPolicy)(nil),          // 18: skiff.v1.EndpointPolicy
+	(*AddressGroup)(nil),            // 19: skiff.v1.AddressGroup
+	(*Plan)(nil),                    // 20: skiff.v1.Plan
+	(*PlanDelta)(nil),               // 21: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),              // 22: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),         // 23: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),        // 24: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),       // 25: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),               // 26: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),     // 27: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),    // 28: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),        // 29: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),         // 30: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),   // 31: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil),  // 32: skiff.v1.ReportCountersResponse
+	(*PortReport)(nil),              // 33: skiff.v1.PortReport
+	(*ReportPortsRequest)(nil),      // 34: skiff.v1.ReportPortsRequest
+	(*ReportPortsResponse)(nil),     // 35: skiff.v1.ReportPortsResponse
+	(*GetRequest)(nil),              // 36: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),           // 37: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 38: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),             // 39: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),    // 40: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),     // 41: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),   // 42: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),    // 43: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),     // 44: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),   // 45: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),       // 46: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),          // 47: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),            // 48: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),              // 49: skiff.v1.WatchEvent
+	(*Policy)(nil),                  // 50: skiff.v1.Policy
+	(*Namespace)(nil),               // 51: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),    // 52: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),   // 53: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),               // 54: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),     // 55: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 56: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil),  // 57: skiff.v1.ListNamespacesResponse
+	(*CreatePortRequest)(nil),       // 58: skiff.v1.CreatePortRequest
+	(*ListPortsRequest)(nil),        // 59: skiff.v1.ListPortsRequest
+	(*DeletePortsRequest)(nil),      // 60: skiff.v1.DeletePortsRequest
+	(*DeletePortsResponse)(nil),     // 61: skiff.v1.DeletePortsResponse
+	(*Owner)(nil),                   // 62: skiff.v1.Owner
+	(*ListOwnersRequest)(nil),       // 63: skiff.v1.ListOwnersRequest
+	(*ListOwnersResponse)(nil),      // 64: skiff.v1.ListOwnersResponse
+	(*DeleteOwnerRequest)(nil),      // 65: skiff.v1.DeleteOwnerRequest
+	(*DeleteOwnerResponse)(nil),     // 66: skiff.v1.DeleteOwnerResponse
+	(*DeleteEndpointsRequest)(nil),  // 67: skiff.v1.DeleteEndpointsRequest
+	(*DeleteEndpointsResponse)(nil), // 68: skiff.v1.DeleteEndpointsResponse
+	(*ExplainPolicyRequest)(nil),    // 69: skiff.v1.ExplainPolicyRequest
+	(*PolicySide)(nil),              // 70: skiff.v1.PolicySide
+	(*ExplainPolicyResponse)(nil),   // 71: skiff.v1.ExplainPolicyResponse
+	nil,                             // 72: skiff.v1.Endpoint.LabelsEntry
+	nil,                             // 73: skiff.v1.Namespace.LabelsEntry
+	nil,                             // 74: skiff.v1.CreatePortRequest.LabelsEntry
+	nil,                             // 75: skiff.v1.Owner.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 76: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
-	2,  // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	65, // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
-	4,  // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	68, // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
-	8,  // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
-	7,  // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
-	6,  // 6: skiff.v1.Endpoint.port:type_name -> skiff.v1.PortStatus
-	68, // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
-	9,  // 8: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
-	10, // 9: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
-	11, // 10: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	68, // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	3,  // 12: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
-	16, // 13: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
-	15, // 14: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
-	17, // 15: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
-	17, // 16: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
-	13, // 17: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 18: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
-	14, // 19: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
-	18, // 20: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
-	19, // 21: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
-	13, // 22: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
-	5,  // 23: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
-	14, // 24: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
-	18, // 25: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
-	19, // 26: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
-	20, // 27: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
-	21, // 28: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
-	12, // 29: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
-	12, // 30: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	68, // 31: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
-	26, // 32: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
-	4,  // 33: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
-	7,  // 34: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
-	8,  // 35: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
-	4,  // 36: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	68, // 37: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
-	29, // 38: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
-	30, // 39: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
-	6,  // 40: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
-	33, // 41: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
-	1,  // 42: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
-	3,  // 43: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
-	5,  // 44: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
-	1,  // 45: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
-	3,  // 46: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
-	5,  // 47: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
-	12, // 48: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
-	0,  // 49: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
-	1,  // 50: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
-	3,  // 51: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
-	5,  // 52: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
-	12, // 53: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	66, // 54: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	50, // 55: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	50, // 56: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	51, // 57: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	67, // 58: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
-	63, // 59: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
-	63, // 60: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
-	23, // 61: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	25, // 62: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	27, // 63: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	31, // 64: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	34, // 65: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
-	42, // 66: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	37, // 67: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	40, // 68: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	36, // 69: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	39, // 70: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	37, // 71: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	41, // 72: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	36, // 73: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	39, // 74: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	37, // 75: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	42, // 76: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	36, // 77: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	39, // 78: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	37, // 79: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	36, // 80: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	39, // 81: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	37, // 82: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	52, // 83: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	55, // 84: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	54, // 85: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	62, // 86: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
-	51, // 87: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	39, // 88: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	58, // 89: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
-	59, // 90: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
-	60, // 91: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
-	47, // 92: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	48, // 93: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	24, // 94: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	22, // 95: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	28, // 96: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	32, // 97: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	35, // 98: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
-	5,  // 99: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	38, // 100: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,  // 101: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,  // 102: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	43, // 103: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	38, // 104: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,  // 105: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,  // 106: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	44, // 107: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	38, // 108: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,  // 109: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,  // 110: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	45, // 111: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	38, // 112: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	12, // 113: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	46, // 114: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	38, // 115: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	53, // 116: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	56, // 117: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	38, // 118: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	64, // 119: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
-	51, // 120: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	57, // 121: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	5,  // 122: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
-	45, // 123: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
-	61, // 124: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
-	20, // 125: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	49, // 126: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	94, // [94:127] is the sub-list for method output_type
-	61, // [61:94] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	2,   // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
+	72,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	4,   // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
+	76,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	8,   // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
+	7,   // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
+	6,   // 6: skiff.v1.Endpoint.port:type_name -> skiff.v1.PortStatus
+	76,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
+	9,   // 8: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
+	10,  // 9: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
+	11,  // 10: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
+	76,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	3,   // 12: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
+	16,  // 13: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
+	15,  // 14: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
+	17,  // 15: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
+	17,  // 16: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
+	13,  // 17: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
+	5,   // 18: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
+	14,  // 19: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
+	18,  // 20: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
+	19,  // 21: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
+	13,  // 22: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
+	5,   // 23: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
+	14,  // 24: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
+	18,  // 25: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
+	19,  // 26: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
+	20,  // 27: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
+	21,  // 28: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
+	12,  // 29: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
+	12,  // 30: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
+	76,  // 31: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	26,  // 32: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
+	4,   // 33: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
+	7,   // 34: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
+	8,   // 35: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
+	4,   // 36: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
+	76,  // 37: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	29,  // 38: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
+	30,  // 39: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
+	6,   // 40: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
+	33,  // 41: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
+	1,   // 42: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
+	3,   // 43: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
+	5,   // 44: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
+	1,   // 45: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
+	3,   // 46: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
+	5,   // 47: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
+	12,  // 48: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
+	0,   // 49: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
+	1,   // 50: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
+	3,   // 51: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
+	5,   // 52: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
+	12,  // 53: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
+	73,  // 54: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	50,  // 55: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	50,  // 56: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	51,  // 57: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	74,  // 58: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
+	75,  // 59: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
+	76,  // 60: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
+	62,  // 61: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
+	70,  // 62: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
+	70,  // 63: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
+	23,  // 64: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	25,  // 65: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	27,  // 66: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	31,  // 67: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	34,  // 68: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
+	42,  // 69: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	37,  // 70: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	40,  // 71: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	36,  // 72: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	39,  // 73: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	37,  // 74: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	41,  // 75: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	36,  // 76: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	39,  // 77: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	37,  // 78: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	42,  // 79: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	36,  // 80: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	39,  // 81: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	37,  // 82: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	67,  // 83: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
+	36,  // 84: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	39,  // 85: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	37,  // 86: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	62,  // 87: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
+	36,  // 88: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
+	63,  // 89: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
+	65,  // 90: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
+	52,  // 91: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	55,  // 92: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	54,  // 93: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	69,  // 94: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
+	51,  // 95: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	39,  // 96: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	37,  // 97: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
+	58,  // 98: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
+	59,  // 99: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
+	60,  // 100: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
+	47,  // 101: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	48,  // 102: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	24,  // 103: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	22,  // 104: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	28,  // 105: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	32,  // 106: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	35,  // 107: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
+	5,   // 108: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	38,  // 109: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,   // 110: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,   // 111: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	43,  // 112: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	38,  // 113: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,   // 114: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,   // 115: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	44,  // 116: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	38,  // 117: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,   // 118: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,   // 119: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	45,  // 120: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	38,  // 121: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	68,  // 122: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
+	12,  // 123: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	46,  // 124: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	38,  // 125: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	62,  // 126: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
+	62,  // 127: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
+	64,  // 128: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
+	66,  // 129: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
+	53,  // 130: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	56,  // 131: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	38,  // 132: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	71,  // 133: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	51,  // 134: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	57,  // 135: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	38,  // 136: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
+	5,   // 137: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
+	45,  // 138: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
+	61,  // 139: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
+	20,  // 140: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	49,  // 141: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	103, // [103:142] is the sub-list for method output_type
+	64,  // [64:103] is the sub-list for method input_type
+	64,  // [64:64] is the sub-list for extension type_name
+	64,  // [64:64] is the sub-list for extension extendee
+	0,   // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -4963,7 +5434,7 @@ func file_skiff_v1_skiff_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   67,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -381,32 +381,38 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	ManagementService_CreateNetwork_FullMethodName  = "/skiff.v1.ManagementService/CreateNetwork"
-	ManagementService_GetNetwork_FullMethodName     = "/skiff.v1.ManagementService/GetNetwork"
-	ManagementService_ListNetworks_FullMethodName   = "/skiff.v1.ManagementService/ListNetworks"
-	ManagementService_DeleteNetwork_FullMethodName  = "/skiff.v1.ManagementService/DeleteNetwork"
-	ManagementService_CreateSubnet_FullMethodName   = "/skiff.v1.ManagementService/CreateSubnet"
-	ManagementService_GetSubnet_FullMethodName      = "/skiff.v1.ManagementService/GetSubnet"
-	ManagementService_ListSubnets_FullMethodName    = "/skiff.v1.ManagementService/ListSubnets"
-	ManagementService_DeleteSubnet_FullMethodName   = "/skiff.v1.ManagementService/DeleteSubnet"
-	ManagementService_CreateEndpoint_FullMethodName = "/skiff.v1.ManagementService/CreateEndpoint"
-	ManagementService_GetEndpoint_FullMethodName    = "/skiff.v1.ManagementService/GetEndpoint"
-	ManagementService_ListEndpoints_FullMethodName  = "/skiff.v1.ManagementService/ListEndpoints"
-	ManagementService_DeleteEndpoint_FullMethodName = "/skiff.v1.ManagementService/DeleteEndpoint"
-	ManagementService_GetNode_FullMethodName        = "/skiff.v1.ManagementService/GetNode"
-	ManagementService_ListNodes_FullMethodName      = "/skiff.v1.ManagementService/ListNodes"
-	ManagementService_DeleteNode_FullMethodName     = "/skiff.v1.ManagementService/DeleteNode"
-	ManagementService_ApplyPolicies_FullMethodName  = "/skiff.v1.ManagementService/ApplyPolicies"
-	ManagementService_ListPolicies_FullMethodName   = "/skiff.v1.ManagementService/ListPolicies"
-	ManagementService_DeletePolicy_FullMethodName   = "/skiff.v1.ManagementService/DeletePolicy"
-	ManagementService_ExplainPolicy_FullMethodName  = "/skiff.v1.ManagementService/ExplainPolicy"
-	ManagementService_SetNamespace_FullMethodName   = "/skiff.v1.ManagementService/SetNamespace"
-	ManagementService_ListNamespaces_FullMethodName = "/skiff.v1.ManagementService/ListNamespaces"
-	ManagementService_CreatePort_FullMethodName     = "/skiff.v1.ManagementService/CreatePort"
-	ManagementService_ListPorts_FullMethodName      = "/skiff.v1.ManagementService/ListPorts"
-	ManagementService_DeletePorts_FullMethodName    = "/skiff.v1.ManagementService/DeletePorts"
-	ManagementService_GetPlan_FullMethodName        = "/skiff.v1.ManagementService/GetPlan"
-	ManagementService_Watch_FullMethodName          = "/skiff.v1.ManagementService/Watch"
+	ManagementService_CreateNetwork_FullMethodName   = "/skiff.v1.ManagementService/CreateNetwork"
+	ManagementService_GetNetwork_FullMethodName      = "/skiff.v1.ManagementService/GetNetwork"
+	ManagementService_ListNetworks_FullMethodName    = "/skiff.v1.ManagementService/ListNetworks"
+	ManagementService_DeleteNetwork_FullMethodName   = "/skiff.v1.ManagementService/DeleteNetwork"
+	ManagementService_CreateSubnet_FullMethodName    = "/skiff.v1.ManagementService/CreateSubnet"
+	ManagementService_GetSubnet_FullMethodName       = "/skiff.v1.ManagementService/GetSubnet"
+	ManagementService_ListSubnets_FullMethodName     = "/skiff.v1.ManagementService/ListSubnets"
+	ManagementService_DeleteSubnet_FullMethodName    = "/skiff.v1.ManagementService/DeleteSubnet"
+	ManagementService_CreateEndpoint_FullMethodName  = "/skiff.v1.ManagementService/CreateEndpoint"
+	ManagementService_GetEndpoint_FullMethodName     = "/skiff.v1.ManagementService/GetEndpoint"
+	ManagementService_ListEndpoints_FullMethodName   = "/skiff.v1.ManagementService/ListEndpoints"
+	ManagementService_DeleteEndpoint_FullMethodName  = "/skiff.v1.ManagementService/DeleteEndpoint"
+	ManagementService_DeleteEndpoints_FullMethodName = "/skiff.v1.ManagementService/DeleteEndpoints"
+	ManagementService_GetNode_FullMethodName         = "/skiff.v1.ManagementService/GetNode"
+	ManagementService_ListNodes_FullMethodName       = "/skiff.v1.ManagementService/ListNodes"
+	ManagementService_DeleteNode_FullMethodName      = "/skiff.v1.ManagementService/DeleteNode"
+	ManagementService_SetOwner_FullMethodName        = "/skiff.v1.ManagementService/SetOwner"
+	ManagementService_GetOwner_FullMethodName        = "/skiff.v1.ManagementService/GetOwner"
+	ManagementService_ListOwners_FullMethodName      = "/skiff.v1.ManagementService/ListOwners"
+	ManagementService_DeleteOwner_FullMethodName     = "/skiff.v1.ManagementService/DeleteOwner"
+	ManagementService_ApplyPolicies_FullMethodName   = "/skiff.v1.ManagementService/ApplyPolicies"
+	ManagementService_ListPolicies_FullMethodName    = "/skiff.v1.ManagementService/ListPolicies"
+	ManagementService_DeletePolicy_FullMethodName    = "/skiff.v1.ManagementService/DeletePolicy"
+	ManagementService_ExplainPolicy_FullMethodName   = "/skiff.v1.ManagementService/ExplainPolicy"
+	ManagementService_SetNamespace_FullMethodName    = "/skiff.v1.ManagementService/SetNamespace"
+	ManagementService_ListNamespaces_FullMethodName  = "/skiff.v1.ManagementService/ListNamespaces"
+	ManagementService_DeleteNamespace_FullMethodName = "/skiff.v1.ManagementService/DeleteNamespace"
+	ManagementService_CreatePort_FullMethodName      = "/skiff.v1.ManagementService/CreatePort"
+	ManagementService_ListPorts_FullMethodName       = "/skiff.v1.ManagementService/ListPorts"
+	ManagementService_DeletePorts_FullMethodName     = "/skiff.v1.ManagementService/DeletePorts"
+	ManagementService_GetPlan_FullMethodName         = "/skiff.v1.ManagementService/GetPlan"
+	ManagementService_Watch_FullMethodName           = "/skiff.v1.ManagementService/Watch"
 )
 
 // ManagementServiceClient is the client API for ManagementService service.
@@ -431,9 +437,24 @@ type ManagementServiceClient interface {
 	ListEndpoints(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
 	// DeleteEndpoint frees the endpoint's addresses and MAC.
 	DeleteEndpoint(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// DeleteEndpoints deletes every endpoint of a node or of an owner
+	// (a deleted Kubernetes Node, a pod whose CNI DEL never came), freeing
+	// their addresses; each endpoint goes in a transaction of its own.
+	DeleteEndpoints(ctx context.Context, in *DeleteEndpointsRequest, opts ...grpc.CallOption) (*DeleteEndpointsResponse, error)
 	GetNode(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*Node, error)
 	ListNodes(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
+	// DeleteNode removes a node's registration; its endpoints stay (see
+	// DeleteEndpoints).
 	DeleteNode(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
+	// SetOwner creates or replaces an owner record and, in the same
+	// transaction, the labels and namespace of the owner's endpoints. A
+	// record equal to the stored one writes nothing.
+	SetOwner(ctx context.Context, in *Owner, opts ...grpc.CallOption) (*Owner, error)
+	GetOwner(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*Owner, error)
+	ListOwners(ctx context.Context, in *ListOwnersRequest, opts ...grpc.CallOption) (*ListOwnersResponse, error)
+	// DeleteOwner deletes an owner record (its endpoints keep their labels)
+	// and, with endpoints set, the owner's endpoints.
+	DeleteOwner(ctx context.Context, in *DeleteOwnerRequest, opts ...grpc.CallOption) (*DeleteOwnerResponse, error)
 	// ApplyPolicies validates every document, then creates or replaces the
 	// policies in one transaction: all or nothing.
 	ApplyPolicies(ctx context.Context, in *ApplyPoliciesRequest, opts ...grpc.CallOption) (*ApplyPoliciesResponse, error)
@@ -445,6 +466,8 @@ type ManagementServiceClient interface {
 	ExplainPolicy(ctx context.Context, in *ExplainPolicyRequest, opts ...grpc.CallOption) (*ExplainPolicyResponse, error)
 	SetNamespace(ctx context.Context, in *Namespace, opts ...grpc.CallOption) (*Namespace, error)
 	ListNamespaces(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
+	// DeleteNamespace forgets a namespace's labels.
+	DeleteNamespace(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// CreatePort stores a VM port and, unless no_wait, waits until its
 	// node's agent reports it plumbed and attached (the port's status then
 	// names the tap, or the VF's PCI address and vfio group). A port its
@@ -590,6 +613,16 @@ func (c *managementServiceClient) DeleteEndpoint(ctx context.Context, in *Delete
 	return out, nil
 }
 
+func (c *managementServiceClient) DeleteEndpoints(ctx context.Context, in *DeleteEndpointsRequest, opts ...grpc.CallOption) (*DeleteEndpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteEndpointsResponse)
+	err := c.cc.Invoke(ctx, ManagementService_DeleteEndpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *managementServiceClient) GetNode(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*Node, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Node)
@@ -614,6 +647,46 @@ func (c *managementServiceClient) DeleteNode(ctx context.Context, in *DeleteRequ
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteResponse)
 	err := c.cc.Invoke(ctx, ManagementService_DeleteNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) SetOwner(ctx context.Context, in *Owner, opts ...grpc.CallOption) (*Owner, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Owner)
+	err := c.cc.Invoke(ctx, ManagementService_SetOwner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) GetOwner(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*Owner, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Owner)
+	err := c.cc.Invoke(ctx, ManagementService_GetOwner_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) ListOwners(ctx context.Context, in *ListOwnersRequest, opts ...grpc.CallOption) (*ListOwnersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOwnersResponse)
+	err := c.cc.Invoke(ctx, ManagementService_ListOwners_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) DeleteOwner(ctx context.Context, in *DeleteOwnerRequest, opts ...grpc.CallOption) (*DeleteOwnerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteOwnerResponse)
+	err := c.cc.Invoke(ctx, ManagementService_DeleteOwner_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -674,6 +747,16 @@ func (c *managementServiceClient) ListNamespaces(ctx context.Context, in *ListRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListNamespacesResponse)
 	err := c.cc.Invoke(ctx, ManagementService_ListNamespaces_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementServiceClient) DeleteNamespace(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteResponse)
+	err := c.cc.Invoke(ctx, ManagementService_DeleteNamespace_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -761,9 +844,24 @@ type ManagementServiceServer interface {
 	ListEndpoints(context.Context, *ListRequest) (*ListEndpointsResponse, error)
 	// DeleteEndpoint frees the endpoint's addresses and MAC.
 	DeleteEndpoint(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	// DeleteEndpoints deletes every endpoint of a node or of an owner
+	// (a deleted Kubernetes Node, a pod whose CNI DEL never came), freeing
+	// their addresses; each endpoint goes in a transaction of its own.
+	DeleteEndpoints(context.Context, *DeleteEndpointsRequest) (*DeleteEndpointsResponse, error)
 	GetNode(context.Context, *GetRequest) (*Node, error)
 	ListNodes(context.Context, *ListRequest) (*ListNodesResponse, error)
+	// DeleteNode removes a node's registration; its endpoints stay (see
+	// DeleteEndpoints).
 	DeleteNode(context.Context, *DeleteRequest) (*DeleteResponse, error)
+	// SetOwner creates or replaces an owner record and, in the same
+	// transaction, the labels and namespace of the owner's endpoints. A
+	// record equal to the stored one writes nothing.
+	SetOwner(context.Context, *Owner) (*Owner, error)
+	GetOwner(context.Context, *GetRequest) (*Owner, error)
+	ListOwners(context.Context, *ListOwnersRequest) (*ListOwnersResponse, error)
+	// DeleteOwner deletes an owner record (its endpoints keep their labels)
+	// and, with endpoints set, the owner's endpoints.
+	DeleteOwner(context.Context, *DeleteOwnerRequest) (*DeleteOwnerResponse, error)
 	// ApplyPolicies validates every document, then creates or replaces the
 	// policies in one transaction: all or nothing.
 	ApplyPolicies(context.Context, *ApplyPoliciesRequest) (*ApplyPoliciesResponse, error)
@@ -775,6 +873,8 @@ type ManagementServiceServer interface {
 	ExplainPolicy(context.Context, *ExplainPolicyRequest) (*ExplainPolicyResponse, error)
 	SetNamespace(context.Context, *Namespace) (*Namespace, error)
 	ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error)
+	// DeleteNamespace forgets a namespace's labels.
+	DeleteNamespace(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// CreatePort stores a VM port and, unless no_wait, waits until its
 	// node's agent reports it plumbed and attached (the port's status then
 	// names the tap, or the VF's PCI address and vfio group). A port its
@@ -836,6 +936,9 @@ func (UnimplementedManagementServiceServer) ListEndpoints(context.Context, *List
 func (UnimplementedManagementServiceServer) DeleteEndpoint(context.Context, *DeleteRequest) (*DeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteEndpoint not implemented")
 }
+func (UnimplementedManagementServiceServer) DeleteEndpoints(context.Context, *DeleteEndpointsRequest) (*DeleteEndpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteEndpoints not implemented")
+}
 func (UnimplementedManagementServiceServer) GetNode(context.Context, *GetRequest) (*Node, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetNode not implemented")
 }
@@ -844,6 +947,18 @@ func (UnimplementedManagementServiceServer) ListNodes(context.Context, *ListRequ
 }
 func (UnimplementedManagementServiceServer) DeleteNode(context.Context, *DeleteRequest) (*DeleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteNode not implemented")
+}
+func (UnimplementedManagementServiceServer) SetOwner(context.Context, *Owner) (*Owner, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetOwner not implemented")
+}
+func (UnimplementedManagementServiceServer) GetOwner(context.Context, *GetRequest) (*Owner, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOwner not implemented")
+}
+func (UnimplementedManagementServiceServer) ListOwners(context.Context, *ListOwnersRequest) (*ListOwnersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOwners not implemented")
+}
+func (UnimplementedManagementServiceServer) DeleteOwner(context.Context, *DeleteOwnerRequest) (*DeleteOwnerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOwner not implemented")
 }
 func (UnimplementedManagementServiceServer) ApplyPolicies(context.Context, *ApplyPoliciesRequest) (*ApplyPoliciesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyPolicies not implemented")
@@ -862,6 +977,9 @@ func (UnimplementedManagementServiceServer) SetNamespace(context.Context, *Names
 }
 func (UnimplementedManagementServiceServer) ListNamespaces(context.Context, *ListRequest) (*ListNamespacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNamespaces not implemented")
+}
+func (UnimplementedManagementServiceServer) DeleteNamespace(context.Context, *DeleteRequest) (*DeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteNamespace not implemented")
 }
 func (UnimplementedManagementServiceServer) CreatePort(context.Context, *CreatePortRequest) (*Endpoint, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreatePort not implemented")
@@ -1115,6 +1233,24 @@ func _ManagementService_DeleteEndpoint_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ManagementService_DeleteEndpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteEndpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).DeleteEndpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_DeleteEndpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).DeleteEndpoints(ctx, req.(*DeleteEndpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ManagementService_GetNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetRequest)
 	if err := dec(in); err != nil {
@@ -1165,6 +1301,78 @@ func _ManagementService_DeleteNode_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ManagementServiceServer).DeleteNode(ctx, req.(*DeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_SetOwner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Owner)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).SetOwner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_SetOwner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).SetOwner(ctx, req.(*Owner))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_GetOwner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).GetOwner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_GetOwner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).GetOwner(ctx, req.(*GetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_ListOwners_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOwnersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).ListOwners(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_ListOwners_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).ListOwners(ctx, req.(*ListOwnersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_DeleteOwner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOwnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).DeleteOwner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_DeleteOwner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).DeleteOwner(ctx, req.(*DeleteOwnerRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1273,6 +1481,24 @@ func _ManagementService_ListNamespaces_Handler(srv interface{}, ctx context.Cont
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ManagementServiceServer).ListNamespaces(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ManagementService_DeleteNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServiceServer).DeleteNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ManagementService_DeleteNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServiceServer).DeleteNamespace(ctx, req.(*DeleteRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1416,6 +1642,10 @@ var ManagementService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ManagementService_DeleteEndpoint_Handler,
 		},
 		{
+			MethodName: "DeleteEndpoints",
+			Handler:    _ManagementService_DeleteEndpoints_Handler,
+		},
+		{
 			MethodName: "GetNode",
 			Handler:    _ManagementService_GetNode_Handler,
 		},
@@ -1426,6 +1656,22 @@ var ManagementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteNode",
 			Handler:    _ManagementService_DeleteNode_Handler,
+		},
+		{
+			MethodName: "SetOwner",
+			Handler:    _ManagementService_SetOwner_Handler,
+		},
+		{
+			MethodName: "GetOwner",
+			Handler:    _ManagementService_GetOwner_Handler,
+		},
+		{
+			MethodName: "ListOwners",
+			Handler:    _ManagementService_ListOwners_Handler,
+		},
+		{
+			MethodName: "DeleteOwner",
+			Handler:    _ManagementService_DeleteOwner_Handler,
 		},
 		{
 			MethodName: "ApplyPolicies",
@@ -1450,6 +1696,10 @@ var ManagementService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNamespaces",
 			Handler:    _ManagementService_ListNamespaces_Handler,
+		},
+		{
+			MethodName: "DeleteNamespace",
+			Handler:    _ManagementService_DeleteNamespace_Handler,
 		},
 		{
 			MethodName: "CreatePort",

@@ -1,0 +1,149 @@
+package agentcert
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// RequestOptions say which node's certificate to get and where to keep it.
+type RequestOptions struct {
+	Node string
+	// Dir receives node.pem and node-key.pem.
+	Dir string
+	// Renew: a certificate with less than this left is asked for again
+	// (7 days when 0); a longer-lived one is kept and nothing is asked.
+	Renew time.Duration
+	// Timeout bounds the wait for the controller to sign (2 minutes when
+	// 0).
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Current reports whether dir holds a certificate of node that is valid
+// for at least renew more.
+func Current(dir, node string, renew time.Duration) bool {
+	certPEM, err := os.ReadFile(filepath.Join(dir, NodeCert))
+	if err != nil {
+		return false
+	}
+	if _, err := os.Stat(filepath.Join(dir, NodeKey)); err != nil {
+		return false
+	}
+	b, _ := pem.Decode(certPEM)
+	if b == nil {
+		return false
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	return err == nil && c.Subject.CommonName == "node:"+node && time.Until(c.NotAfter) > renew
+}
+
+// Request gets node's agent certificate from the cluster: it makes a key,
+// asks with a CertificateSigningRequest of signer skiff.io/agent, waits
+// (watching the request) until the controller signs or denies it, and
+// writes the key and certificate into Dir. A certificate still valid is
+// kept (idempotent: a restarted agent asks nothing).
+func Request(ctx context.Context, cs kubernetes.Interface, o RequestOptions) error {
+	if o.Node == "" || o.Dir == "" {
+		return errors.New("agentcert: the node and the directory are required")
+	}
+	if o.Renew == 0 {
+		o.Renew = 7 * 24 * time.Hour
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if Current(o.Dir, o.Node, o.Renew) {
+		log.Info("agent certificate is current", "node", o.Node, "dir", o.Dir)
+		return nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "node:" + o.Node}}, key)
+	if err != nil {
+		return err
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	ttl := int32(MaxTTL / time.Second)
+	csr := &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "skiff-agent-" + o.Node + "-" + hex.EncodeToString(suffix),
+			Labels: map[string]string{"app.kubernetes.io/part-of": "skiff"}},
+		Spec: certv1.CertificateSigningRequestSpec{
+			SignerName:        SignerName,
+			Request:           pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			Usages:            []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
+			ExpirationSeconds: &ttl,
+		},
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	csrs := cs.CertificatesV1().CertificateSigningRequests()
+	if _, err := csrs.Create(ctx, csr, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("agentcert: asking for the certificate of node %s: %w", o.Node, err)
+	}
+	log.Info("agent certificate requested", "node", o.Node, "csr", csr.Name)
+	w, err := csrs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", csr.Name).String()})
+	if err != nil {
+		return fmt.Errorf("agentcert: watching %s: %w", csr.Name, err)
+	}
+	defer w.Stop()
+	var certPEM []byte
+	for certPEM == nil {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agentcert: no certificate for node %s after %v (is the controller running? kubectl get csr %s): %w", o.Node, o.Timeout, csr.Name, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return fmt.Errorf("agentcert: the watch of %s ended", csr.Name)
+			}
+			got, isCSR := ev.Object.(*certv1.CertificateSigningRequest)
+			if !isCSR || ev.Type == watch.Deleted {
+				continue
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == certv1.CertificateDenied || c.Type == certv1.CertificateFailed {
+					return fmt.Errorf("agentcert: the certificate of node %s was %s: %s (%s)", o.Node, c.Type, c.Message, c.Reason)
+				}
+			}
+			if len(got.Status.Certificate) > 0 {
+				certPEM = got.Status.Certificate
+			}
+		}
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(o.Dir, NodeKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(o.Dir, NodeCert), certPEM, 0o644); err != nil {
+		return err
+	}
+	log.Info("agent certificate written", "node", o.Node, "dir", o.Dir)
+	return nil
+}

@@ -1,0 +1,97 @@
+// Package images builds the project's container images without a
+// registry (internal/ociimage): Skiff's own (the four binaries), and the
+// pause and probe images of the test cluster.
+//
+//	err := images.Write("skiff", "bin", "bin/skiff-image.tar", "")
+package images
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/ociimage"
+)
+
+// Tags of the images (the pause image's is containerd 1.6's default
+// sandbox_image, so that no configuration must name it).
+const (
+	SkiffTag   = "skiff.local/skiff:dev"
+	PauseTag   = "registry.k8s.io/pause:3.6"
+	TestpodTag = "skiff.local/testpod:dev"
+)
+
+// Write writes the image kind (skiff, pause, testpod) to out, tagged tag
+// (the kind's own tag when empty), from the binaries in binDir.
+func Write(kind, binDir, out, tag string) error {
+	var img ociimage.Image
+	var def string
+	switch kind {
+	case "skiff":
+		def = SkiffTag
+		for _, b := range []string{"skiff-controller", "skiff-agent", "skiffctl", "skiff-cni"} {
+			data, err := os.ReadFile(filepath.Join(binDir, b))
+			if err != nil {
+				return fmt.Errorf("%w (make build first)", err)
+			}
+			img.Files = append(img.Files, ociimage.File{Path: "usr/local/bin/" + b, Mode: 0o755, Data: data})
+		}
+		// The agent and the CNI install step write under these.
+		img.Files = append(img.Files, ociimage.File{Path: "etc/skiff/.keep", Data: nil}, ociimage.File{Path: "tmp/.keep", Data: nil})
+		img.Entrypoint = []string{"/usr/local/bin/skiff-agent"}
+	case "pause":
+		def = PauseTag
+		data, err := os.ReadFile(filepath.Join(binDir, "pause"))
+		if err != nil {
+			return fmt.Errorf("%w (go build -o %s/ ./test/k8s/images/pause)", err, binDir)
+		}
+		img.Files = []ociimage.File{{Path: "pause", Mode: 0o755, Data: data}}
+		img.Entrypoint = []string{"/pause"}
+	case "testpod":
+		def = TestpodTag
+		files, err := busybox()
+		if err != nil {
+			return err
+		}
+		img.Files = files
+		img.Entrypoint = []string{"/bin/sh"}
+	default:
+		return fmt.Errorf("images: unknown image %q: skiff, pause or testpod", kind)
+	}
+	if tag == "" {
+		tag = def
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	return ociimage.Write(out, tag, img)
+}
+
+// busybox is Debian's static busybox with a link per applet, and the files
+// ping and friends want.
+func busybox() ([]ociimage.File, error) {
+	const bb = "/bin/busybox"
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		return nil, fmt.Errorf("%w (install busybox-static)", err)
+	}
+	list, err := exec.Command(bb, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("busybox --list-full: %w", err)
+	}
+	files := []ociimage.File{
+		{Path: "bin/busybox", Mode: 0o755, Data: data},
+		{Path: "etc/passwd", Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
+		{Path: "etc/group", Data: []byte("root:x:0:\nnogroup:x:65534:\n")},
+		{Path: "tmp/.keep"},
+	}
+	for _, a := range strings.Fields(string(list)) {
+		if a == "bin/busybox" {
+			continue
+		}
+		files = append(files, ociimage.File{Path: a, Link: "/bin/busybox"})
+	}
+	return files, nil
+}
