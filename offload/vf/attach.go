@@ -69,7 +69,7 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 	if home == "" {
 		return fmt.Errorf("vf: attach %s: the VF has no netdev in the host namespace (bound to vfio-pci or no driver, or already in another pod)", ref)
 	}
-	cur, err := m.links.Get("", home)
+	cur, err := m.links.Get(m.host, home)
 	if err != nil {
 		return fmt.Errorf("vf: attach %s: %w", ref, err)
 	}
@@ -92,14 +92,14 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 	if err := m.mgr.Apply(ref.PF, ref.Index, s); err != nil {
 		return fail(err)
 	}
-	undo.push(func() error { return m.links.SetAlias("", home, cur.Alias) })
-	if err := m.links.SetAlias("", home, k.String()); err != nil {
+	undo.push(func() error { return m.links.SetAlias(m.host, home, cur.Alias) })
+	if err := m.links.SetAlias(m.host, home, k.String()); err != nil {
 		return fail(err)
 	}
-	if err := m.links.Move("", home, podNS); err != nil {
+	if err := m.links.Move(m.host, home, podNS); err != nil {
 		return fail(err)
 	}
-	undo.push(func() error { return m.links.Move(podNS, home, "") })
+	undo.push(func() error { return m.links.Move(podNS, home, m.host) })
 	if err := m.links.Rename(podNS, home, ifc.Name); err != nil {
 		return fail(err)
 	}
@@ -149,7 +149,7 @@ func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
 				return fmt.Errorf("vf: detach %s: %w", ref, err)
 			}
 		}
-		if err := m.links.Move(podNS, k.home, ""); err != nil {
+		if err := m.links.Move(podNS, k.home, m.host); err != nil {
 			err = fmt.Errorf("vf: detach %s: %w", ref, err)
 			if cur.Name != k.home {
 				err = errors.Join(err, m.links.Rename(podNS, k.home, cur.Name))
@@ -160,12 +160,12 @@ func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
 		// Back in the host by the kernel's doing, under its pod name or
 		// devN.
 		if cur.Up {
-			if err := m.links.SetDown("", cur.Name); err != nil {
+			if err := m.links.SetDown(m.host, cur.Name); err != nil {
 				return fmt.Errorf("vf: detach %s: %w", ref, err)
 			}
 		}
 		if cur.Name != k.home {
-			if err := m.links.Rename("", cur.Name, k.home); err != nil {
+			if err := m.links.Rename(m.host, cur.Name, k.home); err != nil {
 				return fmt.Errorf("vf: detach %s (back as %s): %w", ref, cur.Name, err)
 			}
 		}
@@ -174,12 +174,12 @@ func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
 	// made sure of.
 	var errs []error
 	if marked && k.mtu > 0 && cur.MTU != k.mtu {
-		if err := m.links.SetMTU("", k.home, k.mtu); err != nil {
+		if err := m.links.SetMTU(m.host, k.home, k.mtu); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if marked {
-		if err := m.links.SetAlias("", k.home, ""); err != nil {
+		if err := m.links.SetAlias(m.host, k.home, ""); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -228,7 +228,7 @@ func (m *Mover) find(ref Ref, podNS, podIf string) (nl.Netdev, bool, error) {
 			return nl.Netdev{}, false, err
 		}
 		if name != "" {
-			d, err := m.links.Get("", name)
+			d, err := m.links.Get(m.host, name)
 			if err == nil {
 				return d, false, nil
 			}
@@ -263,7 +263,7 @@ func (m *Mover) Stranded(refs []Ref) ([]Ref, error) {
 		if name == "" {
 			continue
 		}
-		d, err := m.links.Get("", name)
+		d, err := m.links.Get(m.host, name)
 		if errors.Is(err, nl.ErrNoLink) {
 			continue // moved between the two reads
 		}

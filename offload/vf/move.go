@@ -64,8 +64,15 @@ type Links interface {
 // MoverOptions configure a Mover.
 type MoverOptions struct {
 	// SysRoot is where sysfs is ("/sys"): a VF's netdev in the host
-	// namespace is found under bus/pci/devices/<pci>/net.
+	// namespace is found under bus/pci/devices/<pci>/net. That sysfs must
+	// be the host namespace's (sysfs shows the netdevs of the namespace
+	// that mounted it).
 	SysRoot string
+	// HostNS is the namespace VFs live in when no pod has them (a path;
+	// "" is the caller's). A destroyed pod namespace gives its VFs to the
+	// init namespace, which is the host's on a node (the agent runs in
+	// it).
+	HostNS string
 	// Links reaches netdevs (nl.Netdevs when nil); Netlink the PF's VF
 	// settings (nl.SRIOV when nil).
 	Links   Links
@@ -82,6 +89,7 @@ type MoverOptions struct {
 // (the agent serializes an endpoint's operations).
 type Mover struct {
 	sys   string
+	host  string
 	links Links
 	mgr   *Manager
 	wait  time.Duration
@@ -90,7 +98,7 @@ type Mover struct {
 
 // NewMover returns a Mover.
 func NewMover(o MoverOptions) *Mover {
-	m := &Mover{sys: strings.TrimRight(o.SysRoot, "/"), links: o.Links, mgr: NewManager(Options{Netlink: o.Netlink, Logger: o.Logger}), wait: o.ReturnWait, log: o.Logger}
+	m := &Mover{sys: strings.TrimRight(o.SysRoot, "/"), host: o.HostNS, links: o.Links, mgr: NewManager(Options{Netlink: o.Netlink, Logger: o.Logger}), wait: o.ReturnWait, log: o.Logger}
 	if o.SysRoot == "" {
 		m.sys = "/sys"
 	}
