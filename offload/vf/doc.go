@@ -1,8 +1,9 @@
 // Package vf configures SR-IOV virtual functions from the host side: the
 // settings a PF holds for each of its VFs (MAC, VLAN and QoS, spoof check,
-// trust, link state, rate limits), set over rtnetlink on the PF, and the
+// trust, link state, rate limits), set over rtnetlink on the PF; the
 // binding of a VF's PCI function to vfio-pci (for a VM) and back to the
-// driver it had, through sysfs.
+// driver it had, through sysfs; and moving a VF's netdev into a pod's
+// network namespace and back.
 //
 //	m := vf.NewManager(vf.Options{Logger: log})         // netlink of this namespace
 //	err := m.Apply("ens1f0np0", 3, vf.Settings{
@@ -13,6 +14,13 @@
 //	b := vf.NewBinder(vf.BinderOptions{Logger: log})    // /sys
 //	prev, err := b.BindVFIO("0000:03:00.5")              // remembers nothing: keep prev
 //	err = b.Restore("0000:03:00.5", prev)
+//
+//	mv := vf.NewMover(vf.MoverOptions{Logger: log})      // /sys, netlink of every namespace
+//	ref := vf.Ref{PF: "ens1f0np0", Index: 3, PCI: "0000:03:00.5"}
+//	err = mv.Attach(ref, vf.PodSettings(mac), "/var/run/netns/cni-1234", vf.PodIface{
+//		Name: "eth0", MAC: mac, MTU: 1450, Addrs: addrs, Routes: routes})
+//	err = mv.Detach(ref, "/var/run/netns/cni-1234", "eth0") // also when the namespace is gone
+//	stranded, err := mv.Stranded(vf.RefsOf(node))            // back from dead namespaces
 //
 // Apply reads the VF's current state first and changes only what differs,
 // so applying the same settings again does nothing. BindVFIO and Restore are

@@ -1,0 +1,145 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/skiff-sdn/skiff/offload/eswitch"
+	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
+)
+
+// fakeDevlink answers eswitch modes from a map keyed by handle; handles
+// missing from it have no eswitch. Safe for concurrent use (the plugin
+// rescans while a test changes modes).
+type fakeDevlink struct {
+	mu    sync.Mutex
+	modes map[string]eswitch.Mode
+}
+
+func (f *fakeDevlink) EswitchMode(_ context.Context, h string) (eswitch.Mode, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m, ok := f.modes[h]
+	if !ok {
+		return eswitch.ModeNone, fmt.Errorf("devlink %s: %w", h, eswitch.ErrNoEswitch)
+	}
+	return m, nil
+}
+
+func (f *fakeDevlink) SetEswitchMode(_ context.Context, h string, m eswitch.Mode) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.modes[h] = m
+	return nil
+}
+
+// fixture is a sysfs tree, a /dev tree and the devlink behind them.
+type fixture struct {
+	tr  *sysfstest.Tree
+	dev string
+	dl  *fakeDevlink
+}
+
+func (f *fixture) scanner() *Scanner { return NewScanner(f.tr.Root, f.dev, f.dl) }
+
+// vfAddr is the PCI address sysfstest.Tree.PF gives VF i on bus.
+func vfAddr(bus string, i int) string { return fmt.Sprintf("0000:%s:%02x.%d", bus, (i+2)/8, (i+2)%8) }
+
+// pciAttrs writes the PCI identity of the VFs of a PF made by
+// sysfstest.Tree.PF: vendor, device and NUMA node.
+func (f *fixture) pciAttrs(bus string, n int, vendor, device string, numa int) {
+	for i := range n {
+		dir := sysfstest.PCIParent + "/" + vfAddr(bus, i)
+		f.tr.Write(dir+"/vendor", "0x"+vendor)
+		f.tr.Write(dir+"/device", "0x"+device)
+		f.tr.Write(dir+"/numa_node", fmt.Sprint(numa))
+	}
+}
+
+func newFixture(t *testing.T) *fixture {
+	return &fixture{tr: sysfstest.New(t), dev: t.TempDir(), dl: &fakeDevlink{modes: map[string]eswitch.Mode{}}}
+}
+
+const cx6Switch = "b8cef6030012a4b0"
+
+// connectX6 adds a ConnectX-6 Dx in switchdev mode: PF ens1f0np0
+// (0000:<bus>:00.0, uplink p0) with n VFs on mlx5_core (netdevs
+// <prefix>v0..), their representors, the given NUMA node, link up.
+func (f *fixture) connectX6(bus, pfName string, n, numa int) string {
+	pf := f.tr.PF("0000:"+bus+":00.0", 8, n, bus, "mlx5_core", func(i int) string { return fmt.Sprintf("%sv%d", pfName[:len(pfName)-3], i) })
+	sw := cx6Switch[:14] + bus
+	f.tr.Netdev(pf, pfName, sw, "p0")
+	f.tr.Write("class/net/"+pfName+"/operstate", "up")
+	for i := range n {
+		f.tr.Netdev(pf, fmt.Sprintf("%s_rep%d", bus, i), sw, fmt.Sprintf("pf0vf%d", i))
+	}
+	f.pciAttrs(bus, n, "15b3", "101e", numa)
+	f.dl.modes["pci/0000:"+bus+":00.0"] = eswitch.ModeSwitchdev
+	return pf
+}
+
+// blueFieldHost adds the host side of a BlueField-2 in DPU mode: the PF
+// and its VFs as on any host, no representors (they are on the DPU's Arm
+// side) and no eswitch devlink can see from here.
+func (f *fixture) blueFieldHost(n int) string {
+	pf := f.tr.PF("0000:03:00.0", 16, n, "03", "mlx5_core", func(i int) string { return fmt.Sprintf("ens1f0v%d", i) })
+	f.tr.Netdev(pf, "ens1f0np0", "", "")
+	f.tr.Write("class/net/ens1f0np0/operstate", "up")
+	f.pciAttrs("03", n, "15b3", "101e", 0)
+	return pf
+}
+
+// legacyE810 adds an Intel E810 in legacy mode: PF ens2f0, 4 VFs on
+// iavf, VF 2 on vfio-pci in IOMMU group 42 (with /dev/vfio/42).
+func (f *fixture) legacyE810() string {
+	pf := f.tr.PF("0000:5e:00.0", 64, 4, "5e", "iavf", func(i int) string {
+		if i == 2 {
+			return ""
+		}
+		return fmt.Sprintf("ens2f0v%d", i)
+	})
+	f.tr.Netdev(pf, "ens2f0", "", "")
+	f.tr.Write("class/net/ens2f0/operstate", "up")
+	f.pciAttrs("5e", 4, "8086", "1889", 1)
+	vf2 := sysfstest.PCIParent + "/" + vfAddr("5e", 2)
+	f.tr.Mkdir("bus/pci/drivers/vfio-pci")
+	f.tr.RelLink(vf2+"/driver", "bus/pci/drivers/vfio-pci")
+	f.tr.Mkdir("kernel/iommu_groups/42")
+	f.tr.RelLink(vf2+"/iommu_group", "kernel/iommu_groups/42")
+	if err := os.MkdirAll(filepath.Join(f.dev, "vfio"), 0o755); err != nil {
+		panic(err)
+	}
+	for _, n := range []string{"vfio", "42"} {
+		if err := os.WriteFile(filepath.Join(f.dev, "vfio", n), nil, 0o600); err != nil {
+			panic(err)
+		}
+	}
+	f.dl.modes["pci/0000:5e:00.0"] = eswitch.ModeLegacy
+	return pf
+}
+
+// moveIntoPod removes VF i's netdev from the host's view, as moving it
+// into a pod's namespace does (sysfs is namespace-tagged).
+func (f *fixture) moveIntoPod(t *testing.T, bus string, i int, netdev string) {
+	t.Helper()
+	f.tr.Remove(sysfstest.PCIParent+"/"+vfAddr(bus, i), netdev)
+}
+
+// removeVF makes VF i of a PF disappear (its virtfn link and function).
+func (f *fixture) removeVF(t *testing.T, pfAddr, bus string, i int, netdev string) {
+	t.Helper()
+	for _, p := range []string{
+		"class/net/" + netdev,
+		fmt.Sprintf("%s/%s/virtfn%d", sysfstest.PCIParent, pfAddr, i),
+		sysfstest.PCIParent + "/" + vfAddr(bus, i),
+		"bus/pci/devices/" + vfAddr(bus, i),
+	} {
+		if err := os.RemoveAll(filepath.Join(f.tr.Root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
