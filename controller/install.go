@@ -58,13 +58,18 @@ func setupCA(cfg *Config, log *slog.Logger) (*agentcert.CA, error) {
 
 // ensurePodNetwork makes the settings' pod network and its subnets exist
 // (podNetwork.create) or checks that they do; a network that exists with
-// other values is an error naming the field, never changed.
+// other values is an error naming the field, never changed. A network
+// that must not be created and does not exist is logged, not fatal.
 func ensurePodNetwork(ctx context.Context, mgmt skiffv1.ManagementServiceServer, s *settings.Settings, log *slog.Logger) error {
 	pn := s.PodNetwork
 	n, err := mgmt.GetNetwork(ctx, &skiffv1.GetRequest{Name: pn.Name})
 	switch {
 	case status.Code(err) == codes.NotFound && !pn.Create:
-		return fmt.Errorf("settings: podNetwork.name: network %q does not exist (and podNetwork.create is false)", pn.Name)
+		// Someone may create it later (skiffctl); until then agents
+		// install no CNI and say why.
+		log.Error("the settings' pod network does not exist and podNetwork.create is false: no node can serve pods until it is created",
+			"field", "podNetwork.name", "network", pn.Name)
+		return nil
 	case status.Code(err) == codes.NotFound:
 		if n, err = mgmt.CreateNetwork(ctx, &skiffv1.CreateNetworkRequest{Network: &skiffv1.Network{Name: pn.Name, Vni: pn.VNI, Mtu: pn.MTU}}); err != nil {
 			return fmt.Errorf("settings: podNetwork: %w", err)
