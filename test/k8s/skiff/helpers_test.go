@@ -86,6 +86,7 @@ func eventually(t *testing.T, within time.Duration, f func() string) {
 // agentErrors returns the ERROR lines the agents logged.
 func agentErrors(t *testing.T, c *cluster.Cluster) []string {
 	t.Helper()
+	c.MustKubectl(t, "-n", "skiff-system", "rollout", "status", "daemonset/skiff-agent", "--timeout=2m")
 	out := c.MustKubectl(t, "-n", "skiff-system", "logs", "-l", "app.kubernetes.io/name=skiff-agent", "-c", "agent", "--tail=-1", "--prefix")
 	var errs []string
 	for _, l := range strings.Split(out, "\n") {
