@@ -115,6 +115,15 @@ func TestClusterWithReferenceCNI(t *testing.T) {
 	c.MustKubectl(t, "exec", "a1", "--", "ping", "-c", "1", "-W", "2", a2)
 	c.MustKubectl(t, "exec", "a1", "--", "probe", "tcp", a2+":8080", "--timeout", "2s")
 	c.MustKubectl(t, "exec", "a1", "--", "probe", "udp", b1+":8081", "--timeout", "2s")
+	for _, proto := range []string{"udp", "tcp"} {
+		port := map[string]string{"udp": ":8081", "tcp": ":8080"}[proto]
+		out := c.MustKubectl(t, "exec", "a1", "--", "probe", "flow", "--"+proto, b1+port, "--interval", "10ms", "--duration", "2s")
+		var sent, received, lost, errs, gap int
+		if _, err := fmt.Sscanf(strings.TrimSpace(out), "sent=%d received=%d lost=%d errors=%d max_gap=%dms", &sent, &received, &lost, &errs, &gap); err != nil ||
+			sent < 100 || lost != 0 || errs != 0 {
+			t.Errorf("%s flow from a1 to b1: %q (%v), want 100+ messages, none lost", proto, out, err)
+		}
+	}
 	if out, err := c.Kubectl("exec", "a1", "--", "probe", "tcp", b1+":9", "--timeout", "1s"); err == nil {
 		t.Errorf("a probe to a closed port succeeded: %s", out)
 	}

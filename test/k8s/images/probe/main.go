@@ -85,15 +85,7 @@ func serve(args []string) error {
 		if err != nil {
 			return err
 		}
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-			}
-		}()
+		go echoTCP(l)
 		fmt.Println("serving tcp", p)
 	}
 	for _, p := range udp {
@@ -101,16 +93,7 @@ func serve(args []string) error {
 		if err != nil {
 			return err
 		}
-		go func() {
-			buf := make([]byte, 65536)
-			for {
-				n, from, err := c.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = c.WriteTo(buf[:n], from)
-			}
-		}()
+		go echoUDP(c)
 		fmt.Println("serving udp", p)
 	}
 	sigs := make(chan os.Signal, 1)
@@ -119,21 +102,52 @@ func serve(args []string) error {
 	return nil
 }
 
+// echoTCP echoes every connection accepted on l until l is closed.
+func echoTCP(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+	}
+}
+
+// echoUDP echoes every datagram c receives until c is closed.
+func echoUDP(c net.PacketConn) {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		_, _ = c.WriteTo(buf[:n], from)
+	}
+}
+
 // once sends one message and waits for its echo.
 func once(proto string, args []string) error {
 	if len(args) < 1 {
 		usage()
 	}
-	addr := args[0]
 	fs := flag.NewFlagSet(proto, flag.ExitOnError)
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for the echo")
 	_ = fs.Parse(args[1:])
-	c, err := net.DialTimeout(proto, addr, *timeout)
+	if err := probeOnce(proto, args[0], *timeout); err != nil {
+		return err
+	}
+	fmt.Println("ok")
+	return nil
+}
+
+// probeOnce sends one message to addr and waits for its echo.
+func probeOnce(proto, addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout(proto, addr, timeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(*timeout))
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	msg := []byte("probe\n")
 	if _, err := c.Write(msg); err != nil {
 		return err
@@ -142,7 +156,6 @@ func once(proto string, args []string) error {
 	if _, err := io.ReadFull(c, got); err != nil {
 		return fmt.Errorf("%s %s: no echo: %w", proto, addr, err)
 	}
-	fmt.Println("ok")
 	return nil
 }
 
@@ -162,6 +175,23 @@ func flow(args []string) error {
 	if *tcp != "" {
 		proto, addr = "tcp", *tcp
 	}
+	fmt.Println(runFlow(proto, addr, *interval, *duration))
+	return nil
+}
+
+// flowResult is what a flow counted.
+type flowResult struct {
+	sent, received, errors int
+	maxGap                 time.Duration
+}
+
+func (r flowResult) String() string {
+	return fmt.Sprintf("sent=%d received=%d lost=%d errors=%d max_gap=%dms", r.sent, r.received, r.sent-r.received, r.errors, r.maxGap.Milliseconds())
+}
+
+// runFlow sends a numbered message every interval for duration and
+// counts the echoes.
+func runFlow(proto, addr string, interval, duration time.Duration) flowResult {
 	var (
 		mu       sync.Mutex
 		got      = map[uint64]bool{}
@@ -186,7 +216,7 @@ func flow(args []string) error {
 		if conn != nil {
 			conn.Close()
 		}
-		c, err := net.DialTimeout(proto, addr, *interval*10+time.Second)
+		c, err := net.DialTimeout(proto, addr, interval*10+time.Second)
 		if err != nil {
 			conn = nil
 			return
@@ -205,8 +235,8 @@ func flow(args []string) error {
 	}
 	dial()
 	var sent uint64
-	end := time.Now().Add(*duration)
-	tick := time.NewTicker(*interval)
+	end := time.Now().Add(duration)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for now := range tick.C {
 		if now.After(end) {
@@ -239,6 +269,5 @@ func flow(args []string) error {
 	if gap := time.Since(last) - 500*time.Millisecond; gap > maxGap {
 		maxGap = gap
 	}
-	fmt.Printf("sent=%d received=%d lost=%d errors=%d max_gap=%dms\n", sent, len(got), sent-uint64(len(got)), errCount, maxGap.Milliseconds())
-	return nil
+	return flowResult{sent: int(sent), received: len(got), errors: errCount, maxGap: maxGap}
 }
