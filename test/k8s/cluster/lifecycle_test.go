@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/internal/images"
 )
 
 const hostPod = `apiVersion: v1
@@ -26,8 +28,20 @@ spec:
 // but its namespace holder, and powered on runs its pod again; a node
 // whose underlay link is down cannot reach the control plane.
 func TestNodePowerAndLink(t *testing.T) {
-	pause, testpod := TestImages(t, t.TempDir())
+	dir := t.TempDir()
+	pause, testpod := TestImages(t, dir)
 	c := Start(t, Options{Nodes: 1, Images: []string{pause, testpod}})
+	// One archive, two tags: containerd gets both.
+	twice := filepath.Join(dir, "twice.tar")
+	if err := images.Write("pause", dir, twice, "skiff.local/a:1", "skiff.local/b:2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ImportImage(twice); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Nodes[0].Ctr("images", "ls", "-q"); err != nil || !strings.Contains(out, "skiff.local/a:1\n") || !strings.Contains(out, "skiff.local/b:2\n") {
+		t.Errorf("images after importing one archive with two tags: %v\n%s", err, out)
+	}
 	c.WaitDefaultServiceAccount(t, "default")
 	c.Apply(t, hostPod) // host network: the node needs no CNI
 	c.MustKubectl(t, "wait", "--for=condition=Ready", "pod/p", "--timeout=120s")
