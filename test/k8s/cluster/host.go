@@ -21,7 +21,12 @@ import (
 // records, under a lock.
 
 // stateDir holds the records: lock, host.json, clusters/<id>.json.
-var stateDir = "/run/skiff-k8s-test"
+// sysctlDir is where the sysctls are read and written (variables for the
+// unit test).
+var (
+	stateDir  = "/run/skiff-k8s-test"
+	sysctlDir = "/proc/sys"
+)
 
 // record is one running cluster: what must go when it is gone.
 type record struct {
@@ -171,7 +176,7 @@ func register(r record) (stale, err error) {
 		} else {
 			h.Sysctls = map[string]string{}
 			for _, k := range kernelTunables {
-				if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
+				if b, err := os.ReadFile(filepath.Join(sysctlDir, k)); err == nil {
 					h.Sysctls[k] = strings.TrimSpace(string(b))
 				}
 			}
@@ -227,8 +232,8 @@ func restoreHost(file string) error {
 	}
 	var errs []error
 	for k, v := range h.Sysctls {
-		if b, err := os.ReadFile("/proc/sys/" + k); err == nil && strings.TrimSpace(string(b)) != v {
-			if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+		if b, err := os.ReadFile(filepath.Join(sysctlDir, k)); err == nil && strings.TrimSpace(string(b)) != v {
+			if err := os.WriteFile(filepath.Join(sysctlDir, k), []byte(v), 0o644); err != nil {
 				errs = append(errs, fmt.Errorf("sysctl %s: %w", k, err))
 			}
 		}
