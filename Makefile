@@ -35,9 +35,11 @@ k8s-setup:
 	./hack/k8s/setup.sh
 
 # Skiff's image (the four static binaries), without a registry:
-# bin/skiff-image.tar, for `ctr -n k8s.io images import`.
+# bin/skiff-image.tar, for `ctr -n k8s.io images import`, tagged
+# skiff.local/skiff:dev (what deploy/kubernetes names) and :<git describe>.
+IMAGE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 image: build
-	$(GO) run ./hack/image skiff --bin-dir $(BIN) --out $(BIN)/skiff-image.tar
+	$(GO) run ./hack/image skiff --bin-dir $(BIN) --out $(BIN)/skiff-image.tar --tag skiff.local/skiff:dev --tag skiff.local/skiff:$(IMAGE_VERSION)
 
 # Only the real-cluster tests (test/k8s).
 test-k8s: deps build k8s-setup

@@ -1,8 +1,9 @@
 // Package images builds the project's container images without a
 // registry (internal/ociimage): Skiff's own (the four binaries), and the
-// pause and probe images of the test cluster.
+// pause and test pod images of the test cluster (test/k8s).
 //
-//	err := images.Write("skiff", "bin", "bin/skiff-image.tar", "")
+//	err := images.Write("skiff", "bin", "bin/skiff-image.tar")                 // skiff.local/skiff:dev
+//	err := images.Write("skiff", "bin", "bin/skiff-image.tar", images.SkiffTag, "skiff.local/skiff:v0.4.0")
 package images
 
 import (
@@ -23,9 +24,13 @@ const (
 	TestpodTag = "skiff.local/testpod:dev"
 )
 
-// Write writes the image kind (skiff, pause, testpod) to out, tagged tag
-// (the kind's own tag when empty), from the binaries in binDir.
-func Write(kind, binDir, out, tag string) error {
+// Write writes the image kind (skiff, pause, testpod) to out, tagged
+// with tags (the kind's own tag when none, or only empty ones, are
+// given), from the binaries in binDir: skiff-controller, skiff-agent,
+// skiffctl and skiff-cni (make build) for skiff, pause
+// (test/k8s/images/pause) for pause, probe (test/k8s/images/probe) for
+// testpod.
+func Write(kind, binDir, out string, tags ...string) error {
 	var img ociimage.Image
 	var def string
 	switch kind {
@@ -39,7 +44,7 @@ func Write(kind, binDir, out, tag string) error {
 			img.Files = append(img.Files, ociimage.File{Path: "usr/local/bin/" + b, Mode: 0o755, Data: data})
 		}
 		// The agent and the CNI install step write under these.
-		img.Files = append(img.Files, ociimage.File{Path: "etc/skiff/.keep", Data: nil}, ociimage.File{Path: "tmp/.keep", Data: nil})
+		img.Files = append(img.Files, ociimage.File{Path: "etc/skiff", Dir: true}, ociimage.File{Path: "tmp", Dir: true, Mode: 0o1777})
 		img.Entrypoint = []string{"/usr/local/bin/skiff-agent"}
 	case "pause":
 		def = PauseTag
@@ -55,18 +60,28 @@ func Write(kind, binDir, out, tag string) error {
 		if err != nil {
 			return err
 		}
-		img.Files = files
+		probe, err := os.ReadFile(filepath.Join(binDir, "probe"))
+		if err != nil {
+			return fmt.Errorf("%w (go build -o %s/ ./test/k8s/images/probe)", err, binDir)
+		}
+		img.Files = append(files, ociimage.File{Path: "usr/local/bin/probe", Mode: 0o755, Data: probe})
 		img.Entrypoint = []string{"/bin/sh"}
 	default:
 		return fmt.Errorf("images: unknown image %q: skiff, pause or testpod", kind)
 	}
-	if tag == "" {
-		tag = def
+	var use []string
+	for _, t := range tags {
+		if t != "" {
+			use = append(use, t)
+		}
+	}
+	if len(use) == 0 {
+		use = []string{def}
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	return ociimage.Write(out, tag, img)
+	return ociimage.Write(out, use, img)
 }
 
 // busybox is Debian's static busybox with a link per applet, and the files
@@ -85,7 +100,7 @@ func busybox() ([]ociimage.File, error) {
 		{Path: "bin/busybox", Mode: 0o755, Data: data},
 		{Path: "etc/passwd", Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
 		{Path: "etc/group", Data: []byte("root:x:0:\nnogroup:x:65534:\n")},
-		{Path: "tmp/.keep"},
+		{Path: "tmp", Dir: true, Mode: 0o1777},
 	}
 	for _, a := range strings.Fields(string(list)) {
 		if a == "bin/busybox" {

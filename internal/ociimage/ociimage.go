@@ -3,13 +3,14 @@
 // (manifest.json with RepoTags, the config, the layer) that `ctr images
 // import` and `docker load` read. Built on go-containerregistry.
 //
-//	err := ociimage.Write("bin/skiff-image.tar", "skiff.local/skiff:dev", ociimage.Image{
+//	err := ociimage.Write("bin/skiff-image.tar", []string{"skiff.local/skiff:dev"}, ociimage.Image{
 //		Files:      []ociimage.File{{Path: "usr/local/bin/skiff-agent", Mode: 0o755, Data: agent}},
 //		Entrypoint: []string{"/usr/local/bin/skiff-agent"},
 //	})
 //
-// The same inputs give the same bytes (fixed times, owners and order), so
-// an image's digest names its content.
+// The same files give the same layer and config (fixed times, owners and
+// order), so an image's digest names its content; with one tag, the same
+// archive bytes too. The archive is written aside and renamed into place.
 package ociimage
 
 import (
@@ -17,7 +18,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -29,13 +32,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// File is one entry of the image's layer. A Link makes a symbolic link to
-// it; otherwise Data is the file's content. Parent directories are made.
+// File is one entry of the image's layer: a directory when Dir is set, a
+// symbolic link to Link when that is set, else a file holding Data.
+// Mode is the permission bits (0o644 for a file, 0o755 for a directory
+// when zero). Parent directories are made (0o755) when not listed.
 type File struct {
 	Path string
 	Mode int64
 	Data []byte
 	Link string
+	Dir  bool
 }
 
 // Image is what goes in: the layer's files and the config's process.
@@ -65,6 +71,11 @@ func Layer(files []File) ([]byte, error) {
 		sorted[i] = f
 	}
 	slices.SortFunc(sorted, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Path == sorted[i-1].Path {
+			return nil, fmt.Errorf("ociimage: file path %q: listed twice", sorted[i].Path)
+		}
+	}
 	for _, f := range sorted {
 		p := f.Path
 		// Parents first.
@@ -83,6 +94,20 @@ func Layer(files []File) ([]byte, error) {
 			}
 		}
 		h := &tar.Header{Name: p, Mode: f.Mode, ModTime: epoch, Format: tar.FormatPAX}
+		if f.Dir {
+			if dirs[p] {
+				continue
+			}
+			dirs[p] = true
+			h.Typeflag, h.Name = tar.TypeDir, p+"/"
+			if h.Mode == 0 {
+				h.Mode = 0o755
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				return nil, fmt.Errorf("ociimage: %s: %w", p, err)
+			}
+			continue
+		}
 		if f.Link != "" {
 			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.Link, 0o777
 		} else {
@@ -135,19 +160,43 @@ func Build(img Image) (v1.Image, error) {
 	return mutate.ConfigFile(out, cf)
 }
 
-// Write builds the image and writes it, tagged tag, as a docker-archive
-// tarball at file.
-func Write(file, tag string, img Image) error {
-	t, err := name.NewTag(tag)
-	if err != nil {
-		return fmt.Errorf("ociimage: tag %q: %w", tag, err)
+// Write builds the image and writes it, tagged with every tag given, as
+// a docker-archive tarball at file (manifest.json lists the tags in the
+// order given).
+func Write(file string, tags []string, img Image) error {
+	if len(tags) == 0 {
+		return fmt.Errorf("ociimage: %s: no tag", file)
 	}
 	i, err := Build(img)
 	if err != nil {
 		return err
 	}
-	if err := tarball.WriteToFile(file, t, i); err != nil {
+	refs := map[name.Tag]v1.Image{}
+	for _, tag := range tags {
+		t, err := name.NewTag(tag, name.StrictValidation)
+		if err != nil {
+			return fmt.Errorf("ociimage: tag %q: %w", tag, err)
+		}
+		refs[t] = i
+	}
+	// Written aside and renamed: file is whole or not there.
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		return fmt.Errorf("ociimage: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	if err := tarball.MultiWriteToFile(tmp, refs); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("ociimage: writing %s: %w", file, err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("ociimage: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("ociimage: %w", err)
 	}
 	return nil
 }

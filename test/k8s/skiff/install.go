@@ -35,17 +35,12 @@ func Images(t testing.TB, root, dir string) []string {
 			t.Fatalf("%s: run make build first: %v", b, err)
 		}
 	}
-	if out, err := goBuild(dir, root, "./test/k8s/images/pause"); err != nil {
-		t.Fatalf("building pause: %v\n%s", err, out)
+	pause, testpod := cluster.TestImages(t, dir)
+	skiff := filepath.Join(dir, "skiff.tar")
+	if err := images.Write("skiff", bin, skiff); err != nil {
+		t.Fatal(err)
 	}
-	var out []string
-	for _, k := range []struct{ kind, from string }{{"pause", dir}, {"testpod", dir}, {"skiff", bin}} {
-		f := filepath.Join(dir, k.kind+".tar")
-		if err := images.Write(k.kind, k.from, f, ""); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, f)
-	}
+	out := []string{pause, testpod, skiff}
 	return out
 }
 
