@@ -46,12 +46,24 @@ func endpoints(t *testing.T, c *cluster.Cluster) []endpoint {
 
 // execIn is kubectl exec into pod, "NAMESPACE/NAME" or a name in
 // default.
+//
+// A command that ran reports its own failure ("command terminated with
+// exit code N"). Right after the kubelet restarted a pod's container,
+// kubectl exec sometimes exits 1 with no output at all, the command not
+// run: that is a failure of the exec channel, not of the probe, and the
+// exec is made again (at most 5 times).
 func execIn(c *cluster.Cluster, pod string, cmd ...string) (string, error) {
 	ns, name, ok := strings.Cut(pod, "/")
 	if !ok {
 		ns, name = "default", pod
 	}
-	return c.Kubectl(append([]string{"-n", ns, "exec", name, "--"}, cmd...)...)
+	for i := 0; ; i++ {
+		out, err := c.Kubectl(append([]string{"-n", ns, "exec", name, "--"}, cmd...)...)
+		if err == nil || strings.TrimSpace(out) != "" || i == 4 {
+			return out, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // connects reports whether pod reaches ip:8080 (the probe pods' listener

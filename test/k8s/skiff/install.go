@@ -49,6 +49,8 @@ type Overlay struct {
 	// Settings replaces skiff.yaml (the ConfigMap); empty: the test
 	// default (pod network 198.51.100.0/24, VNI 4096, mode software).
 	Settings string
+	// ControllerArgs are added to the controller's.
+	ControllerArgs []string
 }
 
 // DefaultSettings are the test cluster's settings; {dir} is the cluster's
@@ -67,7 +69,7 @@ cni:
 
 // WriteOverlay writes a kustomization over deploy/kubernetes/overlays/
 // software for the test cluster c, and returns its directory: images are
-// never pulled, the nodes' CNI directories, pod namespaces, agent sockets
+// never pulled, the controller runs on k1 (tests kill k2's kubelet), the nodes' CNI directories, pod namespaces, agent sockets
 // and state are under the cluster's directory (several nodes share this
 // machine), and the controller's volume is a hostPath PersistentVolume.
 func WriteOverlay(t testing.TB, root string, c *cluster.Cluster, o Overlay) string {
@@ -89,6 +91,10 @@ func WriteOverlay(t testing.TB, root string, c *cluster.Cluster, o Overlay) stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ctrlArgs string
+	for _, a := range o.ControllerArgs {
+		ctrlArgs += fmt.Sprintf("    - op: add\n      path: /spec/template/spec/containers/0/args/-\n      value: %q\n", a)
+	}
 	run := filepath.Join(c.Dir, "skiff-run")
 	state := filepath.Join(c.Dir, "skiff-state")
 	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
@@ -108,7 +114,10 @@ patches:
     - op: add
       path: /spec/template/spec/containers/0/imagePullPolicy
       value: Never
-- target: {kind: DaemonSet, name: skiff-agent}
+    - op: add
+      path: /spec/template/spec/nodeSelector
+      value: {kubernetes.io/hostname: k1}
+%s- target: {kind: DaemonSet, name: skiff-agent}
   patch: |-
     - op: add
       path: /spec/template/spec/containers/0/imagePullPolicy
@@ -136,7 +145,7 @@ patches:
     - op: replace
       path: /spec/template/spec/containers/0/args/4
       value: --socket=%s/$(NODE_NAME)/agent.sock
-`, base, indent(settings, 8), c.Dir, c.Dir, state, run, run, run)
+`, base, indent(settings, 8), ctrlArgs, c.Dir, c.Dir, state, run, run, run)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
