@@ -39,7 +39,7 @@ type CNIInstall struct {
 
 // cniRetry is how often an install that could not be done is tried again
 // while the agent stays connected (a network created later).
-const cniRetry = 10 * time.Second
+const cniRetry = 3 * time.Second
 
 // installCNI installs skiff-cni and its configuration list once the
 // controller is connected and the network exists, and again after every

@@ -11,6 +11,7 @@ import (
 	"github.com/skiff-sdn/skiff/controller/agentcert"
 	"github.com/skiff-sdn/skiff/controller/kube"
 	"github.com/skiff-sdn/skiff/internal/logging"
+	"github.com/skiff-sdn/skiff/internal/settings"
 )
 
 // agentCertificateCommand is the agent pod's init step on Kubernetes: get
@@ -20,6 +21,7 @@ func agentCertificateCommand() *cobra.Command {
 		o          agentcert.RequestOptions
 		kubeconfig string
 		logLevel   string
+		settingsF  string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent-certificate --node NAME --dir DIR",
@@ -32,6 +34,13 @@ func agentCertificateCommand() *cobra.Command {
 			}
 			if o.Node == "" || o.Dir == "" {
 				return fmt.Errorf("--node and --dir are required")
+			}
+			// The settings first: refused settings stop the agent's pod
+			// here, saying why, before it asks for anything.
+			if settingsF != "" {
+				if _, err := settings.Load(settingsF); err != nil {
+					return err
+				}
 			}
 			rc, err := kube.RESTConfig(kubeconfig)
 			if err != nil {
@@ -52,5 +61,6 @@ func agentCertificateCommand() *cobra.Command {
 	f.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long to wait for the controller to sign")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: the pod's in-cluster configuration)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&settingsF, "settings", "", "check the installation's settings file first (the agent's)")
 	return cmd
 }

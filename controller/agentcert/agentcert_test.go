@@ -114,6 +114,9 @@ func TestAgentCertificates(t *testing.T) {
 	if cert.Subject.CommonName != "node:k1" || len(cert.DNSNames)+len(cert.IPAddresses) != 0 || time.Until(cert.NotAfter) > agentcert.MaxTTL {
 		t.Errorf("certificate %v %v %v until %v", cert.Subject, cert.DNSNames, cert.IPAddresses, cert.NotAfter)
 	}
+	if got, _ := os.ReadFile(filepath.Join(k1, agentcert.CACert)); string(got) != string(ca.PEM) {
+		t.Errorf("ca.pem is not the controller's CA:\n%s", got)
+	}
 	if st, _ := os.Stat(filepath.Join(k1, agentcert.NodeKey)); st.Mode().Perm() != 0o600 {
 		t.Errorf("key mode %v", st.Mode())
 	}

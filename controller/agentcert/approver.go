@@ -139,12 +139,16 @@ func (a *Approver) handle(ctx context.Context, log *slog.Logger, csr *certv1.Cer
 	if s := csr.Spec.ExpirationSeconds; s != nil && time.Duration(*s)*time.Second < ttl {
 		ttl = time.Duration(*s) * time.Second
 	}
-	certPEM, err := a.CA.issue(pub, "node:"+node, nil, ttl)
+	ca := a.CA
+	certPEM, err := ca.issue(pub, "node:"+node, nil, ttl)
 	if err != nil {
 		return err
 	}
 	c := csr.DeepCopy()
-	c.Status.Certificate = certPEM
+	// The chain ends with the CA: the agent learns it from the API
+	// server (which it already trusts) with its certificate, and needs no
+	// other copy to check the controller's.
+	c.Status.Certificate = append(certPEM, ca.PEM...)
 	if _, err := csrs.UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("agentcert: signing: %w", err)
 	}

@@ -26,7 +26,8 @@ import (
 // RequestOptions say which node's certificate to get and where to keep it.
 type RequestOptions struct {
 	Node string
-	// Dir receives node.pem and node-key.pem.
+	// Dir receives node.pem, node-key.pem and ca.pem (the controller's
+	// CA, the end of the issued chain).
 	Dir string
 	// Renew: a certificate with less than this left is asked for again
 	// (7 days when 0); a longer-lived one is kept and nothing is asked.
@@ -44,8 +45,10 @@ func Current(dir, node string, renew time.Duration) bool {
 	if err != nil {
 		return false
 	}
-	if _, err := os.Stat(filepath.Join(dir, NodeKey)); err != nil {
-		return false
+	for _, f := range []string{NodeKey, CACert} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return false
+		}
 	}
 	b, _ := pem.Decode(certPEM)
 	if b == nil {
@@ -53,6 +56,24 @@ func Current(dir, node string, renew time.Duration) bool {
 	}
 	c, err := x509.ParseCertificate(b.Bytes)
 	return err == nil && c.Subject.CommonName == "node:"+node && time.Until(c.NotAfter) > renew
+}
+
+// splitChain splits an issued chain into the leaf and the CA that signed
+// it (the chain's last certificate).
+func splitChain(chain []byte) (leaf, ca []byte, err error) {
+	var blocks []*pem.Block
+	for rest := chain; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		blocks = append(blocks, b)
+	}
+	if len(blocks) < 2 {
+		return nil, nil, fmt.Errorf("the chain holds %d certificates, want the node's and the CA's", len(blocks))
+	}
+	return pem.EncodeToMemory(blocks[0]), pem.EncodeToMemory(blocks[len(blocks)-1]), nil
 }
 
 // Request gets node's agent certificate from the cluster: it makes a key,
@@ -141,7 +162,14 @@ func Request(ctx context.Context, cs kubernetes.Interface, o RequestOptions) err
 	if err := writeFile(filepath.Join(o.Dir, NodeKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(o.Dir, NodeCert), certPEM, 0o644); err != nil {
+	leaf, ca, err := splitChain(certPEM)
+	if err != nil {
+		return fmt.Errorf("agentcert: the certificate of %s: %w", csr.Name, err)
+	}
+	if err := writeFile(filepath.Join(o.Dir, CACert), ca, 0o644); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(o.Dir, NodeCert), leaf, 0o644); err != nil {
 		return err
 	}
 	log.Info("agent certificate written", "node", o.Node, "dir", o.Dir)

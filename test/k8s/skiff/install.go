@@ -117,35 +117,33 @@ patches:
     - op: add
       path: /spec/template/spec/nodeSelector
       value: {kubernetes.io/hostname: k1}
-%s- target: {kind: DaemonSet, name: skiff-agent}
+%s- patch: |-
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata: {name: skiff-agent, namespace: skiff-system}
+    spec:
+      template:
+        spec:
+          initContainers:
+          - {name: certificate, imagePullPolicy: Never}
+          containers:
+          - name: agent
+            imagePullPolicy: Never
+            volumeMounts:
+            - {name: cluster, mountPath: %q, mountPropagation: HostToContainer}
+            - {name: run, mountPath: /run/skiff, $patch: delete}
+            - {name: run, mountPath: %q}
+            - {name: netns, mountPath: /var/run/netns, mountPropagation: None}
+          volumes:
+          - {name: cluster, hostPath: {path: %q, type: Directory}}
+          - {name: state, hostPath: {path: %q, type: DirectoryOrCreate}}
+          - {name: run, hostPath: {path: %q, type: DirectoryOrCreate}}
+- target: {kind: DaemonSet, name: skiff-agent}
   patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/imagePullPolicy
-      value: Never
-    - op: add
-      path: /spec/template/spec/initContainers/0/imagePullPolicy
-      value: Never
-    - op: add
-      path: /spec/template/spec/volumes/-
-      value: {name: cluster, hostPath: {path: %q, type: Directory}}
-    - op: add
-      path: /spec/template/spec/containers/0/volumeMounts/-
-      value: {name: cluster, mountPath: %q, mountPropagation: HostToContainer}
-    - op: replace
-      path: /spec/template/spec/volumes/2/hostPath/path
-      value: %q
-    - op: replace
-      path: /spec/template/spec/volumes/3
-      value: {name: run, hostPath: {path: %q, type: DirectoryOrCreate}}
-    - op: replace
-      path: /spec/template/spec/containers/0/volumeMounts/3
-      value: {name: run, mountPath: %q}
-    - op: remove
-      path: /spec/template/spec/containers/0/volumeMounts/6/mountPropagation
     - op: replace
       path: /spec/template/spec/containers/0/args/4
       value: --socket=%s/$(NODE_NAME)/agent.sock
-`, base, indent(settings, 8), ctrlArgs, c.Dir, c.Dir, state, run, run, run)
+`, base, indent(settings, 8), ctrlArgs, c.Dir, run, c.Dir, state, run, run)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
