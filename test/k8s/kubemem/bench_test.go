@@ -215,7 +215,7 @@ func pod(i int) *corev1.Pod {
 	ns := i / podsPerNS
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-%05d", i),
-			Labels: map[string]string{"app": fmt.Sprintf("web-%d", ns), "pod-template-hash": fmt.Sprintf("%08x", ns*2654435761), "tier": "frontend"},
+			Labels:      map[string]string{"app": fmt.Sprintf("web-%d", ns), "pod-template-hash": fmt.Sprintf("%08x", ns*2654435761), "tier": "frontend"},
 			Annotations: map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}},
 		Spec: corev1.PodSpec{
 			NodeName:                     fmt.Sprintf("fake-%03d", i%fakeNodes),
