@@ -78,6 +78,16 @@ func show(t *tb, c *cluster.Cluster, args ...string) string {
 	return out
 }
 
+// apply writes YAML into the cluster's directory and shows kubectl
+// apply -f of it.
+func apply(t *tb, c *cluster.Cluster, name, yaml string) {
+	f := filepath.Join(c.Dir, name)
+	if err := os.WriteFile(f, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	show(t, c, "apply", "-f", f)
+}
+
 // showSkiffctl runs skiffctl in the controller's pod and prints it.
 func showSkiffctl(t *tb, c *cluster.Cluster, args ...string) {
 	fmt.Printf("$ kubectl -n skiff-system exec skiff-controller-0 -- skiffctl %s\n", strings.Join(args, " "))
@@ -139,7 +149,7 @@ func demo(t *tb) {
 	c.WaitDefaultServiceAccount(t, "default")
 
 	step(t, "Pods on both nodes: client (app=client) and other (app=other) on k1, server (app=server) on k2")
-	c.Apply(t, skiff.ProbePod("client", "k1", map[string]string{"app": "client"})+
+	apply(t, c, "pods.yaml", skiff.ProbePod("client", "k1", map[string]string{"app": "client"})+
 		skiff.ProbePod("other", "k1", map[string]string{"app": "other"})+
 		skiff.ProbePod("server", "k2", map[string]string{"app": "server"}))
 	began = time.Now()
@@ -174,7 +184,7 @@ spec:
 `
 	t.print("   ", policy)
 	began = time.Now()
-	c.Apply(t, policy)
+	apply(t, c, "policy.yaml", policy)
 	// Enforced once other's probe is refused (the adapter, the
 	// controller and server's agent have done their part).
 	for skiff.Connects(c, "other", server) {
