@@ -130,7 +130,7 @@ func demo(t *tb) {
 	c := cluster.Start(t, cluster.Options{Nodes: 2, KubeProxy: true, Images: imgs})
 	t.Cleanup(func() {
 		fmt.Println("\n== Teardown: every process, container, mount, cgroup and namespace of the cluster")
-		if t.Failed() && t.ctx.Err() == nil {
+		if t.Failed() {
 			skiff.Diagnose(t, c)
 		}
 	})

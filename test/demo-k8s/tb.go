@@ -34,14 +34,22 @@ func (t *tb) Log(args ...any)          { t.print("   ", fmt.Sprint(args...)) }
 func (t *tb) Logf(f string, args ...any) {
 	t.print("   ", fmt.Sprintf(f, args...))
 }
-func (t *tb) Error(args ...any)         { t.print("ERROR: ", fmt.Sprint(args...)); t.Fail() }
-func (t *tb) Errorf(f string, a ...any) { t.print("ERROR: ", fmt.Sprintf(f, a...)); t.Fail() }
+func (t *tb) Error(args ...any)         { t.error(fmt.Sprint(args...)) }
+func (t *tb) Errorf(f string, a ...any) { t.error(fmt.Sprintf(f, a...)) }
 func (t *tb) Fatal(args ...any)         { t.Error(args...); t.FailNow() }
 func (t *tb) Fatalf(f string, a ...any) { t.Errorf(f, a...); t.FailNow() }
 func (t *tb) Skip(args ...any)          { t.Fatal(append([]any{"skipped: "}, args...)...) }
 func (t *tb) Skipf(f string, a ...any)  { t.Fatalf("skipped: "+f, a...) }
 func (t *tb) SkipNow()                  { t.FailNow() }
 func (t *tb) Skipped() bool             { return false }
+
+// error reports a failure, silently once interrupted (see Failed).
+func (t *tb) error(s string) {
+	if t.ctx.Err() == nil {
+		t.print("ERROR: ", s)
+	}
+	t.Fail()
+}
 
 func (t *tb) Fail() {
 	t.mu.Lock()
@@ -56,7 +64,13 @@ func (t *tb) FailNow() {
 	runtime.Goexit()
 }
 
+// Failed reports a failure, but not once the demo is interrupted: what
+// an interrupted step reports (kubectl killed by the same Ctrl-C) is no
+// failure, and the teardown prints no diagnostics for it.
 func (t *tb) Failed() bool {
+	if t.ctx.Err() != nil {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.failed
