@@ -5,7 +5,7 @@ CMDS    := skiff-controller skiff-agent skiffctl skiff-cni
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: all build deps generate test test-kernel test-k8s k8s-setup image lint demo bench scale clean
+.PHONY: all build deps generate test test-kernel test-k8s k8s-setup image lint demo demo-k8s bench bench-k8s scale clean
 
 all: build
 
@@ -60,6 +60,11 @@ lint:
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./controller/...
 
+# The Kubernetes adapter's memory at 1,000 and 10,000 pods made in a real
+# kube-apiserver (test/k8s/kubemem; docs/benchmarks.md).
+bench-k8s: deps build k8s-setup
+	$(GO) test -count=1 -run '^$$' -bench AdapterMemory -benchtime 1x -timeout 30m ./test/k8s/kubemem
+
 # The scale harness at full size (test/scale/README.md): about an hour,
 # heavy, so it takes the machine's heavy lock. Figures go to bin/scale-*.txt.
 # SCALE_FLAGS are added to every run (e.g. SCALE_FLAGS=--profile).
@@ -74,6 +79,13 @@ scale: deps build
 
 demo: deps build
 	$(GO) run ./test/demo
+
+# Skiff in a real two-node Kubernetes cluster on this machine (test/demo-k8s):
+# installed with kubectl apply -k from its image (made from bin/), pods on
+# both nodes, a NetworkPolicy applied with kubectl and probed; everything
+# torn down at the end or on Ctrl-C.
+demo-k8s: deps build k8s-setup
+	$(GO) run ./test/demo-k8s
 
 clean:
 	rm -rf $(BIN)

@@ -1,42 +1,12 @@
 package skiff
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
 )
-
-// probePod is a pod of the test image on node, sleeping, with labels.
-func probePod(name, node string, labels map[string]string) string {
-	var l []string
-	for k, v := range labels {
-		l = append(l, fmt.Sprintf("%s: %q", k, v))
-	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, labels: {%s}}
-spec:
-  nodeName: %s
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: skiff.local/testpod:dev
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "printf '#!/bin/sh\\necho ok\\n' >/tmp/ok; chmod +x /tmp/ok; nc -ll -p 8080 -e /tmp/ok & exec sleep 3600"]
-    readinessProbe:
-      tcpSocket: {port: 8080}
-      periodSeconds: 1
----
-`, name, strings.Join(l, ", "), node)
-}
-
-func podIP(t *testing.T, c *cluster.Cluster, name string) string {
-	t.Helper()
-	return strings.TrimSpace(c.MustKubectl(t, "get", "pod", name, "-o", "jsonpath={.status.podIP}"))
-}
 
 // Install brings up a two-node cluster and installs Skiff with kubectl.
 func Install(t *testing.T, o Overlay) *cluster.Cluster {
