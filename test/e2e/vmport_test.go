@@ -32,7 +32,9 @@ udhcpc -i eth0 -f -q -n -t 20 -T 1 -O mtu -s /dhcp.sh || echo GUEST-DHCP-FAILED
 . /tmp/lease
 ping -c 2 -W 2 $router >/dev/null && echo GUEST-GW-OK || echo GUEST-GW-FAILED
 ping -c 2 -W 2 $peer >/dev/null && echo GUEST-PEER-OK || echo GUEST-PEER-FAILED
-[ "$(nc -w 3 $peer 5201)" = ok ] && echo GUEST-TCP-OUT-OK || echo GUEST-TCP-OUT-FAILED
+ok=
+for i in $(seq 1 10); do [ "$(nc -w 5 $peer 5201)" = ok ] && { ok=1; break; }; sleep 1; done
+[ -n "$ok" ] && echo GUEST-TCP-OUT-OK || echo GUEST-TCP-OUT-FAILED
 nc -ll -p 5202 -e /bin/hello &
 sleep 1
 echo GUEST-LISTENING
