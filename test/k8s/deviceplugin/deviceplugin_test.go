@@ -54,7 +54,8 @@ const badConfig = `pools:
 // scheduled; a kubelet restart keeps the pod, its allocation and the
 // advertisement (the plugin registers again, and the new kubelet hears
 // the next change); a VF removed turns unhealthy (allocatable drops)
-// and is dropped after --gone-hold (capacity drops); a malformed
+// and is dropped after --gone-hold (capacity drops); the PF's link down
+// makes every VF unhealthy and up healthy again; a malformed
 // configuration advertises nothing and its log names the field; the
 // plugin stopped removes its device-info files and the kubelet stops
 // counting its devices as allocatable.
@@ -135,11 +136,26 @@ func TestWithRealKubelet(t *testing.T) {
 	t.Logf("VF %d removed to the Node's allocatable 3 (capacity 4): %v", gone, time.Since(start))
 	waitAdvertised(t, cs, n.Name, resource, 3, 3, 30*time.Second)
 	t.Logf("VF %d removed to the Node's capacity 3 (--gone-hold 8s): %v", gone, time.Since(start))
-	if !strings.Contains(plugin.Log(), "devices=4 healthy=3") {
-		t.Errorf("the plugin's log does not show the VF unhealthy before it was dropped:\n%s", plugin.Log())
+	if log := plugin.Log(); !strings.Contains(log, `msg="VF gone" vf=`+v.IDs[gone]) || !strings.Contains(log, "devices=4 healthy=3") {
+		t.Errorf("the plugin's log does not show the VF unhealthy before it was dropped:\n%s", log)
 	}
 	if ids, err := PodVFs(ctx, n, "default", "vf1", resource); err != nil || !slices.Equal(ids, []string{held}) {
 		t.Errorf("after VF %d went the pod resources API says vf1 holds %v (%v), want [%s]", gone, ids, err, held)
+	}
+
+	// The PF's link goes down: every VF unhealthy, then healthy again
+	// when it comes back (the kernel's operstate, heard by the link
+	// watch).
+	start = time.Now()
+	v.SetPFLink(t, false)
+	waitAdvertised(t, cs, n.Name, resource, 3, 0, 30*time.Second)
+	t.Logf("PF link down to the Node's allocatable 0: %v", time.Since(start))
+	start = time.Now()
+	v.SetPFLink(t, true)
+	waitAdvertised(t, cs, n.Name, resource, 3, 3, 30*time.Second)
+	t.Logf("PF link up to the Node's allocatable 3: %v", time.Since(start))
+	if log := plugin.Log(); !strings.Contains(log, `reason="PF ens1f0np0 link is down"`) || !strings.Contains(log, "devices=3 healthy=0") {
+		t.Errorf("the plugin's log does not show the PF's VFs unhealthy:\n%s", log)
 	}
 
 	// A malformed configuration: the plugin exits naming the field, and

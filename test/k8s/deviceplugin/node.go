@@ -31,8 +31,9 @@ type VFs struct {
 }
 
 // NewVFs gives node n a PF ens1f0np0 (0000:<bus>:00.0) with count VFs:
-// the tree in n.Dir/sys and the dummy links in n's namespace (up). They
-// go with the node's directory and namespace when the cluster stops.
+// the tree in n.Dir/sys and the dummy links in n's namespace (up), the
+// PF's operstate in the tree linked to its dummy's. They go with the
+// node's directory, mounts and namespace when the cluster stops.
 func NewVFs(t testing.TB, n *cluster.Node, bus string, count int) *VFs {
 	t.Helper()
 	v := &VFs{Node: n, Tree: sysfstest.At(t, filepath.Join(n.Dir, "sys")), PF: "ens1f0np0", PFPCI: "0000:" + bus + ":00.0", bus: bus}
@@ -47,7 +48,23 @@ func NewVFs(t testing.TB, n *cluster.Node, bus string, count int) *VFs {
 		n.MustRun(t, "ip", "link", "add", l, "type", "dummy")
 		n.MustRun(t, "ip", "link", "set", l, "up")
 	}
+	// The PF's operstate is the kernel's, of the dummy: a sysfs mounted
+	// from the node's namespace shows that namespace's links (the
+	// cluster unmounts it when it stops).
+	netSys := filepath.Join(n.Dir, "netsys")
+	if err := os.MkdirAll(netSys, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.MustRun(t, "mount", "-t", "sysfs", "sysfs", netSys)
+	v.Tree.Link("class/net/"+v.PF+"/operstate", filepath.Join(netSys, "class", "net", v.PF, "operstate"))
 	return v
+}
+
+// SetPFLink sets the stand-in PF's link down or up (its operstate in
+// the tree follows: the plugin's link watch hears the change).
+func (v *VFs) SetPFLink(t testing.TB, up bool) {
+	t.Helper()
+	v.Node.MustRun(t, "ip", "link", "set", v.PF, map[bool]string{true: "up", false: "down"}[up])
 }
 
 // Remove makes VF i disappear as a hot-unplugged function does: its
