@@ -21,13 +21,14 @@
 //     representors) under the node's directory, given to the plugin with
 //     --sys-root. A VF removed is a tree edit (sysfstest's RemoveVF), as
 //     the kernel's sysfs changes when a function is hot-unplugged.
-//   - netdevs: dummy links in the node's network namespace named as the
-//     tree names the PF and the VF netdevs. The plugin reads netdevs from
-//     the tree; the dummies are what its link watch hears (a VF removed
-//     deletes its dummy, which triggers the rescan at once) and what a
-//     CNI would move into a pod. The PF's operstate in the tree is a
-//     link to its dummy's in a sysfs mounted from the node's namespace:
-//     the PF link's health is the kernel's.
+//   - netdevs: veth links in the node's network namespace named as the
+//     tree names the PF and the VF netdevs, each with its peer p-<name>
+//     up beside it (the host kernel has no dummy module). The plugin
+//     reads netdevs from the tree; these links are what its link watch
+//     hears (a VF removed deletes its link, which triggers the rescan at
+//     once) and what a CNI would move into a pod. The PF's operstate in
+//     the tree is a link to its stand-in's in a sysfs mounted from the
+//     node's namespace: the PF link's health is the kernel's.
 //   - devlink: the node's namespace has no devlink device 0000:3b:00.0,
 //     so the eswitch mode reads "none" and the pool does not ask for
 //     switchdev (switchdev health is covered by the kernel VM test,

@@ -17,8 +17,8 @@ import (
 )
 
 // VFs is a node's stood-in SR-IOV NIC: a ConnectX-6 Dx-like sysfs tree
-// under the node's directory and dummy links in its network namespace
-// named as the tree names the PF and VF netdevs.
+// under the node's directory and stand-in links (veth) in its network
+// namespace named as the tree names the PF and VF netdevs.
 type VFs struct {
 	Node *cluster.Node
 	Tree *sysfstest.Tree // the plugin's --sys-root is Tree.Root
@@ -31,8 +31,8 @@ type VFs struct {
 }
 
 // NewVFs gives node n a PF ens1f0np0 (0000:<bus>:00.0) with count VFs:
-// the tree in n.Dir/sys and the dummy links in n's namespace (up), the
-// PF's operstate in the tree linked to its dummy's. They go with the
+// the tree in n.Dir/sys and the stand-in links in n's namespace (up), the
+// PF's operstate in the tree linked to its stand-in's. They go with the
 // node's directory, mounts and namespace when the cluster stops.
 func NewVFs(t testing.TB, n *cluster.Node, bus string, count int) *VFs {
 	t.Helper()
@@ -44,11 +44,15 @@ func NewVFs(t testing.TB, n *cluster.Node, bus string, count int) *VFs {
 		v.Netdevs = append(v.Netdevs, fmt.Sprintf("ens1f0v%d", i))
 		links = append(links, v.Netdevs[i])
 	}
+	// veth pairs, the host kernel having no dummy module; the peer
+	// (p-<name>) stays in the node's namespace, up, so the link's
+	// operstate is its own.
 	for _, l := range links {
-		n.MustRun(t, "ip", "link", "add", l, "type", "dummy")
+		n.MustRun(t, "ip", "link", "add", l, "type", "veth", "peer", "name", "p-"+l)
+		n.MustRun(t, "ip", "link", "set", "p-"+l, "up")
 		n.MustRun(t, "ip", "link", "set", l, "up")
 	}
-	// The PF's operstate is the kernel's, of the dummy: a sysfs mounted
+	// The PF's operstate is the kernel's, of its stand-in: a sysfs mounted
 	// from the node's namespace shows that namespace's links (the
 	// cluster unmounts it when it stops).
 	netSys := filepath.Join(n.Dir, "netsys")
@@ -68,8 +72,8 @@ func (v *VFs) SetPFLink(t testing.TB, up bool) {
 }
 
 // Remove makes VF i disappear as a hot-unplugged function does: its
-// sysfs entries, then its netdev (whose deletion is the netlink event
-// the plugin's link watch hears).
+// sysfs entries, then its stand-in netdev (whose deletion is the
+// netlink event the plugin's link watch hears).
 func (v *VFs) Remove(t testing.TB, i int) {
 	t.Helper()
 	v.Tree.RemoveVF(v.pfDev, v.bus, i, v.Netdevs[i])
