@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,8 @@ type pool struct {
 	changed chan struct{}
 	// list is the advertised list as last built.
 	list []*pluginapi.Device
+	// streams counts the ListAndWatch streams open now.
+	streams atomic.Int64
 }
 
 func newPool(cfg Pool, devInfoDir string, goneHold time.Duration, log *slog.Logger) *pool {
@@ -136,6 +139,8 @@ func (p *pool) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plugi
 // ListAndWatch sends the advertised list now and again at every change,
 // until the kubelet goes away or the server stops.
 func (p *pool) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
+	p.streams.Add(1)
+	defer p.streams.Add(-1)
 	for {
 		list, changed := p.snapshot()
 		if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
@@ -148,6 +153,10 @@ func (p *pool) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAnd
 		}
 	}
 }
+
+// watched reports whether a kubelet has a ListAndWatch stream open: a
+// kubelet that died has none (its connection closed with it).
+func (p *pool) watched() bool { return p.streams.Load() > 0 }
 
 // GetPreferredAllocation implements the device plugin service (see
 // Preferred).

@@ -92,8 +92,9 @@ type server struct {
 	id   fileID // the socket file, to notice it was replaced
 	grpc *grpc.Server
 	// registered: the kubelet socket the pool registered with; zero
-	// when not registered.
-	registered kubeletID
+	// when not registered. registeredAt: when.
+	registered   kubeletID
+	registeredAt time.Time
 }
 
 // Run advertises the configured pools to the kubelet until ctx ends:
@@ -190,6 +191,29 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 			if kubelet.file != (fileID{}) && s.registered != kubelet {
+				if kubelet.file == s.registered.file {
+					// Only an inotify event for kubelet.sock was
+					// counted since the pool registered with this
+					// same socket file: it may be a late one for the
+					// socket it registered with. A kubelet refuses a
+					// second registration while the first is
+					// connected ("device plugin already connected"),
+					// and kubelet 1.37 then forgets the first
+					// connection too, so it never sees the plugin go
+					// (its allocatable stays). A kubelet with a
+					// ListAndWatch stream open knows the pool; one
+					// registered less than a check ago is given that
+					// long to open it. Without a stream (the kubelet
+					// that had one died) the pool registers again.
+					if s.pool.watched() {
+						s.registered = kubelet
+						continue
+					}
+					if time.Since(s.registeredAt) < o.SocketCheck {
+						continue
+					}
+				}
+				s.registeredAt = time.Now()
 				if err := register(ctx, o.KubeletSocket, s); err != nil {
 					log.Warn("register with the kubelet", "resource", s.pool.cfg.ResourceName, "socket", o.KubeletSocket, "err", err)
 					continue

@@ -96,7 +96,7 @@ func TestWithRealKubelet(t *testing.T) {
 	}
 	held := ids[0]
 	t.Logf("the kubelet allocated %s (VF %d) to vf1", held, v.Index(held))
-	if env := strings.TrimSpace(c.MustKubectl(t, "exec", "vf1", "--", "printenv", dp.EnvName(resource))); env != held {
+	if env := strings.TrimSpace(c.MustKubectl(t, "exec", "vf1", "--", "/bin/sh", "-c", "echo \"$"+dp.EnvName(resource)+"\"")); env != held {
 		t.Errorf("%s in vf1 = %q, want %s", dp.EnvName(resource), env, held)
 	}
 	checkDevInfo(t, c, v, held)
@@ -136,7 +136,7 @@ func TestWithRealKubelet(t *testing.T) {
 	t.Logf("VF %d removed to the Node's allocatable 3 (capacity 4): %v", gone, time.Since(start))
 	waitAdvertised(t, cs, n.Name, resource, 3, 3, 30*time.Second)
 	t.Logf("VF %d removed to the Node's capacity 3 (--gone-hold 8s): %v", gone, time.Since(start))
-	if log := plugin.Log(); !strings.Contains(log, `msg="VF gone" vf=`+v.IDs[gone]) || !strings.Contains(log, "devices=4 healthy=3") {
+	if log := plugin.Log(); !strings.Contains(log, `msg="VF gone" resource=skiff.io/vf vf=`+v.IDs[gone]) || !strings.Contains(log, "devices=4 healthy=3") {
 		t.Errorf("the plugin's log does not show the VF unhealthy before it was dropped:\n%s", log)
 	}
 	if ids, err := PodVFs(ctx, n, "default", "vf1", resource); err != nil || !slices.Equal(ids, []string{held}) {
@@ -197,6 +197,11 @@ func TestWithRealKubelet(t *testing.T) {
 	}
 	waitAdvertised(t, cs, n.Name, resource, 3, 0, 30*time.Second)
 	t.Logf("plugin stopped to the Node's allocatable 0: %v", time.Since(start))
+	// A registration the kubelet refused as a duplicate would have made
+	// it forget the plugin's connection (the drop above would not come).
+	if log := plugin.Log(); strings.Contains(log, "already connected") || plugin.Registrations() != 2 {
+		t.Errorf("the plugin registered %d times (want 2: at start, after the kubelet restart), or was refused:\n%s", plugin.Registrations(), log)
+	}
 }
 
 // checkDevInfo checks the device-info file of VF id, on the node (where
