@@ -128,7 +128,12 @@ func StartPlugin(t testing.TB, v *VFs, bin, name, config string, args ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Stop(10 * time.Second) })
+	t.Cleanup(func() {
+		p.Stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("---- %s\n%s", name, p.Log())
+		}
+	})
 	return &Plugin{Process: p}
 }
 
