@@ -37,8 +37,11 @@ type pool struct {
 	changed chan struct{}
 	// list is the advertised list as last built.
 	list []*pluginapi.Device
-	// streams counts the ListAndWatch streams open now.
-	streams atomic.Int64
+	// streams counts the ListAndWatch streams open now; optsAt is when
+	// a kubelet last asked for the options (it does when it connects),
+	// endedAt when a stream last ended (under mu).
+	streams         atomic.Int64
+	optsAt, endedAt time.Time
 }
 
 func newPool(cfg Pool, devInfoDir string, goneHold time.Duration, log *slog.Logger) *pool {
@@ -133,6 +136,9 @@ func (p *pool) devices() map[string]Device {
 
 // GetDevicePluginOptions implements the device plugin service.
 func (p *pool) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	p.mu.Lock()
+	p.optsAt = time.Now()
+	p.mu.Unlock()
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
@@ -140,7 +146,12 @@ func (p *pool) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plugi
 // until the kubelet goes away or the server stops.
 func (p *pool) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
 	p.streams.Add(1)
-	defer p.streams.Add(-1)
+	defer func() {
+		p.mu.Lock()
+		p.endedAt = time.Now()
+		p.mu.Unlock()
+		p.streams.Add(-1)
+	}()
 	for {
 		list, changed := p.snapshot()
 		if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
@@ -154,9 +165,19 @@ func (p *pool) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAnd
 	}
 }
 
-// watched reports whether a kubelet has a ListAndWatch stream open: a
-// kubelet that died has none (its connection closed with it).
-func (p *pool) watched() bool { return p.streams.Load() > 0 }
+// heldSince reports whether a kubelet connected to the pool after t and
+// still is: it has a ListAndWatch stream open, or it asked for the
+// options after t (the kubelet does while it takes a registration, before
+// it opens its stream) and no stream ended since. A kubelet that died has
+// no stream (its connection closed with it).
+func (p *pool) heldSince(t time.Time) bool {
+	if p.streams.Load() > 0 {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.optsAt.After(t) && !p.endedAt.After(p.optsAt)
+}
 
 // GetPreferredAllocation implements the device plugin service (see
 // Preferred).

@@ -191,27 +191,21 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 			if kubelet.file != (fileID{}) && s.registered != kubelet {
-				if kubelet.file == s.registered.file {
-					// Only an inotify event for kubelet.sock was
-					// counted since the pool registered with this
-					// same socket file: it may be a late one for the
-					// socket it registered with. A kubelet refuses a
-					// second registration while the first is
-					// connected ("device plugin already connected"),
-					// and kubelet 1.37 then forgets the first
-					// connection too, so it never sees the plugin go
-					// (its allocatable stays). A kubelet with a
-					// ListAndWatch stream open knows the pool; one
-					// registered less than a check ago is given that
-					// long to open it. Without a stream (the kubelet
-					// that had one died) the pool registers again.
-					if s.pool.watched() {
-						s.registered = kubelet
-						continue
-					}
-					if time.Since(s.registeredAt) < o.SocketCheck {
-						continue
-					}
+				// Only an inotify event for kubelet.sock may have
+				// been counted since the pool registered with this
+				// same socket file: a late one for the socket it
+				// registered with. A kubelet refuses a second
+				// registration while the first is connected ("device
+				// plugin already connected"), and kubelet 1.37 then
+				// forgets the first connection too, so it never sees
+				// the plugin go (its allocatable stays). A kubelet
+				// that connected since the registration and has not
+				// dropped its stream holds it; a new kubelet on the
+				// same file (the old one died, its stream ended) gets
+				// a new registration.
+				if kubelet.file == s.registered.file && s.pool.heldSince(s.registeredAt) {
+					s.registered = kubelet
+					continue
 				}
 				s.registeredAt = time.Now()
 				if err := register(ctx, o.KubeletSocket, s); err != nil {
