@@ -191,19 +191,17 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 			if kubelet.file != (fileID{}) && s.registered != kubelet {
-				// Only an inotify event for kubelet.sock may have
-				// been counted since the pool registered with this
-				// same socket file: a late one for the socket it
-				// registered with. A kubelet refuses a second
-				// registration while the first is connected ("device
-				// plugin already connected"), and kubelet 1.37 then
-				// forgets the first connection too, so it never sees
-				// the plugin go (its allocatable stays). A kubelet
-				// that connected since the registration and has not
-				// dropped its stream holds it; a new kubelet on the
-				// same file (the old one died, its stream ended) gets
-				// a new registration.
-				if kubelet.file == s.registered.file && s.pool.heldSince(s.registeredAt) {
+				// A kubelet refuses a second registration while the
+				// first is connected ("device plugin already
+				// connected"), and kubelet 1.37 then forgets the first
+				// connection too, so it never sees the plugin go (its
+				// allocatable stays). Whatever the socket file or
+				// inotify say (a late event, a changed ctime), a
+				// kubelet that connected since the pool registered and
+				// has not dropped its stream holds the registration; a
+				// kubelet that died dropped its stream, and the next
+				// one gets a new registration.
+				if s.registered.file != (fileID{}) && s.pool.heldSince(s.registeredAt) {
 					s.registered = kubelet
 					continue
 				}
