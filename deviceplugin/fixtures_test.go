@@ -47,37 +47,18 @@ type fixture struct {
 func (f *fixture) scanner() *Scanner { return NewScanner(f.tr.Root, f.dev, f.dl) }
 
 // vfAddr is the PCI address sysfstest.Tree.PF gives VF i on bus.
-func vfAddr(bus string, i int) string { return fmt.Sprintf("0000:%s:%02x.%d", bus, (i+2)/8, (i+2)%8) }
-
-// pciAttrs writes the PCI identity of the VFs of a PF made by
-// sysfstest.Tree.PF: vendor, device and NUMA node.
-func (f *fixture) pciAttrs(bus string, n int, vendor, device string, numa int) {
-	for i := range n {
-		dir := sysfstest.PCIParent + "/" + vfAddr(bus, i)
-		f.tr.Write(dir+"/vendor", "0x"+vendor)
-		f.tr.Write(dir+"/device", "0x"+device)
-		f.tr.Write(dir+"/numa_node", fmt.Sprint(numa))
-	}
-}
+func vfAddr(bus string, i int) string { return sysfstest.VFAddr(bus, i) }
 
 func newFixture(t *testing.T) *fixture {
 	return &fixture{tr: sysfstest.New(t), dev: t.TempDir(), dl: &fakeDevlink{modes: map[string]eswitch.Mode{}}}
 }
 
-const cx6Switch = "b8cef6030012a4b0"
-
-// connectX6 adds a ConnectX-6 Dx in switchdev mode: PF ens1f0np0
-// (0000:<bus>:00.0, uplink p0) with n VFs on mlx5_core (netdevs
-// <prefix>v0..), their representors, the given NUMA node, link up.
+// connectX6 adds a ConnectX-6 Dx in switchdev mode (sysfstest's
+// ConnectX6: PF ens1f0np0 at 0000:<bus>:00.0, uplink p0, n VFs on
+// mlx5_core with netdevs <prefix>v0.., their representors, the given
+// NUMA node, link up).
 func (f *fixture) connectX6(bus, pfName string, n, numa int) string {
-	pf := f.tr.PF("0000:"+bus+":00.0", 8, n, bus, "mlx5_core", func(i int) string { return fmt.Sprintf("%sv%d", pfName[:len(pfName)-3], i) })
-	sw := cx6Switch[:14] + bus
-	f.tr.Netdev(pf, pfName, sw, "p0")
-	f.tr.Write("class/net/"+pfName+"/operstate", "up")
-	for i := range n {
-		f.tr.Netdev(pf, fmt.Sprintf("%s_rep%d", bus, i), sw, fmt.Sprintf("pf0vf%d", i))
-	}
-	f.pciAttrs(bus, n, "15b3", "101e", numa)
+	pf := f.tr.ConnectX6(bus, pfName, n, numa)
 	f.dl.modes["pci/0000:"+bus+":00.0"] = eswitch.ModeSwitchdev
 	return pf
 }
@@ -89,7 +70,7 @@ func (f *fixture) blueFieldHost(n int) string {
 	pf := f.tr.PF("0000:03:00.0", 16, n, "03", "mlx5_core", func(i int) string { return fmt.Sprintf("ens1f0v%d", i) })
 	f.tr.Netdev(pf, "ens1f0np0", "", "")
 	f.tr.Write("class/net/ens1f0np0/operstate", "up")
-	f.pciAttrs("03", n, "15b3", "101e", 0)
+	f.tr.PCIAttrs("03", n, "15b3", "101e", 0)
 	return pf
 }
 
@@ -104,7 +85,7 @@ func (f *fixture) legacyE810() string {
 	})
 	f.tr.Netdev(pf, "ens2f0", "", "")
 	f.tr.Write("class/net/ens2f0/operstate", "up")
-	f.pciAttrs("5e", 4, "8086", "1889", 1)
+	f.tr.PCIAttrs("5e", 4, "8086", "1889", 1)
 	vf2 := sysfstest.PCIParent + "/" + vfAddr("5e", 2)
 	f.tr.Mkdir("bus/pci/drivers/vfio-pci")
 	f.tr.RelLink(vf2+"/driver", "bus/pci/drivers/vfio-pci")
@@ -132,14 +113,5 @@ func (f *fixture) moveIntoPod(t *testing.T, bus string, i int, netdev string) {
 // removeVF makes VF i of a PF disappear (its virtfn link and function).
 func (f *fixture) removeVF(t *testing.T, pfAddr, bus string, i int, netdev string) {
 	t.Helper()
-	for _, p := range []string{
-		"class/net/" + netdev,
-		fmt.Sprintf("%s/%s/virtfn%d", sysfstest.PCIParent, pfAddr, i),
-		sysfstest.PCIParent + "/" + vfAddr(bus, i),
-		"bus/pci/devices/" + vfAddr(bus, i),
-	} {
-		if err := os.RemoveAll(filepath.Join(f.tr.Root, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f.tr.RemoveVF(sysfstest.PCIParent+"/"+pfAddr, bus, i, netdev)
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,11 @@ type pool struct {
 	changed chan struct{}
 	// list is the advertised list as last built.
 	list []*pluginapi.Device
+	// streams counts the ListAndWatch streams open now; optsAt is when
+	// a kubelet last asked for the options (it does when it connects),
+	// endedAt when a stream last ended (under mu).
+	streams         atomic.Int64
+	optsAt, endedAt time.Time
 }
 
 func newPool(cfg Pool, devInfoDir string, goneHold time.Duration, log *slog.Logger) *pool {
@@ -130,12 +136,22 @@ func (p *pool) devices() map[string]Device {
 
 // GetDevicePluginOptions implements the device plugin service.
 func (p *pool) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	p.mu.Lock()
+	p.optsAt = time.Now()
+	p.mu.Unlock()
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
 // ListAndWatch sends the advertised list now and again at every change,
 // until the kubelet goes away or the server stops.
 func (p *pool) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
+	p.streams.Add(1)
+	defer func() {
+		p.mu.Lock()
+		p.endedAt = time.Now()
+		p.mu.Unlock()
+		p.streams.Add(-1)
+	}()
 	for {
 		list, changed := p.snapshot()
 		if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
@@ -147,6 +163,20 @@ func (p *pool) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAnd
 			return nil
 		}
 	}
+}
+
+// heldSince reports whether a kubelet connected to the pool after t and
+// still is: it has a ListAndWatch stream open, or it asked for the
+// options after t (the kubelet does while it takes a registration, before
+// it opens its stream) and no stream ended since. A kubelet that died has
+// no stream (its connection closed with it).
+func (p *pool) heldSince(t time.Time) bool {
+	if p.streams.Load() > 0 {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.optsAt.After(t) && !p.endedAt.After(p.optsAt)
 }
 
 // GetPreferredAllocation implements the device plugin service (see

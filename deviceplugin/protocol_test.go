@@ -81,7 +81,7 @@ func addVF(f *fixture, i int) {
 	f.tr.Write(vf+"/vendor", "0x15b3")
 	f.tr.Write(vf+"/device", "0x101e")
 	f.tr.Write(vf+"/numa_node", "0")
-	f.tr.Netdev(pf, fmt.Sprintf("03_rep%d", i), cx6Switch[:14]+"03", fmt.Sprintf("pf0vf%d", i))
+	f.tr.Netdev(pf, fmt.Sprintf("03_rep%d", i), sysfstest.ConnectX6SwitchID[:14]+"03", fmt.Sprintf("pf0vf%d", i))
 }
 
 const protoConf = `

@@ -92,8 +92,9 @@ type server struct {
 	id   fileID // the socket file, to notice it was replaced
 	grpc *grpc.Server
 	// registered: the kubelet socket the pool registered with; zero
-	// when not registered.
-	registered kubeletID
+	// when not registered. registeredAt: when.
+	registered   kubeletID
+	registeredAt time.Time
 }
 
 // Run advertises the configured pools to the kubelet until ctx ends:
@@ -190,6 +191,21 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 			if kubelet.file != (fileID{}) && s.registered != kubelet {
+				// A kubelet refuses a second registration while the
+				// first is connected ("device plugin already
+				// connected"), and kubelet 1.37 then forgets the first
+				// connection too, so it never sees the plugin go (its
+				// allocatable stays). Whatever the socket file or
+				// inotify say (a late event, a changed ctime), a
+				// kubelet that connected since the pool registered and
+				// has not dropped its stream holds the registration; a
+				// kubelet that died dropped its stream, and the next
+				// one gets a new registration.
+				if s.registered.file != (fileID{}) && s.pool.heldSince(s.registeredAt) {
+					s.registered = kubelet
+					continue
+				}
+				s.registeredAt = time.Now()
 				if err := register(ctx, o.KubeletSocket, s); err != nil {
 					log.Warn("register with the kubelet", "resource", s.pool.cfg.ResourceName, "socket", o.KubeletSocket, "err", err)
 					continue

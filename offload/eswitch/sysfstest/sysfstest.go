@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -30,7 +31,15 @@ const PCIParent = "devices/pci0000:00/0000:00:02.0"
 // temporary directory of t.
 func New(t testing.TB) *Tree {
 	t.Helper()
-	tr := &Tree{t: t, Root: t.TempDir()}
+	return At(t, t.TempDir())
+}
+
+// At makes an empty tree at root (created when missing) rather than in a
+// temporary directory of t: for a tree that must be in a given place,
+// such as a test cluster node's directory. Whoever owns root removes it.
+func At(t testing.TB, root string) *Tree {
+	t.Helper()
+	tr := &Tree{t: t, Root: root}
 	tr.Mkdir("class/net")
 	tr.Mkdir("bus/pci/devices")
 	tr.Mkdir("bus/netdevsim/devices")
@@ -116,8 +125,7 @@ func (tr *Tree) PF(addr string, total, numVFs int, vfBus string, vfDriver string
 	tr.Write(dev+"/sriov_totalvfs", fmt.Sprint(total))
 	tr.Write(dev+"/sriov_numvfs", fmt.Sprint(numVFs))
 	for i := range numVFs {
-		vfAddr := fmt.Sprintf("0000:%s:%02x.%d", vfBus, (i+2)/8, (i+2)%8)
-		vf := tr.PCIDev(vfAddr, vfDriver)
+		vf := tr.PCIDev(VFAddr(vfBus, i), vfDriver)
 		tr.RelLink(vf+"/physfn", dev)
 		tr.RelLink(fmt.Sprintf("%s/virtfn%d", dev, i), vf)
 		if n := vfNetdev(i); n != "" {
@@ -125,6 +133,67 @@ func (tr *Tree) PF(addr string, total, numVFs int, vfBus string, vfDriver string
 		}
 	}
 	return dev
+}
+
+// VFAddr is the PCI address PF gives VF i on bus vfBus
+// (0000:<bus>:00.2 for VF 0, functions counting up).
+func VFAddr(vfBus string, i int) string {
+	return fmt.Sprintf("0000:%s:%02x.%d", vfBus, (i+2)/8, (i+2)%8)
+}
+
+// PCIAttrs writes the PCI identity of the first n VFs PF made on bus:
+// vendor and device IDs (4 hex digits, written 0x-prefixed as sysfs
+// shows them) and NUMA node.
+func (tr *Tree) PCIAttrs(bus string, n int, vendor, device string, numa int) {
+	tr.t.Helper()
+	for i := range n {
+		dir := PCIParent + "/" + VFAddr(bus, i)
+		tr.Write(dir+"/vendor", "0x"+vendor)
+		tr.Write(dir+"/device", "0x"+device)
+		tr.Write(dir+"/numa_node", fmt.Sprint(numa))
+	}
+}
+
+// ConnectX6SwitchID is the phys_switch_id prefix of ConnectX6's PFs (the
+// last two hex digits are the bus).
+const ConnectX6SwitchID = "b8cef6030012a4b0"
+
+// ConnectX6 adds the sysfs side of a ConnectX-6 Dx: PF pfName
+// (0000:<bus>:00.0, mlx5_core, uplink port p0, link up) with n VFs on
+// mlx5_core (vendor 15b3, device 101e, the given NUMA node; netdevs
+// pfName without its "np0" and v<i>: ens1f0v0..), and their representors
+// <bus>_rep<i> (pf0vf<i>). It returns the PF's device path. The eswitch
+// mode is devlink's, not sysfs's: the caller's Devlink says it.
+func (tr *Tree) ConnectX6(bus, pfName string, n, numa int) string {
+	tr.t.Helper()
+	base := strings.TrimSuffix(pfName, "np0")
+	pf := tr.PF("0000:"+bus+":00.0", 8, n, bus, "mlx5_core", func(i int) string { return fmt.Sprintf("%sv%d", base, i) })
+	sw := ConnectX6SwitchID[:14] + bus
+	tr.Netdev(pf, pfName, sw, "p0")
+	tr.Write("class/net/"+pfName+"/operstate", "up")
+	for i := range n {
+		tr.Netdev(pf, fmt.Sprintf("%s_rep%d", bus, i), sw, fmt.Sprintf("pf0vf%d", i))
+	}
+	tr.PCIAttrs(bus, n, "15b3", "101e", numa)
+	return pf
+}
+
+// RemoveVF makes VF i of the PF at device path pf (made by PF on bus)
+// disappear as a hot-unplugged function does: its netdev's class/net
+// link, the PF's virtfn<i> link, the function's directory and its
+// bus/pci/devices link.
+func (tr *Tree) RemoveVF(pf, bus string, i int, netdev string) {
+	tr.t.Helper()
+	for _, p := range []string{
+		"class/net/" + netdev,
+		fmt.Sprintf("%s/virtfn%d", pf, i),
+		PCIParent + "/" + VFAddr(bus, i),
+		"bus/pci/devices/" + VFAddr(bus, i),
+	} {
+		if err := os.RemoveAll(filepath.Join(tr.Root, p)); err != nil {
+			tr.t.Fatal(err)
+		}
+	}
 }
 
 // Remove deletes a netdev of device dev (its class/net link and its

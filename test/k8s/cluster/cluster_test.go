@@ -143,7 +143,7 @@ spec:
   ports: [{port: 80, targetPort: 8080, protocol: TCP}]
 `)
 	vip := strings.TrimSpace(c.MustKubectl(t, "get", "service", "echo", "-o", "jsonpath={.spec.clusterIP}"))
-	waitFor(t, time.Minute, "kube-proxy of k1 to program the service "+vip, func() bool {
+	cluster.WaitFor(t, time.Minute, "kube-proxy of k1 to program the service "+vip, func() bool {
 		out, _ := c.Nodes[0].Run("iptables-save", "-t", "nat")
 		return strings.Contains(out, vip+"/32") && strings.Contains(out, b1+":8080")
 	})
@@ -228,7 +228,7 @@ spec:
 	c.MustKubectl(t, "delete", "pod", "a1", "a2", "b1", "writer", "--wait=true", "--timeout=60s")
 	c.MustKubectl(t, "delete", "daemonset", "hostnet", "--cascade=foreground", "--wait=true", "--timeout=60s")
 	for _, n := range c.Nodes {
-		waitFor(t, 30*time.Second, n.Name+" to have no running task", func() bool {
+		cluster.WaitFor(t, 30*time.Second, n.Name+" to have no running task", func() bool {
 			out, err := n.Ctr("tasks", "ls", "-q")
 			return err == nil && strings.TrimSpace(out) == ""
 		})
@@ -291,16 +291,4 @@ func mountsUnder(t *testing.T, dir string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// waitFor polls cond every 100 ms until it holds, failing t after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
