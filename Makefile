@@ -1,7 +1,7 @@
 # Skiff. `make demo` and `make test` work on a fresh Debian 12 machine as root.
 GO      ?= go
 BIN     := bin
-CMDS    := skiff-controller skiff-agent skiffctl skiff-cni
+CMDS    := skiff-controller skiff-agent skiffctl skiff-cni skiff-deviceplugin
 GOFLAGS ?=
 export GOFLAGS
 
