@@ -169,6 +169,7 @@ func (r *rig) cycles(t *testing.T) {
 	const n = 100
 	ns := podNS(t, "skvfc")
 	var vfLat, vethLat []time.Duration
+	start := time.Now()
 	for i := range n {
 		ref, home := r.refs[i%len(r.refs)], r.homes[i%len(r.refs)]
 		p := pod{id: fmt.Sprintf("cycle-%d", i), netns: ns, ifName: "eth0", sock: r.sock1, extra: fmt.Sprintf(`, "runtimeConfig": {"deviceID": %q}`, ref.PCI)}
@@ -187,6 +188,12 @@ func (r *rig) cycles(t *testing.T) {
 		}
 		if l, ok := links(t, "")[home]; !ok || l.Alias != "" {
 			t.Fatalf("cycle %d: %s not back home unmarked: %+v", i, home, l)
+		}
+		if i == 0 {
+			t.Logf("the first cycle's ADD took %v; n1's agent said:\n%s", took, guest.Tail(r.agent1.Out.String(), 25))
+		}
+		if i%10 == 9 {
+			t.Logf("%d cycles in %v (last ADD %v)", i+1, time.Since(start).Round(time.Second), took)
 		}
 	}
 	r.allHome(t)
