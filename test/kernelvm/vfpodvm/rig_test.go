@@ -199,23 +199,35 @@ type link struct {
 }
 
 // links lists the links of a namespace ("" the root one) by iproute2,
-// independently of the code under test.
+// independently of the code under test. A dump the kernel interrupted
+// (links changed meanwhile: iproute2 says so on stderr) is read again.
 func links(t *testing.T, ns string) map[string]link {
 	t.Helper()
 	args := []string{ipBin, "-d", "-j", "link", "show"}
 	if ns != "" {
 		args = append([]string{ipBin, "netns", "exec", ns}, args...)
 	}
-	out := guest.Run(t, args...)
-	var ls []link
-	if err := json.Unmarshal([]byte(out), &ls); err != nil {
-		t.Fatalf("ip -j link: %v\n%s", err, out)
+	for attempt := 0; ; attempt++ {
+		c := exec.Command(args[0], args[1:]...)
+		var stderr strings.Builder
+		c.Stderr = &stderr
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		if strings.Contains(stderr.String(), "Dump was interrupted") && attempt < 10 {
+			continue
+		}
+		var ls []link
+		if err := json.Unmarshal(out, &ls); err != nil {
+			t.Fatalf("ip -j link: %v\n%s\n%s", err, out, stderr.String())
+		}
+		m := map[string]link{}
+		for _, l := range ls {
+			m[l.Name] = l
+		}
+		return m
 	}
-	m := map[string]link{}
-	for _, l := range ls {
-		m[l.Name] = l
-	}
-	return m
 }
 
 // vfLine is what `ip link show PF` says of VF idx (its MAC, VLAN, spoof
