@@ -200,9 +200,12 @@ func Run(ctx context.Context, o Options) error {
 				// kubelet that connected since the pool registered and
 				// has not dropped its stream holds the registration; a
 				// kubelet that died dropped its stream, and the next
-				// one gets a new registration.
+				// one gets a new registration. While it is held the
+				// decision waits (the next check asks again): a kubelet
+				// that restarts quickly can serve its new socket before
+				// the plugin's end of the old stream has noticed the
+				// close, and that kubelet must still be registered with.
 				if s.registered.file != (fileID{}) && s.pool.heldSince(s.registeredAt) {
-					s.registered = kubelet
 					continue
 				}
 				s.registeredAt = time.Now()
