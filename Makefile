@@ -1,7 +1,7 @@
 # Skiff. `make demo` and `make test` work on a fresh Debian 12 machine as root.
 GO      ?= go
 BIN     := bin
-CMDS    := skiff-controller skiff-agent skiffctl skiff-cni
+CMDS    := skiff-controller skiff-agent skiffctl skiff-cni skiff-deviceplugin
 GOFLAGS ?=
 export GOFLAGS
 
@@ -47,7 +47,7 @@ test-k8s: deps build k8s-setup
 
 # Tests that need what the host kernel lacks (netdevsim, switchdev, flower),
 # run inside Debian's kernel under qemu (docs/kernelvm.md).
-KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./deviceplugin ./offload/datapath ./test/kernelvm/vmtest ./test/kernelvm/agentvm ./test/kernelvm/offloadvm ./test/kernelvm/policyvm ./test/kernelvm/ctvm ./test/kernelvm/offloadpolicyvm ./test/kernelvm/vmportvm
+KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./deviceplugin ./offload/datapath ./test/kernelvm/vmtest ./test/kernelvm/agentvm ./test/kernelvm/offloadvm ./test/kernelvm/policyvm ./test/kernelvm/ctvm ./test/kernelvm/offloadpolicyvm ./test/kernelvm/vmportvm ./test/kernelvm/vfpodvm
 test-kernel:
 	./hack/kernelvm/setup.sh
 	./hack/kernelvm/run.sh -timeout 20m $(KERNELVM_PKGS)

@@ -102,6 +102,9 @@ type Deps struct {
 	// taken at start, later ones after NIC netdevs come or go. Nil: a
 	// node without PFs (software only).
 	Discover func(ctx context.Context) *skiffv1.NodeCapabilities
+	// VFByPCI finds a VF of this node by PCI address (a CNI's deviceID);
+	// nil: deviceIDs are refused. VFByPCIFrom makes one.
+	VFByPCI func(ctx context.Context, pci string) (LocalVF, error)
 	// DialOptions are added when dialing the controller (tests).
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
@@ -164,6 +167,7 @@ type Agent struct {
 	devs    map[string]bool // those of links that have a device/ (NICs, VFs, representors)
 
 	discover   func(ctx context.Context) *skiffv1.NodeCapabilities
+	vfByPCI    func(ctx context.Context, pci string) (LocalVF, error)
 	capsMu     sync.Mutex
 	caps       *skiffv1.NodeCapabilities
 	mode       string // the mode registered (the datapath that runs)
@@ -273,7 +277,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: log, conn: conn, client: skiffv1.NewAgentServiceClient(conn), kernel: d.Kernel, dp: d.Datapath,
 		under: under, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
-		discover: d.Discover, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
+		discover: d.Discover, vfByPCI: d.VFByPCI, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
 		rediscover: make(chan struct{}, 1), ports: map[string]*vmPort{}, portsSig: make(chan struct{}, 1), dhcp: d.DHCP,
 		pendSig: make(chan struct{}, 1), cniSig: make(chan struct{}, 1), certSig: make(chan struct{}, 1)}
 	a.metrics()

@@ -145,8 +145,8 @@ func TestAgentTransitions(t *testing.T) {
 			_, err := h.a.Create(context.Background(), localapi.CreateRequest{Name: "pod-d", Network: "red", NetNS: h.netns, IfName: "eth0"})
 			return err
 		}, localapi.CodeNotFound, blue + "endpoint pod-a plumbed=eth0@" + h.netns + " host=fkpod-a attached\n"},
-		{"pod-a deleted", func(*testing.T) error { return h.a.Delete(context.Background(), "pod-a") }, "", blue},
-		{"pod-a deleted again", func(*testing.T) error { return h.a.Delete(context.Background(), "pod-a") }, "", blue},
+		{"pod-a deleted", func(*testing.T) error { return h.a.Delete(context.Background(), localapi.DeleteRequest{Name: "pod-a"}) }, "", blue},
+		{"pod-a deleted again", func(*testing.T) error { return h.a.Delete(context.Background(), localapi.DeleteRequest{Name: "pod-a"}) }, "", blue},
 	}
 	for _, s := range steps {
 		err := s.do(t)

@@ -104,6 +104,10 @@ func requestKind(r localapi.CreateRequest) string {
 // this node's plan holds it, and answered when the datapath reports it
 // attached. Whatever fails undoes what was done.
 func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi.CreateResponse, error) {
+	r, err := a.resolveDevice(ctx, r)
+	if err != nil {
+		return nil, err
+	}
 	if err := a.validateCreate(r); err != nil {
 		return nil, err
 	}
@@ -186,7 +190,8 @@ const deleteWait = 3 * time.Second
 // removed at once; the controller-side delete is finished later when the
 // controller cannot be reached now (pending.go), so a pod's deletion never
 // waits for the controller.
-func (a *Agent) Delete(ctx context.Context, name string) error {
+func (a *Agent) Delete(ctx context.Context, r localapi.DeleteRequest) error {
+	name := r.Name
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	e, ok := a.current().Local[name]
@@ -196,7 +201,7 @@ func (a *Agent) Delete(ctx context.Context, name string) error {
 	if _, plumbed := a.port(name); plumbed || datapath.IsVMPort(e.Kind) {
 		return a.deletePort(ctx, name)
 	}
-	if err := a.dp.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: e}); err != nil {
+	if err := a.dp.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: e, NetNS: r.NetNS, IfName: r.IfName}); err != nil {
 		return &localapi.Error{Code: localapi.CodeFailed, Message: err.Error()}
 	}
 	a.resync()

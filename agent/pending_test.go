@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"github.com/skiff-sdn/skiff/agent/localapi"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ func TestDeleteWhileControllerAway(t *testing.T) {
 
 	start := time.Now()
 	for _, n := range []string{"pod-a", "pod-b"} {
-		if err := h.a.Delete(context.Background(), n); err != nil {
+		if err := h.a.Delete(context.Background(), localapi.DeleteRequest{Name: n}); err != nil {
 			t.Fatalf("delete %s with the controller away: %v", n, err)
 		}
 	}
@@ -60,7 +61,7 @@ func TestDeleteWhileControllerAway(t *testing.T) {
 		t.Fatalf("pending deletes on disk: %s %v", b, err)
 	}
 	// Deleting again is still fine (idempotent) and records nothing new.
-	if err := h.a.Delete(context.Background(), "pod-a"); err != nil {
+	if err := h.a.Delete(context.Background(), localapi.DeleteRequest{Name: "pod-a"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -98,7 +98,7 @@ func TestAgentVMPorts(t *testing.T) {
 	}
 
 	// Delete returns once the port is unplumbed.
-	if err := h.a.Delete(ctx, "vm1-0"); err != nil {
+	if err := h.a.Delete(ctx, localapi.DeleteRequest{Name: "vm1-0"}); err != nil {
 		t.Fatal(err)
 	}
 	if slices.Contains(h.dp.Plumbed(), "vm1-0") || slices.Contains(h.ctl.endpoints(), "vm1-0") {

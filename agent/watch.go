@@ -52,6 +52,9 @@ func (a *Agent) onEvent(e nl.Event) {
 			a.links[e.Name] = true
 			if a.devs[e.Name] = hasDevice(a.cfg.SysRoot, e.Name); a.devs[e.Name] {
 				a.rediscoverSoon()
+				// Perhaps a pod's VF the kernel gave back from a dead
+				// namespace: the datapath's Apply gives it back home.
+				a.resync()
 			}
 			a.event("link-added", e.Name, "")
 		}

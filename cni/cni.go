@@ -11,6 +11,15 @@
 //	 "network": "blue", "socket": "/run/skiff/agent.sock", "mtu": 1400,
 //	 "labels": {"tier": "web"}}
 //
+// A pod's VF: the VF's PCI address is "deviceID" in the configuration or
+// in "runtimeConfig" (a meta-plugin's), else the kubelet's pod resources
+// API is asked which device of "resourceName" (default skiff.io/vf) the
+// pod was allocated (K8S_POD_NAMESPACE and K8S_POD_NAME from CNI_ARGS;
+// socket "podResourcesSocket", default the kubelet's). A pod that holds
+// none gets a veth. The agent moves that VF into the pod.
+//
+//	{..., "resourceName": "skiff.io/vf", "deviceID": "0000:03:00.2"}
+//
 // An agent elsewhere (the agent on this host's DPU) is reached over the
 // local API's TCP transport with mTLS instead of the socket:
 //
@@ -36,6 +45,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/deviceplugin/podresources"
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
@@ -57,7 +67,22 @@ type NetConf struct {
 	Args  *struct {
 		CNI map[string]string `json:"cni"`
 	} `json:"args,omitempty"`
+	// DeviceID is the pod's VF by PCI address; RuntimeConfig.DeviceID
+	// too (a meta-plugin passes it there).
+	DeviceID      string `json:"deviceID,omitempty"`
+	RuntimeConfig struct {
+		DeviceID string `json:"deviceID,omitempty"`
+	} `json:"runtimeConfig"`
+	// ResourceName is the device plugin resource whose device the
+	// kubelet's pod resources API names; PodResourcesSocket that API's
+	// socket.
+	ResourceName       string `json:"resourceName,omitempty"`
+	PodResourcesSocket string `json:"podResourcesSocket,omitempty"`
 }
+
+// DefaultResourceName is the VF resource skiff-deviceplugin advertises
+// by default.
+const DefaultResourceName = "skiff.io/vf"
 
 // AgentConf names an agent served over the local API's TCP transport.
 type AgentConf struct {
@@ -106,6 +131,12 @@ func loadConf(b []byte, needNetwork bool) (*NetConf, error) {
 	}
 	if c.Socket == "" {
 		c.Socket = localapi.DefaultSocket
+	}
+	if c.ResourceName == "" {
+		c.ResourceName = DefaultResourceName
+	}
+	if c.PodResourcesSocket == "" {
+		c.PodResourcesSocket = podresources.DefaultSocket
 	}
 	if a := c.Agent; a != nil && (a.Address == "" || a.TLSCA == "" || a.TLSCert == "" || a.TLSKey == "") {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, `"agent" needs "address", "tlsCA", "tlsCert" and "tlsKey"`, "")
@@ -166,9 +197,13 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return agentError("add", err)
 	}
 	defer cl.Close()
+	dev, err := deviceID(c, conf, ka)
+	if err != nil {
+		return err
+	}
 	r, err := cl.Create(c, localapi.CreateRequest{
 		Name: name, Network: conf.Network, NetNS: args.Netns, IfName: args.IfName, MTU: conf.MTU,
-		Labels: conf.Labels, Owner: owner, Namespace: string(ka.K8S_POD_NAMESPACE)})
+		Labels: conf.Labels, Owner: owner, Namespace: string(ka.K8S_POD_NAMESPACE), DeviceID: dev})
 	if err != nil {
 		return agentError("add", err)
 	}
@@ -206,7 +241,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return agentError("del", err)
 	}
 	defer cl.Close()
-	if err := cl.Delete(c, EndpointName(args.ContainerID, args.IfName)); err != nil {
+	if err := cl.DeleteFrom(c, localapi.DeleteRequest{Name: EndpointName(args.ContainerID, args.IfName), NetNS: args.Netns, IfName: args.IfName}); err != nil {
 		return agentError("del", err)
 	}
 	return nil

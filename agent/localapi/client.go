@@ -84,10 +84,16 @@ func (c *Client) Create(ctx context.Context, r CreateRequest) (*CreateResponse, 
 // Delete removes an endpoint and its interface. Deleting what does not
 // exist succeeds.
 func (c *Client) Delete(ctx context.Context, name string) error {
+	return c.DeleteFrom(ctx, DeleteRequest{Name: name})
+}
+
+// DeleteFrom removes an endpoint whose interface is in r.NetNS as
+// r.IfName (a CNI DEL knows them). Deleting what does not exist succeeds.
+func (c *Client) DeleteFrom(ctx context.Context, r DeleteRequest) error {
 	if c.err != nil {
 		return c.unreachable(c.err)
 	}
-	_, err := c.c.DeleteLocalEndpoint(ctx, &skiffv1.DeleteLocalEndpointRequest{Name: name})
+	_, err := c.c.DeleteLocalEndpoint(ctx, &skiffv1.DeleteLocalEndpointRequest{Name: r.Name, Netns: r.NetNS, IfName: r.IfName})
 	return c.apiError(err)
 }
 
@@ -191,7 +197,7 @@ func grpcCode(code string) codes.Code {
 
 func createPB(r CreateRequest) *skiffv1.CreateLocalEndpointRequest {
 	pb := &skiffv1.CreateLocalEndpointRequest{Name: r.Name, Network: r.Network, Netns: r.NetNS, IfName: r.IfName, Mtu: int32(r.MTU),
-		Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace, Pf: r.PF, Kind: r.Kind, Mac: r.MAC}
+		Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace, Pf: r.PF, Kind: r.Kind, Mac: r.MAC, DeviceId: r.DeviceID}
 	if r.VF != nil {
 		vf := int32(*r.VF)
 		pb.Vf = &vf
@@ -201,7 +207,7 @@ func createPB(r CreateRequest) *skiffv1.CreateLocalEndpointRequest {
 
 func createRequest(pb *skiffv1.CreateLocalEndpointRequest) CreateRequest {
 	r := CreateRequest{Name: pb.GetName(), Network: pb.GetNetwork(), NetNS: pb.GetNetns(), IfName: pb.GetIfName(), MTU: int(pb.GetMtu()),
-		Labels: pb.GetLabels(), Owner: pb.GetOwner(), Namespace: pb.GetNamespace(), PF: pb.GetPf(), Kind: pb.GetKind(), MAC: pb.GetMac()}
+		Labels: pb.GetLabels(), Owner: pb.GetOwner(), Namespace: pb.GetNamespace(), PF: pb.GetPf(), Kind: pb.GetKind(), MAC: pb.GetMac(), DeviceID: pb.GetDeviceId()}
 	if pb.Vf != nil {
 		vf := int(pb.GetVf())
 		r.VF = &vf

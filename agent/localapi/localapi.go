@@ -51,6 +51,19 @@ type CreateRequest struct {
 	Kind string
 	// MAC is a VM port's guest MAC; derived when empty.
 	MAC string
+	// DeviceID is a pod's VF by PCI address (as the kubelet allocated
+	// it): the agent finds its PF and index. PF and VF must be empty.
+	DeviceID string
+}
+
+// DeleteRequest removes one endpoint
+// (skiff.v1.DeleteLocalEndpointRequest with a name). NetNS and IfName,
+// when known, say where its interface is (a pod's VF is given back from
+// there); empty when the namespace is gone or not known.
+type DeleteRequest struct {
+	Name   string
+	NetNS  string
+	IfName string
 }
 
 // CreateResponse describes the plumbed endpoint

@@ -32,10 +32,10 @@ func (b *backend) Create(_ context.Context, r CreateRequest) (*CreateResponse, e
 		IPs: []string{"198.51.100.2/24"}, Gateways: []string{"198.51.100.1"}, Revision: 7}, nil
 }
 
-func (b *backend) Delete(_ context.Context, name string) error {
+func (b *backend) Delete(_ context.Context, r DeleteRequest) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.deleted = append(b.deleted, name)
+	b.deleted = append(b.deleted, r.Name)
 	return b.fail
 }
 

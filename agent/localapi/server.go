@@ -27,7 +27,7 @@ import (
 type Backend interface {
 	Create(ctx context.Context, r CreateRequest) (*CreateResponse, error)
 	// Delete is idempotent.
-	Delete(ctx context.Context, name string) error
+	Delete(ctx context.Context, r DeleteRequest) error
 	List() []Endpoint
 	Status() Status
 }
@@ -189,7 +189,7 @@ func (s service) DeleteLocalEndpoint(ctx context.Context, pb *skiffv1.DeleteLoca
 	case (pb.GetName() == "") == (pb.GetOwner() == ""):
 		return nil, statusOf(&Error{Code: CodeInvalid, Message: "name, owner: give exactly one (an endpoint, or every endpoint of an owner)"})
 	case pb.GetName() != "":
-		if err := s.b.Delete(ctx, pb.GetName()); err != nil {
+		if err := s.b.Delete(ctx, DeleteRequest{Name: pb.GetName(), NetNS: pb.GetNetns(), IfName: pb.GetIfName()}); err != nil {
 			return nil, statusOf(err)
 		}
 		out.Deleted = []string{pb.GetName()}
@@ -199,7 +199,7 @@ func (s service) DeleteLocalEndpoint(ctx context.Context, pb *skiffv1.DeleteLoca
 		if e.Owner != pb.GetOwner() {
 			continue
 		}
-		if err := s.b.Delete(ctx, e.Name); err != nil {
+		if err := s.b.Delete(ctx, DeleteRequest{Name: e.Name}); err != nil {
 			return nil, statusOf(err)
 		}
 		out.Deleted = append(out.Deleted, e.Name)

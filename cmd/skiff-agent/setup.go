@@ -31,7 +31,7 @@ func setup(ctx context.Context, cfg agent.Config, log *slog.Logger) (agent.Deps,
 	if err != nil {
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
 	}
-	return agent.Deps{Datapath: dp, Mode: mode, Discover: discover, Logger: log}, nil
+	return agent.Deps{Datapath: dp, Mode: mode, Discover: discover, VFByPCI: agent.VFByPCIFrom(disc), Logger: log}, nil
 }
 
 func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, log *slog.Logger) (datapath.Datapath, error) {

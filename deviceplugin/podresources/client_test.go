@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	api "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/skiff-sdn/skiff/deviceplugin/podresources/podrestest"
 )
 
 // kubelet is an in-process pod resources server holding pods; with noGet
@@ -53,25 +52,6 @@ func (k *kubelet) Get(_ context.Context, r *api.GetPodResourcesRequest) (*api.Ge
 	return nil, fmt.Errorf("pod %s in namespace %s not found", r.PodName, r.PodNamespace)
 }
 
-func serve(t *testing.T, k *kubelet) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "podres")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "kubelet.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	api.RegisterPodResourcesListerServer(s, k)
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(s.Stop)
-	return sock
-}
-
 func devs(resource string, ids ...string) *api.ContainerDevices {
 	return &api.ContainerDevices{ResourceName: resource, DeviceIds: ids}
 }
@@ -93,7 +73,7 @@ func TestDeviceIDs(t *testing.T) {
 	for _, noGet := range []bool{false, true} {
 		t.Run(fmt.Sprintf("noGet=%v", noGet), func(t *testing.T) {
 			k := &kubelet{pods: pods(), noGet: noGet}
-			c, err := Dial(serve(t, k))
+			c, err := Dial(podrestest.Serve(t, k))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,10 +24,14 @@ const (
 	TestpodTag = "skiff.local/testpod:dev"
 )
 
+// SkiffBinaries are the commands the skiff image holds (make build puts
+// them in bin/), under /usr/local/bin.
+var SkiffBinaries = []string{"skiff-controller", "skiff-agent", "skiffctl", "skiff-cni", "skiff-deviceplugin"}
+
 // Write writes the image kind (skiff, pause, testpod) to out, tagged
 // with tags (the kind's own tag when none, or only empty ones, are
-// given), from the binaries in binDir: skiff-controller, skiff-agent,
-// skiffctl and skiff-cni (make build) for skiff, pause
+// given), from the binaries in binDir: SkiffBinaries (make build) for
+// skiff, pause
 // (test/k8s/images/pause) for pause, probe (test/k8s/images/probe) for
 // testpod.
 func Write(kind, binDir, out string, tags ...string) error {
@@ -36,7 +40,7 @@ func Write(kind, binDir, out string, tags ...string) error {
 	switch kind {
 	case "skiff":
 		def = SkiffTag
-		for _, b := range []string{"skiff-controller", "skiff-agent", "skiffctl", "skiff-cni"} {
+		for _, b := range SkiffBinaries {
 			data, err := os.ReadFile(filepath.Join(binDir, b))
 			if err != nil {
 				return fmt.Errorf("%w (make build first)", err)

@@ -160,6 +160,10 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("offload datapath: %w", err))
 	}
+	// Pods' VFs the kernel returned from destroyed namespaces.
+	if _, err := d.returnStranded(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/flower"
+	"github.com/skiff-sdn/skiff/offload/vf"
 )
 
 // VXLANName is the name of the external-mode VXLAN device.
@@ -56,6 +57,10 @@ type Options struct {
 	// VFs sets up the VFs of vfio ports; the kernel's (offload/vf) when
 	// nil.
 	VFs VFHost
+	// Mover moves pods' VF netdevs into their namespaces and back;
+	// offload/vf's (sysfs at SysRoot, this datapath's namespace as the
+	// host's) when nil.
+	Mover VFMover
 	// TunnelHardware asks for hardware on the VXLAN device's rules too
 	// (a NIC offloads decap from tunnel devices through indirect blocks).
 	TunnelHardware bool
@@ -79,10 +84,12 @@ type Datapath struct {
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
 
-	op    sync.Mutex // one netlink conversation at a time: Apply or Rules
-	gate  agentdp.PlumbGate
-	ports *eswitchPorts
-	vfs   VFHost
+	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
+	gate   agentdp.PlumbGate
+	ports  *eswitchPorts
+	vfs    VFHost
+	mover  VFMover
+	podVFs podVFs
 
 	mu     sync.Mutex
 	states []flower.State
@@ -112,6 +119,10 @@ func New(o Options) (*Datapath, error) {
 	if vfs == nil {
 		vfs = newVFHost(o)
 	}
+	mover := o.Mover
+	if mover == nil {
+		mover = vf.NewMover(vf.MoverOptions{SysRoot: o.SysRoot, HostNS: o.NetNS, Logger: o.Logger})
+	}
 	k, err := nl.OpenOffload(nl.Options{NetNS: o.NetNS})
 	if err != nil {
 		return nil, fmt.Errorf("offload datapath: %w", err)
@@ -127,7 +138,7 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
-	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, ports: ports, vfs: vfs}, nil
+	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, ports: ports, vfs: vfs, mover: mover}, nil
 }
 
 // Close releases the netlink sockets; kernel objects stay.

@@ -16,16 +16,18 @@ import (
 // endpoint plumbing, readiness from the last Apply, counters and metrics.
 
 // Kinds implements agent/datapath.Datapath: a veth (its host side is the
-// endpoint's port on the eswitch), a VF, and a VM's tap or vfio-bound VF
-// (vmports.go). On a NIC whose VFs have no netdev (netdevsim), a VF
-// endpoint is plumbed as a veth standing in for the VF: its traffic
+// endpoint's port on the eswitch), a pod's VF (vfpods.go: moved into the
+// pod; its representor is its port), and a VM's tap or vfio-bound VF
+// (vmports.go). On a NIC whose VFs are not PCI functions (netdevsim), a
+// VF endpoint is plumbed as a veth standing in for the VF: its traffic
 // enters the VF's representor.
 func (d *Datapath) Kinds() []string {
 	return []string{plan.KindVeth, plan.KindVF, plan.KindTap, plan.KindVFIO}
 }
 
-// Plumb implements agent/datapath.Datapath. A VF endpoint needs its VF's
-// representor on this node; without one it is refused and nothing is made.
+// Plumb implements agent/datapath.Datapath. A VF endpoint needs its VF on
+// a PF in switchdev mode, with a representor, on this node; otherwise it
+// is refused and nothing is made (no veth instead).
 func (d *Datapath) Plumb(_ context.Context, req agentdp.PlumbRequest) (agentdp.Plumbed, error) {
 	e := req.Endpoint
 	switch e.Kind {
@@ -34,11 +36,9 @@ func (d *Datapath) Plumb(_ context.Context, req agentdp.PlumbRequest) (agentdp.P
 		return agentdp.PlumbTap(d.nsPath(), req)
 	case plan.KindVFIO:
 		return d.plumbVFIO(req)
-	case plan.KindVeth:
 	case plan.KindVF:
-		if _, ok := d.opts.Representor(e); !ok {
-			return agentdp.Plumbed{}, fmt.Errorf("offload datapath: endpoint %s: VF %d of PF %q has no representor on this node", e.Name, e.VFIndex, e.PF)
-		}
+		return d.plumbVF(req)
+	case plan.KindVeth:
 	default:
 		return agentdp.Plumbed{}, fmt.Errorf("offload datapath: endpoint %s of kind %q: %w", e.Name, e.Kind, agentdp.ErrKind)
 	}
@@ -53,6 +53,8 @@ func (d *Datapath) Unplumb(_ context.Context, req agentdp.UnplumbRequest) error 
 		return agentdp.UnplumbTap(d.nsPath(), req.Endpoint.Name)
 	case plan.KindVFIO:
 		return d.unplumbVFIO(req.Endpoint)
+	case plan.KindVF:
+		return d.unplumbVF(req)
 	}
 	return agentdp.UnplumbVeth(d.nsPath(), req.Endpoint.Name)
 }

@@ -70,6 +70,15 @@ func (p *eswitchPorts) vf(e plan.Endpoint) (pf *eswitch.PF, v eswitch.VF, ok boo
 	return pf, v, ok
 }
 
+// current is the cached discovery (discovering when there is none yet,
+// at most once a second); nil when discovery fails.
+func (p *eswitchPorts) current() *eswitch.Node {
+	p.find(func(n *eswitch.Node) bool { return n != nil })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.node
+}
+
 // find calls found with the cached discovery, and again with a new one
 // when it answers false (at most once a second).
 func (p *eswitchPorts) find(found func(*eswitch.Node) bool) bool {

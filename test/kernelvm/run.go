@@ -21,7 +21,7 @@ const DefaultCacheDir = "/var/cache/skiff-kernelvm"
 
 // DefaultBinaries are the project's commands the runner ships into the
 // guest ($SKIFF_BIN) unless told otherwise.
-var DefaultBinaries = []string{"./cmd/skiff-agent", "./cmd/skiff-controller", "./cmd/skiffctl"}
+var DefaultBinaries = []string{"./cmd/skiff-agent", "./cmd/skiff-controller", "./cmd/skiffctl", "./cmd/skiff-cni"}
 
 // Config of one VM run.
 type Config struct {

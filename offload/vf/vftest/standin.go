@@ -46,11 +46,32 @@ type VFs struct {
 	tr    *sysfstest.Tree
 }
 
-// New makes netdevsim PF pfID with n VFs in switchdev mode in the VM's
-// root namespace, n stand-in devices (netdevsim simID..simID+n-1, their
-// ports renamed <prefix>0..), and the overlay. Everything is removed when
-// the test ends.
+// New makes netdevsim PF pfID with n VFs (at most 4: netdevsim's limit)
+// in switchdev mode in the VM's root namespace, n stand-in devices
+// (netdevsim simID..simID+n-1, their ports renamed <prefix>0..), and the
+// overlay. Everything is removed when the test ends.
 func New(t *testing.T, pfID, n, simID int, prefix string, log *slog.Logger) *VFs {
+	t.Helper()
+	return add(t, sysfstest.New(t), 0, pfID, n, simID, prefix, 0, log)
+}
+
+// NewPFs makes one PF per ID of pfIDs, each with n VFs, in one overlay
+// (one node with several PFs): PF i's VF j is PCI function
+// 0000:7f:<i>.<j>, its stand-in netdevsim simID+i*n+j named
+// <prefix><i*n+j>.
+func NewPFs(t *testing.T, pfIDs []int, n, simID int, prefix string, log *slog.Logger) []*VFs {
+	t.Helper()
+	tr := sysfstest.New(t)
+	var out []*VFs
+	for i, id := range pfIDs {
+		out = append(out, add(t, tr, i, id, n, simID+i*n, prefix, i*n, log))
+	}
+	return out
+}
+
+// add makes PF pfID with n VFs in tr, its functions in PCI slot slot,
+// its stand-ins simID.. named <prefix><first>...
+func add(t *testing.T, tr *sysfstest.Tree, slot, pfID, n, simID int, prefix string, first int, log *slog.Logger) *VFs {
 	t.Helper()
 	guest.Require(t)
 	ctx := context.Background()
@@ -64,7 +85,7 @@ func New(t *testing.T, pfID, n, simID int, prefix string, log *slog.Logger) *VFs
 		t.Fatal(err)
 	}
 	guest.Run(t, guest.IP, "link", "set", pf, "up") // a PF in use is up
-	s := &VFs{PF: pf, ID: pfID, tr: sysfstest.New(t)}
+	s := &VFs{PF: pf, ID: pfID, tr: tr}
 	s.Root = s.tr.Root
 	dev := fmt.Sprintf("devices/netdevsim%d", pfID)
 	s.tr.Mkdir(dev)
@@ -76,9 +97,9 @@ func New(t *testing.T, pfID, n, simID int, prefix string, log *slog.Logger) *VFs
 	s.tr.RelLink("class/net/"+pf+"/device", dev)
 	for i := range n {
 		sim := guest.NewNetdevsim(t, simID+i, 1)
-		home := fmt.Sprintf("%s%d", prefix, i)
+		home := fmt.Sprintf("%s%d", prefix, first+i)
 		guest.Run(t, guest.IP, "link", "set", sim.Netdevs(t)[0], "name", home)
-		pci := fmt.Sprintf("0000:7f:00.%d", i)
+		pci := fmt.Sprintf("0000:7f:%02x.%d", slot, i)
 		fn := "devices/pci0000:7f/" + pci
 		s.tr.Mkdir(fn)
 		s.tr.Link(fn+"/net", sim.Dir+"/net")
@@ -110,7 +131,11 @@ func New(t *testing.T, pfID, n, simID int, prefix string, log *slog.Logger) *VFs
 		}
 		s.Reps = append(s.Reps, v.Representor)
 	}
-	s.Refs = vf.RefsOf(node)
+	for _, r := range vf.RefsOf(node) {
+		if r.PF == pf {
+			s.Refs = append(s.Refs, r)
+		}
+	}
 	return s
 }
 
@@ -125,12 +150,20 @@ func (s *VFs) read(t *testing.T, attr string) string {
 
 // LinkRepresentors makes the overlay's class/net show the PF's
 // representors as they are now (after an eswitch mode change the kernel
-// makes new ones; the overlay is a static tree and must be told).
+// makes new ones; the overlay is a static tree and must be told). Other
+// PFs' entries in a shared overlay are left alone.
 func (s *VFs) LinkRepresentors(t *testing.T) {
 	t.Helper()
+	sw := s.read(t, "phys_switch_id")
 	old, _ := filepath.Glob(filepath.Join(s.Root, "class/net/*"))
 	for _, p := range old {
-		if filepath.Base(p) != s.PF {
+		target, err := os.Readlink(p)
+		if filepath.Base(p) == s.PF || (err == nil && !strings.HasPrefix(target, "/sys/class/net/")) {
+			continue
+		}
+		rsw, rerr := os.ReadFile(filepath.Join(p, "phys_switch_id"))
+		// This PF's representor, or one gone (a dangling link).
+		if err == nil && (rerr != nil || strings.TrimSpace(string(rsw)) == sw) {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +173,6 @@ func (s *VFs) LinkRepresentors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := s.read(t, "phys_switch_id")
 	for _, e := range ents {
 		rsw, _ := os.ReadFile("/sys/class/net/" + e.Name() + "/phys_switch_id")
 		pn, _ := os.ReadFile("/sys/class/net/" + e.Name() + "/phys_port_name")

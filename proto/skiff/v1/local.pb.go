@@ -69,7 +69,11 @@ type CreateLocalEndpointRequest struct {
 	// is picked.
 	Kind string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
 	// The guest's MAC for a VM port; derived when empty.
-	Mac           string `protobuf:"bytes,12,opt,name=mac,proto3" json:"mac,omitempty"`
+	Mac string `protobuf:"bytes,12,opt,name=mac,proto3" json:"mac,omitempty"`
+	// A pod's VF by its PCI address (0000:03:00.2), as the kubelet's device
+	// plugin allocated it: the agent finds its PF and index (kind vf; pf
+	// and vf must then be empty).
+	DeviceId      string `protobuf:"bytes,13,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -184,6 +188,13 @@ func (x *CreateLocalEndpointRequest) GetKind() string {
 func (x *CreateLocalEndpointRequest) GetMac() string {
 	if x != nil {
 		return x.Mac
+	}
+	return ""
+}
+
+func (x *CreateLocalEndpointRequest) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
 	}
 	return ""
 }
@@ -337,8 +348,13 @@ func (x *LocalEndpointResult) GetDns() []string {
 type DeleteLocalEndpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One endpoint by name, or every endpoint whose owner is owner.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Name  string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// With name: the namespace and interface the endpoint's interface is
+	// in (a pod's VF is looked for there to be given back); empty when not
+	// known (the namespace is gone).
+	Netns         string `protobuf:"bytes,3,opt,name=netns,proto3" json:"netns,omitempty"`
+	IfName        string `protobuf:"bytes,4,opt,name=if_name,json=ifName,proto3" json:"if_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +399,20 @@ func (x *DeleteLocalEndpointRequest) GetName() string {
 func (x *DeleteLocalEndpointRequest) GetOwner() string {
 	if x != nil {
 		return x.Owner
+	}
+	return ""
+}
+
+func (x *DeleteLocalEndpointRequest) GetNetns() string {
+	if x != nil {
+		return x.Netns
+	}
+	return ""
+}
+
+func (x *DeleteLocalEndpointRequest) GetIfName() string {
+	if x != nil {
+		return x.IfName
 	}
 	return ""
 }
@@ -746,7 +776,7 @@ var File_skiff_v1_local_proto protoreflect.FileDescriptor
 
 const file_skiff_v1_local_proto_rawDesc = "" +
 	"\n" +
-	"\x14skiff/v1/local.proto\x12\bskiff.v1\"\x96\x03\n" +
+	"\x14skiff/v1/local.proto\x12\bskiff.v1\"\xb3\x03\n" +
 	"\x1aCreateLocalEndpointRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x14\n" +
@@ -760,7 +790,8 @@ const file_skiff_v1_local_proto_rawDesc = "" +
 	"\x02vf\x18\n" +
 	" \x01(\x05H\x00R\x02vf\x88\x01\x01\x12\x12\n" +
 	"\x04kind\x18\v \x01(\tR\x04kind\x12\x10\n" +
-	"\x03mac\x18\f \x01(\tR\x03mac\x1a9\n" +
+	"\x03mac\x18\f \x01(\tR\x03mac\x12\x1b\n" +
+	"\tdevice_id\x18\r \x01(\tR\bdeviceId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x05\n" +
@@ -781,10 +812,12 @@ const file_skiff_v1_local_proto_rawDesc = "" +
 	"pciAddress\x12\x1d\n" +
 	"\n" +
 	"vfio_group\x18\f \x01(\tR\tvfioGroup\x12\x10\n" +
-	"\x03dns\x18\r \x03(\tR\x03dns\"F\n" +
+	"\x03dns\x18\r \x03(\tR\x03dns\"u\n" +
 	"\x1aDeleteLocalEndpointRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"7\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05netns\x18\x03 \x01(\tR\x05netns\x12\x17\n" +
+	"\aif_name\x18\x04 \x01(\tR\x06ifName\"7\n" +
 	"\x1bDeleteLocalEndpointResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x03(\tR\adeleted\"1\n" +
 	"\x19ListLocalEndpointsRequest\x12\x14\n" +

@@ -30,7 +30,7 @@ func Root(t testing.TB) string {
 func Images(t testing.TB, root, dir string) []string {
 	t.Helper()
 	bin := filepath.Join(root, "bin")
-	for _, b := range []string{"skiff-controller", "skiff-agent", "skiffctl", "skiff-cni"} {
+	for _, b := range images.SkiffBinaries {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			t.Fatalf("%s: run make build first: %v", b, err)
 		}
