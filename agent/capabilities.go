@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
@@ -236,6 +237,7 @@ func (a *Agent) rediscoverLoop(ctx context.Context) {
 		}
 		caps := a.discover(ctx)
 		a.capsMu.Lock()
+		keepHeldVFs(a.caps, caps, a.heldVF)
 		same := proto.Equal(caps, a.caps)
 		if !same {
 			a.caps = caps
@@ -276,5 +278,50 @@ func (a *Agent) reregister(ctx context.Context) {
 			return
 		}
 		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// heldVF says whether one of this node's endpoints holds VF idx of pf.
+func (a *Agent) heldVF(pf *skiffv1.PhysicalFunction, idx uint32) bool {
+	for _, e := range a.current().Local {
+		if (e.Kind == plan.KindVF || e.Kind == plan.KindVFIO) && e.VFIndex == int(idx) && e.PF != "" && (e.PF == pf.GetName() || e.PF == pf.GetPciAddress()) {
+			return true
+		}
+	}
+	return false
+}
+
+// keepHeldVFs reports a VF that an endpoint holds as it was before the
+// endpoint took it: a VF moved into a pod leaves the host's namespace
+// (its netdev, or the whole VF where only a netdev stands for it, is gone
+// from discovery), and that is the endpoint's doing, not a change of the
+// node's capabilities. Without this every VF pod's ADD and DEL made the
+// agent register again.
+func keepHeldVFs(old, caps *skiffv1.NodeCapabilities, held func(*skiffv1.PhysicalFunction, uint32) bool) {
+	olds := map[string]*skiffv1.PhysicalFunction{}
+	for _, p := range old.GetPfs() {
+		olds[p.GetName()] = p
+	}
+	for _, p := range caps.GetPfs() {
+		o := olds[p.GetName()]
+		if o == nil {
+			continue
+		}
+		changed := false
+		for _, ov := range o.GetVfs() {
+			if !held(p, ov.GetIndex()) {
+				continue
+			}
+			i := slices.IndexFunc(p.Vfs, func(v *skiffv1.VirtualFunction) bool { return v.GetIndex() == ov.GetIndex() })
+			if i < 0 {
+				p.Vfs = append(p.Vfs, proto.Clone(ov).(*skiffv1.VirtualFunction))
+				changed = true
+				continue
+			}
+			p.Vfs[i] = proto.Clone(ov).(*skiffv1.VirtualFunction)
+		}
+		if changed {
+			slices.SortFunc(p.Vfs, func(a, b *skiffv1.VirtualFunction) int { return cmp.Compare(a.GetIndex(), b.GetIndex()) })
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
@@ -344,5 +345,51 @@ func TestRediscoverReregistersOnlyOnChange(t *testing.T) {
 	}
 	if !proto.Equal(a.nodeObject(), n) {
 		t.Errorf("nodeObject differs from what was registered")
+	}
+}
+
+// TestHeldVFKeepsCapabilities: a VF an endpoint holds leaves discovery
+// (its netdev moved into a pod) without changing the capabilities the
+// node registers; the same VF leaving while no endpoint holds it is a
+// change.
+func TestHeldVFKeepsCapabilities(t *testing.T) {
+	tr, dl, _ := hostSwitchdev(t)
+	d := eswitch.New(eswitch.Options{SysRoot: tr.Root, Devlink: dl})
+	log := slog.New(slog.DiscardHandler)
+	before := DiscoverCapabilities(context.Background(), d, log)
+	vf0 := fmt.Sprintf("%s/0000:03:00.2", sysfstest.PCIParent)
+	tr.Remove(vf0, "ens1f0v0") // the pod's namespace has it now
+	after := DiscoverCapabilities(context.Background(), d, log)
+	if proto.Equal(before, after) {
+		t.Fatal("discovery did not notice VF 0's netdev leaving: the test shows nothing")
+	}
+	for _, tc := range []struct {
+		name     string
+		pf       string // the endpoint's PF: netdev or PCI address
+		vf       int
+		wantSame bool
+	}{
+		{"held, PF by netdev", "ens1f0np0", 0, true},
+		{"held, PF by PCI address", "0000:03:00.0", 0, true},
+		{"another VF held", "ens1f0np0", 1, false},
+		{"another PF's VF 0 held", "ens1f1np1", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Agent{plan: plan.Plan{Local: map[string]plan.Endpoint{"ep": {Name: "ep", Kind: plan.KindVF, PF: tc.pf, VFIndex: tc.vf}}}}
+			caps := proto.Clone(after).(*skiffv1.NodeCapabilities)
+			keepHeldVFs(before, caps, a.heldVF)
+			if same := proto.Equal(before, caps); same != tc.wantSame {
+				t.Errorf("capabilities unchanged = %v, want %v:\nbefore %v\nafter  %v", same, tc.wantSame, before, caps)
+			}
+		})
+	}
+	// A VF gone whole from discovery (a stand-in netdev was all there
+	// was of it) comes back in its place.
+	caps := proto.Clone(before).(*skiffv1.NodeCapabilities)
+	caps.Pfs[0].Vfs = caps.Pfs[0].Vfs[1:]
+	a := &Agent{plan: plan.Plan{Local: map[string]plan.Endpoint{"ep": {Name: "ep", Kind: plan.KindVF, PF: "ens1f0np0", VFIndex: 0}}}}
+	keepHeldVFs(before, caps, a.heldVF)
+	if !proto.Equal(before, caps) {
+		t.Errorf("a held VF missing from discovery was not kept:\nbefore %v\nafter  %v", before, caps)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/plan"
@@ -59,6 +60,9 @@ func (a *Agent) resolveDevice(ctx context.Context, r localapi.CreateRequest) (lo
 		return r, invalid("deviceID: give either deviceID or pf and vf, not both")
 	case r.Kind != "" && r.Kind != plan.KindVF:
 		return r, invalid("deviceID: only for kind vf, not %q", r.Kind)
+	case !slices.Contains(a.dp.Kinds(), plan.KindVF):
+		// No silent veth: the pod asked for a VF.
+		return r, invalid("deviceID %s: this node's datapath (mode %s) has no VF endpoints: a pod's VF needs an eswitch in switchdev mode and the agent in offload mode", r.DeviceID, a.mode)
 	case a.vfByPCI == nil:
 		return r, invalid("deviceID %s: this node's agent has no VF discovery", r.DeviceID)
 	}

@@ -65,3 +65,24 @@ func TestDeviceID(t *testing.T) {
 		t.Error("a refused create reached the controller")
 	}
 }
+
+// TestDeviceIDSoftware: a VF asked of a node whose datapath has no VF
+// endpoints is refused, naming the mode; no veth is made instead.
+func TestDeviceIDSoftware(t *testing.T) {
+	h := newHarness(t, plan.KindVeth)
+	h.ctl.addNetwork("blue", 100)
+	h.a.vfByPCI = func(context.Context, string) (LocalVF, error) { return LocalVF{PF: "eth9", Index: 0}, nil }
+	_, err := h.a.Create(context.Background(), localapi.CreateRequest{Name: "pod-a", Network: "blue", NetNS: h.netns, IfName: "eth0", DeviceID: "0000:7f:00.1"})
+	var le *localapi.Error
+	if !errors.As(err, &le) || le.Code != localapi.CodeInvalid || !strings.Contains(le.Message, "deviceID 0000:7f:00.1: this node's datapath (mode ") || !strings.Contains(le.Message, "has no VF endpoints") {
+		t.Fatalf("err %v, want a refusal naming the deviceID and the mode", err)
+	}
+	for _, c := range h.dp.Calls() {
+		if c.Op != "apply" {
+			t.Errorf("a refused create reached the datapath: %v", c)
+		}
+	}
+	if _, ok := h.a.current().Local["pod-a"]; ok {
+		t.Error("a refused create reached the controller")
+	}
+}

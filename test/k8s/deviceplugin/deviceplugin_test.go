@@ -230,6 +230,16 @@ func checkDevInfo(t *testing.T, c *cluster.Cluster, v *VFs, id string) {
 // vfPod is a pod asking for count VFs, with the node's device-info
 // directory mounted at the standard path.
 func vfPod(name string, count int, devinfo string) string {
+	return testPod(name, fmt.Sprintf(`    resources: {limits: {%s: "%d"}}
+    volumeMounts: [{name: devinfo, mountPath: %s, readOnly: true}]
+  volumes:
+  - {name: devinfo, hostPath: {path: %q, type: Directory}}
+`, resource, count, dp.DefaultDevInfoDir, devinfo))
+}
+
+// testPod is a pod of the test image sleeping, its container's spec
+// followed by more (indented for the container, then the pod's spec).
+func testPod(name, more string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s}
@@ -240,11 +250,7 @@ spec:
     image: skiff.local/testpod:dev
     imagePullPolicy: Never
     command: ["/bin/sh", "-c", "exec sleep 3600"]
-    resources: {limits: {%s: "%d"}}
-    volumeMounts: [{name: devinfo, mountPath: %s, readOnly: true}]
-  volumes:
-  - {name: devinfo, hostPath: {path: %q, type: Directory}}
-`, name, resource, count, dp.DefaultDevInfoDir, devinfo)
+`, name) + more
 }
 
 // advertised is the Node's capacity and allocatable of resource.

@@ -1,9 +1,18 @@
 // Package deviceplugin runs Skiff's device plugin (cmd/skiff-deviceplugin)
-// with a real kubelet and containerd (test/k8s/cluster), and gives later
-// real-cluster tests (the CNI's VF path) what they need to do the same:
-// a node with stood-in VFs (NewVFs), the plugin started on it
-// (StartPlugin), and the kubelet's pod resources answer for a pod
-// (PodVFs).
+// with a real kubelet and containerd (test/k8s/cluster), and gives
+// real-cluster tests what they need to do the same: a node with stood-in
+// VFs (NewVFs), the plugin started on it (StartPlugin), and the kubelet's
+// pod resources answer for a pod (PodVFs).
+//
+// TestWithRealKubelet is the plugin against the kubelet (advertisement,
+// allocation, restarts, health, bad configuration). TestCNIGetsTheKubeletsVF
+// makes skiff-cni the node's network, with a real skiff-controller and
+// skiff-agent on the node: a pod asking for a VF reaches skiff-cni, which
+// asks the kubelet's pod resources API for the pod's VF and passes it to
+// the agent; the VF it names is the one the API names. The agent runs the
+// software datapath (no switchdev eswitch here) and refuses the VF with
+// its reason rather than giving the pod a veth; moving the VF into the
+// pod is shown in the kernel VM (test/kernelvm/vfpodvm).
 //
 // What is real: the kubelet (its device manager, registration,
 // ListAndWatch, Allocate, checkpoint, pod resources API, node status), the

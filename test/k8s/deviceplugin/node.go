@@ -93,13 +93,23 @@ func (v *VFs) Index(id string) int {
 // BuildPlugin builds cmd/skiff-deviceplugin into dir and returns its path.
 func BuildPlugin(t testing.TB, dir string) string {
 	t.Helper()
-	out := filepath.Join(dir, "skiff-deviceplugin")
-	build := exec.Command("go", "build", "-o", out, "github.com/skiff-sdn/skiff/cmd/skiff-deviceplugin")
+	Build(t, dir, "skiff-deviceplugin")
+	return filepath.Join(dir, "skiff-deviceplugin")
+}
+
+// Build builds Skiff's commands (cmd/<name>) from this checkout into dir,
+// statically.
+func Build(t testing.TB, dir string, names ...string) {
+	t.Helper()
+	args := []string{"build", "-o", dir + "/"}
+	for _, n := range names {
+		args = append(args, "github.com/skiff-sdn/skiff/cmd/"+n)
+	}
+	build := exec.Command("go", args...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building skiff-deviceplugin: %v\n%s", err, b)
+		t.Fatalf("building %v: %v\n%s", names, err, b)
 	}
-	return out
 }
 
 // Plugin is skiff-deviceplugin running on a node.
@@ -124,7 +134,14 @@ func StartPlugin(t testing.TB, v *VFs, bin, name, config string, args ...string)
 	if err := os.MkdirAll(DevInfoDir(n), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p, err := n.Start(name, append([]string{bin, "--config", conf, "--sys-root", v.Tree.Root, "--devinfo-dir", DevInfoDir(n)}, args...)...)
+	return &Plugin{Process: StartOn(t, n, name, append([]string{bin, "--config", conf, "--sys-root", v.Tree.Root, "--devinfo-dir", DevInfoDir(n)}, args...)...)}
+}
+
+// StartOn starts a program on node n as name (cluster.Node.Start), stops
+// it when the test ends, and then shows its log if the test failed.
+func StartOn(t testing.TB, n *cluster.Node, name string, args ...string) *cluster.Process {
+	t.Helper()
+	p, err := n.Start(name, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +151,7 @@ func StartPlugin(t testing.TB, v *VFs, bin, name, config string, args ...string)
 			t.Logf("---- %s\n%s", name, p.Log())
 		}
 	})
-	return &Plugin{Process: p}
+	return p
 }
 
 // Registrations is how many times the plugin's log says a pool

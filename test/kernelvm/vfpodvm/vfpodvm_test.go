@@ -164,9 +164,14 @@ func (r *rig) refused(t *testing.T) {
 }
 
 // cycles: 100 ADD/DEL cycles over the 16 VFs (every tenth pod's
-// namespace dies before its DEL); every VF ends at home.
+// namespace dies before its DEL); every VF ends at home. With -short
+// (make test) 20: every VF taken and given back at least once, and a
+// namespace dying twice; make test-kernel-long runs the 100.
 func (r *rig) cycles(t *testing.T) {
-	const n = 100
+	n := 100
+	if testing.Short() {
+		n = 20
+	}
 	ns := podNS(t, "skvfc")
 	start := time.Now()
 	for i := range n {

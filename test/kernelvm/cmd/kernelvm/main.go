@@ -27,6 +27,7 @@ func run() int {
 	timeout := flag.Duration("timeout", 15*time.Minute, "limit for the whole boot (the guest runs the test binaries directly: no per-binary limit)")
 	runRE := flag.String("run", "", "only run tests matching this regexp (go test -run)")
 	verbose := flag.Bool("v", false, "show the guest output of passing packages too")
+	short := flag.Bool("short", false, "run the tests in short mode (go test -short): long loops run a smaller count")
 	bins := flag.String("bins", strings.Join(kernelvm.DefaultBinaries, ","), "comma-separated main packages built statically into $SKIFF_BIN of the guest (empty: none)")
 	flag.Parse()
 	if flag.NArg() == 0 {
@@ -46,7 +47,10 @@ func run() int {
 		}
 	}
 	if *runRE != "" {
-		cfg.TestArgs = []string{"-test.run=" + *runRE}
+		cfg.TestArgs = append(cfg.TestArgs, "-test.run="+*runRE)
+	}
+	if *short {
+		cfg.TestArgs = append(cfg.TestArgs, "-test.short")
 	}
 	res, err := kernelvm.Run(ctx, cfg)
 	if err != nil {
