@@ -52,11 +52,11 @@ KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./deviceplugin ./offload/datapat
 # count; test-kernel-long runs them in full.
 test-kernel:
 	./hack/kernelvm/setup.sh
-	./hack/kernelvm/run.sh -short -timeout 20m $(KERNELVM_PKGS)
+	./hack/kernelvm/run.sh -short -timeout 30m $(KERNELVM_PKGS)
 
 test-kernel-long:
 	./hack/kernelvm/setup.sh
-	./hack/kernelvm/run.sh -timeout 60m $(KERNELVM_PKGS)
+	./hack/kernelvm/run.sh -timeout 90m $(KERNELVM_PKGS)
 
 lint:
 	$(GO) vet ./...

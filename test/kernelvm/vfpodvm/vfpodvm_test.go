@@ -203,9 +203,13 @@ func (r *rig) cycles(t *testing.T) {
 }
 
 // latency: 20 VF pod ADDs and 20 veth pod ADDs on the same agent,
-// alternating (both see the same load), each followed by its DEL.
+// alternating (both see the same load), each followed by its DEL; 5 of
+// each with -short (make test).
 func (r *rig) latency(t *testing.T) {
-	const n = 20
+	n := 20
+	if testing.Short() {
+		n = 5
+	}
 	ns := podNS(t, "skvfl")
 	var vfLat, vethLat []time.Duration
 	for i := range n {
