@@ -71,7 +71,7 @@ func ensurePodNetwork(ctx context.Context, mgmt skiffv1.ManagementServiceServer,
 			"field", "podNetwork.name", "network", pn.Name)
 		return nil
 	case status.Code(err) == codes.NotFound:
-		if n, err = mgmt.CreateNetwork(ctx, &skiffv1.CreateNetworkRequest{Network: &skiffv1.Network{Name: pn.Name, Vni: pn.VNI, Mtu: pn.MTU}}); err != nil {
+		if n, err = mgmt.CreateNetwork(ctx, &skiffv1.CreateNetworkRequest{Network: &skiffv1.Network{Name: pn.Name, Vni: pn.VNI, Mtu: pn.MTU, Egress: pn.Egress}}); err != nil {
 			return fmt.Errorf("settings: podNetwork: %w", err)
 		}
 		log.Info("pod network created", "network", pn.Name, "vni", pn.VNI)
@@ -79,6 +79,8 @@ func ensurePodNetwork(ctx context.Context, mgmt skiffv1.ManagementServiceServer,
 		return fmt.Errorf("settings: podNetwork: %w", err)
 	case n.GetVni() != pn.VNI:
 		return fmt.Errorf("settings: podNetwork.vni: network %q exists with VNI %d, the settings say %d", pn.Name, n.GetVni(), pn.VNI)
+	case n.GetEgress() != pn.Egress && !(n.GetEgress() == "" && pn.Egress == "none"):
+		return fmt.Errorf("settings: podNetwork.egress: network %q exists with egress %q, the settings say %q", pn.Name, n.GetEgress(), pn.Egress)
 	}
 	subs, err := mgmt.ListSubnets(ctx, &skiffv1.ListRequest{Network: pn.Name})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-sdn/skiff/controller/ipam"
+	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -22,6 +23,9 @@ func (s *Store) CreateNetwork(ctx context.Context, in *skiffv1.Network) (*skiffv
 	n.Revision = 0
 	if err := validateNetwork(n); err != nil {
 		return nil, err
+	}
+	if n.Egress == "" {
+		n.Egress = plan.EgressNone
 	}
 	nk, vk := s.netKey(n.Name), s.vniKey(n.Vni)
 	resp, err := s.cli.Txn(ctx).

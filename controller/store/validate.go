@@ -47,6 +47,9 @@ func validateNetwork(n *skiffv1.Network) error {
 	if m := n.GetMtu(); m != 0 && (m < 576 || m > 9216) {
 		return invalid("mtu", "must be 576..9216 (or 0 for the default %d), got %d", plan.DefaultMTU, m)
 	}
+	if e := n.GetEgress(); e != "" && !plan.ValidEgress(e) {
+		return invalid("egress", "%q is not none, snat or routed", e)
+	}
 	return nil
 }
 

@@ -14,11 +14,11 @@ import (
 func (o *options) networkCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "network", Aliases: []string{"net", "networks"}, Short: "Manage networks"}
 	var (
-		vni, mtu uint32
-		out      string
+		vni, mtu    uint32
+		out, egress string
 	)
 	create := &cobra.Command{
-		Use:   "create NAME --vni N [--mtu M]",
+		Use:   "create NAME --vni N [--mtu M] [--egress none|snat|routed]",
 		Short: "Create a network",
 		Args:  exactArgs(1, "NAME"),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -26,7 +26,7 @@ func (o *options) networkCmd() *cobra.Command {
 				return fmt.Errorf("--vni is required")
 			}
 			return o.call("create network", func(ctx context.Context, m skiffv1.ManagementServiceClient) error {
-				n, err := m.CreateNetwork(ctx, &skiffv1.CreateNetworkRequest{Network: &skiffv1.Network{Name: args[0], Vni: vni, Mtu: mtu}})
+				n, err := m.CreateNetwork(ctx, &skiffv1.CreateNetworkRequest{Network: &skiffv1.Network{Name: args[0], Vni: vni, Mtu: mtu, Egress: egress}})
 				if err != nil {
 					return err
 				}
@@ -36,6 +36,7 @@ func (o *options) networkCmd() *cobra.Command {
 	}
 	create.Flags().Uint32Var(&vni, "vni", 0, "VXLAN network identifier, 1..16777215")
 	create.Flags().Uint32Var(&mtu, "mtu", 0, "MTU seen by endpoints (default 1450)")
+	create.Flags().StringVar(&egress, "egress", "", "what leaves the overlay for outside addresses: none (default), snat (masqueraded to the node's address) or routed (the endpoint's own address)")
 	outputFlag(create, &out, "")
 	cmd.AddCommand(create)
 	return cmd

@@ -107,14 +107,14 @@ func printTable(w io.Writer, kind string, objs []object) error {
 	}
 	switch kind {
 	case "network":
-		row("NAME", "VNI", "MTU")
+		row("NAME", "VNI", "MTU", "EGRESS")
 		for _, x := range objs {
 			n := x.(*skiffv1.Network)
 			mtu := fmt.Sprint(n.Mtu)
 			if n.Mtu == 0 {
 				mtu = "default"
 			}
-			row(n.Name, n.Vni, mtu)
+			row(n.Name, n.Vni, mtu, n.Egress)
 		}
 	case "subnet":
 		row("NAME", "NETWORK", "CIDR", "GATEWAY")

@@ -3,8 +3,11 @@ package nl
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netns"
@@ -62,20 +65,43 @@ func ifname(s string) []byte {
 	return b
 }
 
+// BridgeEgress is one Skiff bridge (a network on this node) and its
+// network's egress: "none" (or ""), "snat" or "routed".
+type BridgeEgress struct {
+	Name, Egress string
+}
+
+// NftEgressChain is the nat chain of the networks whose egress is snat.
+const NftEgressChain = "egress"
+
 // SetIsolation makes the forward path drop what is routed from one of the
 // given bridges into another Skiff bridge ("skb" prefix): tenant networks
 // stay apart even on a node that forwards. Bridged traffic inside one
-// network is untouched. It writes nothing when the rules already match,
+// network is untouched. A bridge's egress decides what it may route out
+// of the overlay (to any interface that is not a Skiff bridge): nothing
+// for "none" (dropped, and nothing is routed into it from outside
+// either), everything for "routed", and everything
+// masqueraded to the outgoing interface's address for "snat" (a nat
+// chain at postrouting). It writes nothing when the rules already match,
 // and otherwise replaces them in one atomic transaction. An empty list
-// removes the table.
-func (f *Firewall) SetIsolation(bridges []string) error {
+// removes the table. Not safe for concurrent use with itself.
+func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, err := f.conn()
 	if err != nil {
 		return fmt.Errorf("nl: nftables: %w", err)
 	}
-	want := slices.Clone(bridges)
+	var want []string // each rule's user data: what it is
+	for _, b := range bridges {
+		want = append(want, b.Name)
+		switch b.Egress {
+		case "", "none":
+			want = append(want, "none:"+b.Name, "in:"+b.Name)
+		case "snat":
+			want = append(want, "snat:"+b.Name)
+		}
+	}
 	slices.Sort(want)
 	have, exists, err := f.current(c)
 	if err != nil {
@@ -97,7 +123,7 @@ func (f *Firewall) SetIsolation(bridges []string) error {
 		return nil
 	}
 	// Add then delete then add again: creating the table is idempotent and
-	// deleting it drops the old chain and rules, all in one transaction.
+	// deleting it drops the old chains and rules, all in one transaction.
 	c.AddTable(table)
 	if exists {
 		c.DelTable(table)
@@ -106,25 +132,54 @@ func (f *Firewall) SetIsolation(bridges []string) error {
 	accept := nftables.ChainPolicyAccept
 	chain := c.AddChain(&nftables.Chain{Name: NftIsolationChain, Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	for _, b := range want {
-		c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(b), Exprs: []expr.Any{
+	var nat *nftables.Chain
+	for _, w := range want {
+		kind, br, ok := strings.Cut(w, ":")
+		if !ok {
+			kind, br = "", w
+		}
+		from := []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(b)},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(br)},
 			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte("skb")},
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(b)},
-			&expr.Verdict{Kind: expr.VerdictDrop},
-		}})
+		}
+		switch kind {
+		case "": // into another Skiff bridge
+			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(w), Exprs: append(from,
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte("skb")},
+				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(br)},
+				&expr.Verdict{Kind: expr.VerdictDrop})})
+		case "none": // out of the overlay
+			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(w), Exprs: append(from,
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte("skb")},
+				&expr.Verdict{Kind: expr.VerdictDrop})})
+		case "in": // into the overlay from outside
+			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(w), Exprs: []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte("skb")},
+				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(br)},
+				&expr.Verdict{Kind: expr.VerdictDrop}}})
+		case "snat":
+			if nat == nil {
+				nat = c.AddChain(&nftables.Chain{Name: NftEgressChain, Table: table, Type: nftables.ChainTypeNAT,
+					Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+			}
+			c.AddRule(&nftables.Rule{Table: table, Chain: nat, UserData: []byte(w), Exprs: append(from,
+				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte("skb")},
+				&expr.Masq{})})
+		}
 	}
 	f.writes++
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nl: nftables: isolation rules: %w", err)
+		return fmt.Errorf("nl: nftables: isolation and egress rules: %w", err)
 	}
 	return nil
 }
 
-// current returns the bridges the isolation chain has rules for.
+// current returns the user data of the isolation and egress chains'
+// rules, sorted.
 func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
@@ -143,6 +198,9 @@ func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
 	if err != nil {
 		// No such chain: the table is ours but incomplete; rebuild it.
 		return nil, true, nil
+	}
+	if nat, err := c.GetRules(table, &nftables.Chain{Name: NftEgressChain, Table: table}); err == nil {
+		rules = append(rules, nat...)
 	}
 	var out []string
 	for _, r := range rules {
@@ -181,4 +239,28 @@ func InetTables(path string) ([]string, error) {
 		names = append(names, t.Name)
 	}
 	return names, nil
+}
+
+// EnableIPv4Forwarding sets net.ipv4.ip_forward to 1 in the firewall's
+// namespace, reporting whether it was 0. Idempotent. It never sets it back
+// to 0: a Kubernetes node's Services and the kubelet need forwarding too.
+func (f *Firewall) EnableIPv4Forwarding() (changed bool, err error) {
+	set := func() error {
+		v, err := sysctl.Sysctl("net/ipv4/ip_forward")
+		if err != nil || strings.TrimSpace(v) == "1" {
+			return err
+		}
+		changed = true
+		_, err = sysctl.Sysctl("net/ipv4/ip_forward", "1")
+		return err
+	}
+	if f.path == "" {
+		err = set()
+	} else {
+		err = ns.WithNetNSPath(f.path, func(ns.NetNS) error { return set() })
+	}
+	if err != nil {
+		return false, fmt.Errorf("nl: net.ipv4.ip_forward: %w", err)
+	}
+	return changed, nil
 }

@@ -38,7 +38,20 @@ type Network struct {
 	// FloodVTEPs are the remote VTEPs of this VNI, sorted, without the
 	// node's own.
 	FloodVTEPs []netip.Addr
+	// Egress is what may leave the overlay for outside addresses:
+	// EgressNone, EgressSNAT or EgressRouted.
+	Egress string
 }
+
+// A network's egress (Network.Egress).
+const (
+	EgressNone   = "none"   // nothing leaves the overlay (the default)
+	EgressSNAT   = "snat"   // leaves masqueraded to the node's address
+	EgressRouted = "routed" // leaves with the endpoint's own address
+)
+
+// ValidEgress reports whether e is an egress a network may have.
+func ValidEgress(e string) bool { return e == EgressNone || e == EgressSNAT || e == EgressRouted }
 
 // Endpoint is one interface of a pod or VM.
 type Endpoint struct {
@@ -117,7 +130,7 @@ func (s Subnet) Equal(o Subnet) bool {
 
 // Equal reports whether two networks are the same.
 func (n Network) Equal(o Network) bool {
-	return n.Name == o.Name && n.VNI == o.VNI && n.MTU == o.MTU &&
+	return n.Name == o.Name && n.VNI == o.VNI && n.MTU == o.MTU && n.Egress == o.Egress &&
 		slices.EqualFunc(n.Subnets, o.Subnets, Subnet.Equal) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs)
 }
 

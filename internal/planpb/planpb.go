@@ -56,7 +56,11 @@ func Network(n *skiffv1.Network) plan.Network {
 	if mtu == 0 {
 		mtu = plan.DefaultMTU
 	}
-	return plan.Network{Name: n.GetName(), VNI: n.GetVni(), MTU: mtu}
+	egress := n.GetEgress()
+	if egress == "" {
+		egress = plan.EgressNone // stored before networks had one
+	}
+	return plan.Network{Name: n.GetName(), VNI: n.GetVni(), MTU: mtu, Egress: egress}
 }
 
 // Endpoint converts an endpoint to the plan model.
@@ -151,7 +155,7 @@ func Plan(p *skiffv1.Plan) (plan.Plan, error) {
 
 // NetworkPB converts a plan network to protobuf.
 func NetworkPB(n plan.Network) *skiffv1.PlanNetwork {
-	out := &skiffv1.PlanNetwork{Name: n.Name, Vni: n.VNI, Mtu: n.MTU}
+	out := &skiffv1.PlanNetwork{Name: n.Name, Vni: n.VNI, Mtu: n.MTU, Egress: n.Egress}
 	for _, s := range n.Subnets {
 		out.Subnets = append(out.Subnets, SubnetPB(s))
 	}
@@ -163,9 +167,12 @@ func NetworkPB(n plan.Network) *skiffv1.PlanNetwork {
 
 // PlanNetwork converts a protobuf plan network to the plan model.
 func PlanNetwork(n *skiffv1.PlanNetwork) (plan.Network, error) {
-	out := plan.Network{Name: n.GetName(), VNI: n.GetVni(), MTU: n.GetMtu()}
+	out := plan.Network{Name: n.GetName(), VNI: n.GetVni(), MTU: n.GetMtu(), Egress: n.GetEgress()}
 	if out.VNI == 0 || out.VNI > 1<<24-1 {
 		return plan.Network{}, fmt.Errorf("network %q: vni: must be 1..16777215, got %d", n.GetName(), out.VNI)
+	}
+	if out.Egress != "" && !plan.ValidEgress(out.Egress) { // "": none (a controller from before egress)
+		return plan.Network{}, fmt.Errorf("network %q: egress: %q is not none, snat or routed", n.GetName(), out.Egress)
 	}
 	for _, s := range n.GetSubnets() {
 		ps, err := Subnet(s)

@@ -51,6 +51,10 @@ type Network struct {
 	// Create makes the controller create the network (and its subnets)
 	// when it does not exist. False: it must exist.
 	Create bool `json:"create,omitempty"`
+	// Egress is what of the pods' traffic leaves the overlay for
+	// outside addresses: snat (the default for the pod network:
+	// masqueraded to the node's address), routed or none.
+	Egress string `json:"egress,omitempty"`
 }
 
 // Subnet is a CIDR of the network.
@@ -131,6 +135,11 @@ func (s *Settings) check() error {
 		return field("podNetwork.mtu", "must be 576..9216 (or 0 for Skiff's default), got %d", n.MTU)
 	case n.Create && len(n.Subnets) == 0:
 		return field("podNetwork.subnets", "at least one subnet is needed to create the pod network")
+	case n.Egress != "" && !contains([]string{"none", "snat", "routed"}, n.Egress):
+		return field("podNetwork.egress", "%q is not one of none, snat, routed", n.Egress)
+	}
+	if n.Egress == "" {
+		n.Egress = "snat"
 	}
 	var prefixes []netip.Prefix
 	for i, sn := range n.Subnets {

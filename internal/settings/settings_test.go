@@ -78,3 +78,24 @@ func TestLoad(t *testing.T) {
 		t.Error("loaded a missing file")
 	}
 }
+
+// TestPodNetworkEgress: snat unless the settings say otherwise; a bad
+// egress names the field.
+func TestPodNetworkEgress(t *testing.T) {
+	for _, tc := range []struct{ in, want, err string }{
+		{"", "snat", ""},
+		{"egress: routed", "routed", ""},
+		{"egress: none", "none", ""},
+		{"egress: masquerade", "", `podNetwork.egress: "masquerade" is not one of none, snat, routed`},
+	} {
+		s, err := Parse([]byte("podNetwork:\n  name: pods\n  vni: 4096\n  " + tc.in + "\n"))
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: err %v, want %q", tc.in, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.in, err)
+		case tc.err == "" && s.PodNetwork.Egress != tc.want:
+			t.Errorf("%q: egress %q, want %q", tc.in, s.PodNetwork.Egress, tc.want)
+		}
+	}
+}

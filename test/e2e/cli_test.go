@@ -52,6 +52,7 @@ func TestSkiffctl(t *testing.T) {
 		{[]string{"network", "create", "red", "--vni", "16777216"}, "vni: must be 1..16777215, got 16777216"},
 		{[]string{"network", "create", "red", "--vni", "100"}, `vni: 100 is already used by network "blue"`},
 		{[]string{"network", "create", "red", "--vni", "x"}, "--vni"},
+		{[]string{"network", "create", "red", "--vni", "300", "--egress", "nat"}, `egress: "nat" is not none, snat or routed`},
 		{[]string{"subnet", "create", "s2", "--network", "blue", "--cidr", "192.0.2.0/33"}, "cidr: "},
 		{[]string{"subnet", "create", "s2", "--network", "blue", "--cidr", "192.0.2.0/24"}, "cidr: 192.0.2.0/24 overlaps 192.0.2.0/30"},
 		{[]string{"endpoint", "create", "e", "--network", "nope", "--node", "node1"}, `network: network "nope" does not exist`},

@@ -92,11 +92,11 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	var errs []error
 	want := map[string]bool{}
-	var bridges []string
+	var bridges []nl.BridgeEgress
 	for _, n := range p.Networks {
 		br, vx := BridgeName(n.VNI), VXLANName(n.VNI)
 		want[br], want[vx] = true, true
-		bridges = append(bridges, br)
+		bridges = append(bridges, nl.BridgeEgress{Name: br, Egress: n.Egress})
 		if err := d.network(p, n, byName, att); err != nil {
 			errs = append(errs, fmt.Errorf("network %s (vni %d): %w", n.Name, n.VNI, err))
 		}
@@ -104,6 +104,14 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if d.fw != nil {
 		if err := d.fw.SetIsolation(bridges); err != nil {
 			errs = append(errs, err)
+		}
+		if slices.ContainsFunc(bridges, func(b nl.BridgeEgress) bool { return b.Egress == plan.EgressSNAT || b.Egress == plan.EgressRouted }) {
+			// Traffic leaving the overlay is routed by the node.
+			if changed, err := d.fw.EnableIPv4Forwarding(); err != nil {
+				errs = append(errs, err)
+			} else if changed {
+				d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
+			}
 		}
 		if err := d.policy(p); err != nil {
 			errs = append(errs, err)

@@ -107,7 +107,7 @@ func kernelState(t *testing.T, ns string) string {
 	}
 	if out, err := testns.Try(ns, "nft", "list", "table", "inet", "skiff"); err == nil {
 		for _, l := range strings.Split(out, "\n") {
-			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasPrefix(l, "type filter") {
+			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasSuffix(l, "masquerade") || strings.HasPrefix(l, "type ") {
 				lines = append(lines, "nft "+l)
 			}
 		}
@@ -157,11 +157,15 @@ link skforeign bridge mtu 1500 up=false alias=""
 fdb fv0 02:aa:00:00:00:01 master br-foreign static`
 )
 
-// nft renders the isolation rules expected for the given bridges.
+// nft renders the isolation rules expected for the given bridges, of
+// networks whose egress is none (the test networks'): nothing routed
+// into another bridge, out of the overlay or into it from outside.
 func nft(bridges ...string) string {
 	out := "nft type filter hook forward priority filter; policy accept;"
 	for _, b := range bridges {
 		out += fmt.Sprintf("\nnft iifname %q oifname \"skb*\" oifname != %q drop", b, b)
+		out += fmt.Sprintf("\nnft iifname %q oifname != \"skb*\" drop", b)
+		out += fmt.Sprintf("\nnft iifname != \"skb*\" oifname %q drop", b)
 	}
 	return out
 }
@@ -202,6 +206,14 @@ func TestApplyTransitions(t *testing.T) {
 	r2 := remote("r2", "red", "02:00:00:00:00:02", "203.0.113.7/24", vtep3)
 	blue3 := blue
 	blue3.FloodVTEPs = []netip.Addr{vtep3}
+	redSNAT, redRouted := red, red
+	redSNAT.Egress, redRouted.Egress = plan.EgressSNAT, plan.EgressRouted
+	const red2 = `
+fdb skv200 00:00:00:00:00:00 dst 192.0.2.2 permanent
+fdb skv200 00:00:00:00:00:00 dst 192.0.2.3 permanent
+fdb skv200 02:00:00:00:00:02 dst 192.0.2.3 permanent
+fdb skv200 02:00:00:00:00:02 master skb200 static
+neigh skb200 203.0.113.7 02:00:00:00:00:02`
 	steps := []struct {
 		name string
 		plan plan.Plan
@@ -234,6 +246,14 @@ fdb skv200 00:00:00:00:00:00 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 master skb200 static
 neigh skb200 203.0.113.7 02:00:00:00:00:02`)},
+		{"egress snat: masqueraded out", planWith([]plan.Network{redSNAT}, r2), lines(foreign, redDevs, red2, `
+nft type filter hook forward priority filter; policy accept;
+nft iifname "skb200" oifname "skb*" oifname != "skb200" drop
+nft type nat hook postrouting priority srcnat; policy accept;
+nft iifname "skb200" oifname != "skb*" masquerade`)},
+		{"egress routed: out and in as they are", planWith([]plan.Network{redRouted}, r2), lines(foreign, redDevs, red2, `
+nft type filter hook forward priority filter; policy accept;
+nft iifname "skb200" oifname "skb*" oifname != "skb200" drop`)},
 		{"everything deleted", planWith(nil), lines(foreign)},
 	}
 	for _, s := range steps {

@@ -90,7 +90,12 @@ type Network struct {
 	// MTU seen by endpoints; 0 means the default (1450).
 	Mtu uint32 `protobuf:"varint,3,opt,name=mtu,proto3" json:"mtu,omitempty"`
 	// Output only.
-	Revision      int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// What of the network's traffic may leave the overlay for addresses
+	// outside every Skiff network: "none" (isolated; the default),
+	// "snat" (masqueraded to the node's address) or "routed" (leaves
+	// with the pod's address; the outside routes the pod subnets back).
+	Egress        string `protobuf:"bytes,5,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -151,6 +156,13 @@ func (x *Network) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *Network) GetEgress() string {
+	if x != nil {
+		return x.Egress
+	}
+	return ""
 }
 
 // IPRange is an inclusive range of addresses inside a subnet.
@@ -1269,7 +1281,9 @@ type PlanNetwork struct {
 	Mtu     uint32                 `protobuf:"varint,3,opt,name=mtu,proto3" json:"mtu,omitempty"`
 	Subnets []*Subnet              `protobuf:"bytes,4,rep,name=subnets,proto3" json:"subnets,omitempty"`
 	// Remote VTEPs of this VNI for flooding (head-end replication), sorted.
-	FloodVteps    []string `protobuf:"bytes,5,rep,name=flood_vteps,json=floodVteps,proto3" json:"flood_vteps,omitempty"`
+	FloodVteps []string `protobuf:"bytes,5,rep,name=flood_vteps,json=floodVteps,proto3" json:"flood_vteps,omitempty"`
+	// Network.egress: none, snat or routed.
+	Egress        string `protobuf:"bytes,6,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1337,6 +1351,13 @@ func (x *PlanNetwork) GetFloodVteps() []string {
 		return x.FloodVteps
 	}
 	return nil
+}
+
+func (x *PlanNetwork) GetEgress() string {
+	if x != nil {
+		return x.Egress
+	}
+	return ""
 }
 
 // RemoteEndpoint is an endpoint on another node, as a node needs it.
@@ -4858,12 +4879,13 @@ var File_skiff_v1_skiff_proto protoreflect.FileDescriptor
 
 const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\n" +
-	"\x14skiff/v1/skiff.proto\x12\bskiff.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"]\n" +
+	"\x14skiff/v1/skiff.proto\x12\bskiff.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"u\n" +
 	"\aNetwork\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x10\n" +
 	"\x03mtu\x18\x03 \x01(\rR\x03mtu\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x03R\brevision\"1\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06egress\x18\x05 \x01(\tR\x06egress\"1\n" +
 	"\aIPRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\tR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\tR\x03end\"\xdd\x01\n" +
@@ -4974,14 +4996,15 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\ragent_version\x18\x05 \x01(\tR\fagentVersion\x12\x1a\n" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\x12\x1c\n" +
 	"\tconnected\x18\a \x01(\bR\tconnected\x127\n" +
-	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\x92\x01\n" +
+	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\xaa\x01\n" +
 	"\vPlanNetwork\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x10\n" +
 	"\x03mtu\x18\x03 \x01(\rR\x03mtu\x12*\n" +
 	"\asubnets\x18\x04 \x03(\v2\x10.skiff.v1.SubnetR\asubnets\x12\x1f\n" +
 	"\vflood_vteps\x18\x05 \x03(\tR\n" +
-	"floodVteps\"\x8a\x01\n" +
+	"floodVteps\x12\x16\n" +
+	"\x06egress\x18\x06 \x01(\tR\x06egress\"\x8a\x01\n" +
 	"\x0eRemoteEndpoint\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +

@@ -1,6 +1,7 @@
 package skiff
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -47,4 +48,19 @@ func TestInstall(t *testing.T) {
 	if out := c.MustKubectl(t, "exec", "a", "--", "nc", "-w", "2", b, "8080"); strings.TrimSpace(out) != "ok" {
 		t.Errorf("TCP a -> b: %q", out)
 	}
+
+	// The pod network's egress is snat (the settings' default): a pod
+	// reaches an address outside the cluster, on the underlay namespace
+	// (the nodes' default route), which has no route to pod addresses.
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", outside + "/32", "dev", "lo"}} {
+		if out, err := exec.Command("ip", append([]string{"-n", c.Underlay}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, p := range []string{"a", "b"} {
+		c.MustKubectl(t, "exec", p, "--", "ping", "-c", "2", "-W", "2", outside)
+	}
 }
+
+// outside stands for an address outside the cluster.
+const outside = "203.0.113.200"
