@@ -36,6 +36,10 @@ import (
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
+// readBufferSize is the gRPC server's read buffer per connection (see
+// Run's server options).
+const readBufferSize = 4 << 10
+
 // Config configures a controller.
 type Config struct {
 	// Listen is the gRPC address, such as 127.0.0.1:7400.
@@ -163,7 +167,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		// Agents ping every 5 s (agent.KeepaliveTime); allow them some
 		// slack before a ping counts as abuse.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}))
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}),
+		// A connection's read buffer lives as long as the connection: with
+		// gRPC's 32 KiB default, 5,000 agents held 160 MB of it, for
+		// requests that are mostly a few hundred bytes (reports, counters).
+		// TLS already buffers a whole record below it; larger messages
+		// take more reads, not more memory (docs/benchmarks.md, "Scale").
+		grpc.ReadBufferSize(readBufferSize))
 	gs := grpc.NewServer(opts...)
 	servers := api.New(st, pl, log, cfg.StatusTTL)
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)

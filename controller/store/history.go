@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -22,7 +23,7 @@ func (s *Store) Changes(ctx context.Context, to int64, fn func(rev int64, events
 	defer cancel()
 	start := int64(1)
 	for {
-		floor, err = s.changesFrom(ctx, start, to, fn)
+		floor, err = s.changesWindows(ctx, start, to, fn)
 		var c compactedAt
 		if !errors.As(err, &c) {
 			return floor, err
@@ -38,6 +39,75 @@ func (s *Store) Changes(ctx context.Context, to int64, fn func(rev int64, events
 type compactedAt int64
 
 func (c compactedAt) Error() string { return fmt.Sprintf("compacted at %d", int64(c)) }
+
+// historyWindow is how many revisions one watch of Changes reads. etcd
+// sends a watch that starts in the past at most 1,000 revisions per sync
+// round (every 100 ms), and each round reads the history from the watch's
+// position to the head: one watch over H revisions takes H/1,000 rounds of
+// O(H) reads (166,000 revisions: minutes). Watches over consecutive
+// windows are served together in each round, so Changes opens one per
+// window (at most maxHistoryWatches) and takes about window/1,000 rounds.
+// A variable so that tests can make windows small.
+var historyWindow int64 = 4000
+
+const maxHistoryWatches = 256
+
+// revChanges is one revision's changes.
+type revChanges struct {
+	rev    int64
+	events []Event
+}
+
+// changesWindows reads start..to through one watch per window, all at
+// once, then gives the changes to fn in revision order. A window that
+// found its history compacted makes the whole read report the highest
+// compaction revision seen.
+func (s *Store) changesWindows(ctx context.Context, start, to int64, fn func(int64, []Event) error) (int64, error) {
+	floor := start - 1
+	if to < start {
+		return floor, nil
+	}
+	span := to - start + 1
+	w := max(historyWindow, (span+maxHistoryWatches-1)/maxHistoryWatches, 1)
+	n := int((span + w - 1) / w)
+	got := make([][]revChanges, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		from := start + int64(i)*w
+		until := min(from+w-1, to)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.changesFrom(ctx, from, until, func(rev int64, evs []Event) error {
+				got[i] = append(got[i], revChanges{rev, evs})
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	var compacted compactedAt
+	for _, err := range errs {
+		var c compactedAt
+		switch {
+		case errors.As(err, &c):
+			compacted = max(compacted, c)
+		case err != nil:
+			return floor, err
+		}
+	}
+	if compacted != 0 {
+		return floor, compacted
+	}
+	for _, win := range got {
+		for _, c := range win {
+			if err := fn(c.rev, c.events); err != nil {
+				return floor, err
+			}
+		}
+	}
+	return floor, nil
+}
 
 func (s *Store) changesFrom(ctx context.Context, start, to int64, fn func(int64, []Event) error) (int64, error) {
 	floor := start - 1

@@ -62,3 +62,55 @@ func TestChanges(t *testing.T) {
 		t.Fatalf("changes %q (floor %d), want %q (floor 0)", got, floor, want)
 	}
 }
+
+// TestChangesWindows reads a longer history through one watch and through
+// many small windows (one watch each, read at once): the same changes, in
+// the same order, with the same revisions.
+func TestChangesWindows(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	for i, n := range []string{"n1", "n2"} {
+		if _, err := s.RegisterNode(ctx, &skiffv1.Node{Name: n, UnderlayIp: fmt.Sprintf("192.0.2.%d", i+1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustNetwork(t, s, "blue", 100, "198.51.100.0/24")
+	var last int64
+	for i := range 40 {
+		e, err := s.CreateEndpoint(ctx, &skiffv1.Endpoint{Name: fmt.Sprintf("e%02d", i), Network: "blue", Node: []string{"n1", "n2"}[i%2]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = e.Revision
+		if i%4 == 0 {
+			if err := s.DeleteEndpoint(ctx, e.Name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.RegisterNode(ctx, &skiffv1.Node{Name: "n1", UnderlayIp: "192.0.2.9"}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(window int64) []string {
+		defer store.SetHistoryWindow(window)()
+		var got []string
+		if _, err := s.Changes(ctx, last, func(rev int64, evs []store.Event) error {
+			for _, ev := range evs {
+				got = append(got, fmt.Sprintf("%d %s %v", rev, ev.Kind(), ev.Delete))
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("window %d: %v", window, err)
+		}
+		return got
+	}
+	one := read(1 << 40)
+	if len(one) < 40+10+4 {
+		t.Fatalf("%d changes read through one watch, want at least %d", len(one), 54)
+	}
+	for _, w := range []int64{7, 1} {
+		if got := read(w); fmt.Sprint(got) != fmt.Sprint(one) {
+			t.Errorf("window %d: %d changes\n%q\nwant (one watch) %d\n%q", w, len(got), got, len(one), one)
+		}
+	}
+}

@@ -76,7 +76,7 @@ func (e *Env) Restart(ctx context.Context, kill bool) error {
 			return err
 		}
 		seen, learned := mon.Stop()
-		e.Report.Add(sc, "real agent: datapath changes seen by ip/bridge monitor", "%d (and %d kernel ARP events for VTEPs on the underlay)", len(seen), learned)
+		e.Report.Add(sc, "real agent: datapath changes seen by ip/bridge monitor", "%d (and %d kernel neighbour events: ARP for VTEPs on the underlay, multicast group entries)", len(seen), learned)
 		e.Report.Add(sc, "real agent: resumed with", "%s", e.Real.ResumedWith())
 		if len(seen) > 0 {
 			return fmt.Errorf("the real agent's datapath changed during the restart: %v", first(seen))

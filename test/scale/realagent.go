@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,11 +309,19 @@ func (m *Monitor) Stop() (changes []string, learned int) {
 	return changes, learned
 }
 
-// kernelLearned reports whether an ip monitor line is about a dynamic
-// neighbour entry (the kernel's ARP), not one the agent wrote.
+// kernelLearned reports whether an ip monitor line is about a neighbour
+// entry the kernel made, not one the agent wrote: a dynamic one (the
+// kernel's ARP), or the NOARP entry of a multicast group an interface
+// joined (IGMP and MLD reports: 224.0.0.22, ff02::16), which the kernel
+// also ages out by itself.
 func kernelLearned(l string) bool {
 	if strings.Contains(l, "lladdr") && strings.Contains(l, "PERMANENT") {
 		return false
+	}
+	if f := strings.Fields(strings.TrimPrefix(l, "Deleted ")); len(f) > 0 && strings.HasSuffix(strings.TrimSpace(l), "NOARP") {
+		if a, err := netip.ParseAddr(f[0]); err == nil && a.IsMulticast() {
+			return true
+		}
 	}
 	for _, st := range []string{"INCOMPLETE", "REACHABLE", "STALE", "DELAY", "PROBE", "FAILED"} {
 		if strings.HasSuffix(strings.TrimSpace(l), st) {

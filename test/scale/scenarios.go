@@ -201,6 +201,13 @@ func (e *Env) Rest(ctx context.Context, d time.Duration) error {
 			"%.1f%% of one core", CPUPercent(us[i][0], u))
 		e.Report.Add(sc, fmt.Sprintf("controller %d RSS", i+1), "%s", mib(u.RSS))
 	}
+	if e.ProfileDir != "" {
+		// The live heap at rest (after a GC): what each plan and stream costs.
+		path := filepath.Join(e.ProfileDir, "rest.heap.pprof")
+		if err := Profile(ctx, e.Cluster.Controllers[0], "heap?gc=1", 0, path); err != nil {
+			e.logf("profile heap: %v", err)
+		}
+	}
 	return nil
 }
 
