@@ -156,6 +156,14 @@ func (d *Datapath) Writes() int {
 	return d.prog.Writes() + d.pol.Writes() + d.linkW
 }
 
+// TCMessages is the number of tc netlink messages (filters and qdiscs:
+// requests, answers, dump parts) sent and received so far.
+func (d *Datapath) TCMessages() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.prog.Messages() + d.pol.Messages()
+}
+
 // PolicyWrites is the number of policy filters added, replaced or
 // deleted so far.
 func (d *Datapath) PolicyWrites() int { return d.pol.Writes() }

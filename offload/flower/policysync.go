@@ -51,6 +51,10 @@ func (p *PolicyProgrammer) Close() error { return p.conn.Close() }
 // Writes is the number of filters added, replaced or deleted so far.
 func (p *PolicyProgrammer) Writes() int { return int(p.writes.Load()) }
 
+// Messages is the number of netlink messages sent and received so far
+// (requests, answers, dump parts).
+func (p *PolicyProgrammer) Messages() int64 { return p.conn.c.Messages() }
+
 // place is where a filter sits: two filters with one place cannot both
 // be installed.
 func place(chain uint32, prio uint16, m PolicyMatch) string {

@@ -81,6 +81,10 @@ func (p *Programmer) Close() error { return p.raw.Close() }
 // Writes is the number of netlink writes made so far.
 func (p *Programmer) Writes() int { return int(p.writes.Load()) }
 
+// Messages is the number of netlink messages sent and received so far
+// (requests, answers, dump parts).
+func (p *Programmer) Messages() int64 { return p.raw.c.Messages() }
+
 // EnsureClsact gives every device a clsact qdisc unless it already has
 // clsact or ingress (which are never replaced: they may not be Skiff's).
 func (p *Programmer) EnsureClsact(devs []Device) error {

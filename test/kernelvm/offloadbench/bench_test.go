@@ -76,13 +76,14 @@ func TestScale(t *testing.T) {
 	defer dp.Close()
 
 	// 1. Everything from nothing.
-	w0 := dp.Writes()
+	w0, m0 := dp.Writes(), dp.TCMessages()
 	start := time.Now()
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
 	full := time.Since(start)
 	installed := dp.Writes() - w0
+	installMsgs := dp.TCMessages() - m0
 	repRules := count(t, "skpbench")
 	// encap + ARP per remote, 5 flood filters (15 VTEPs, 3 per filter),
 	// all in the forwarding chain, and chain 0's filter sending
@@ -98,9 +99,14 @@ func TestScale(t *testing.T) {
 	total := repRules + vxRules
 	t.Logf("FIGURE install: %d rules (%d writes incl. device and qdiscs) for %d remote endpoints in %v: %.0f rules/s",
 		total, installed, endpoints, full.Round(time.Millisecond), float64(total)/full.Seconds())
+	figure("install_rules", total)
+	figure("install_ms", full)
+	figure("install_rules_per_s", float64(total)/full.Seconds())
+	figure("install_tc_msgs", installMsgs)
+	figure("rss_kib", rssKiB())
 
 	// 2. Nothing changed.
-	w0 = dp.Writes()
+	w0, m0 = dp.Writes(), dp.TCMessages()
 	start = time.Now()
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
@@ -110,23 +116,40 @@ func TestScale(t *testing.T) {
 		t.Fatalf("re-apply wrote %d times", w)
 	}
 	t.Logf("FIGURE re-apply, nothing changed, %d rules: %v, 0 writes", total, idle.Round(time.Millisecond))
+	figure("reapply_ms", idle)
+	figure("reapply_tc_msgs", dp.TCMessages()-m0)
+
+	// Counters: the state and counters of every rule, read now.
+	m0 = dp.TCMessages()
+	start = time.Now()
+	read := 0
+	for _, ss := range dp.Rules() {
+		read += len(ss)
+	}
+	took := time.Since(start)
+	if want := total - 2; read != want { // chain 0's filters are the policy programmer's
+		t.Fatalf("read %d rules' counters, want %d", read, want)
+	}
+	t.Logf("FIGURE counters of %d rules read in %v", read, took.Round(time.Millisecond))
+	figure("counters_read_ms", took)
+	figure("counters_read_tc_msgs", dp.TCMessages()-m0)
 
 	// 3. One endpoint change each: added, moved to another VTEP, deleted.
 	for _, step := range []struct {
-		name   string
-		change func()
-		writes int
+		name, figure string
+		change       func()
+		writes       int
 	}{
-		{"add one remote endpoint", func() { r := remote(endpoints); p.Remote[r.Name] = r }, 2},
-		{"move one remote endpoint to another VTEP", func() {
+		{"add one remote endpoint", "endpoint_add", func() { r := remote(endpoints); p.Remote[r.Name] = r }, 2},
+		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
 			r := p.Remote["r00042"]
 			r.VTEP = netip.MustParseAddr("203.0.113.200")
 			p.Remote[r.Name] = r
 		}, 2},
-		{"delete one remote endpoint", func() { delete(p.Remote, "r00007") }, 2},
+		{"delete one remote endpoint", "endpoint_delete", func() { delete(p.Remote, "r00007") }, 2},
 	} {
 		step.change()
-		w0 = dp.Writes()
+		w0, m0 = dp.Writes(), dp.TCMessages()
 		start = time.Now()
 		if err := dp.Apply(p); err != nil {
 			t.Fatal(err)
@@ -136,6 +159,8 @@ func TestScale(t *testing.T) {
 			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
 		}
 		t.Logf("FIGURE %s on a node with %d rules: %v (%d writes)", step.name, total, took.Round(time.Millisecond), step.writes)
+		figure(step.figure+"_ms", took)
+		figure(step.figure+"_tc_msgs", dp.TCMessages()-m0)
 	}
 
 	// Reference: iproute2 installing the same representor rules with
@@ -172,9 +197,15 @@ func TestScale(t *testing.T) {
 	if got := count(t, "skbtc"); got != nrules {
 		t.Fatalf("tc -batch installed %d of %d rules", got, nrules)
 	}
+	ratio := float64(total) / full.Seconds() / (float64(nrules) / ref.Seconds())
 	t.Logf("FIGURE reference tc -batch: %d rules in %v: %.0f rules/s (the datapath's rate is %.2f of it)", nrules, ref.Round(time.Millisecond),
-		float64(nrules)/ref.Seconds(), float64(total)/full.Seconds()/(float64(nrules)/ref.Seconds()))
+		float64(nrules)/ref.Seconds(), ratio)
+	figure("tc_batch_ms", ref)
+	figure("tc_batch_rules_per_s", float64(nrules)/ref.Seconds())
+	figure("install_ratio_vs_tc_batch", ratio)
 	start = time.Now()
 	out := in(t, guest.TC, "-s", "filter", "show", "dev", "skbtc", "ingress")
-	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, time.Since(start).Round(time.Millisecond), len(out))
+	show := time.Since(start)
+	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, show.Round(time.Millisecond), len(out))
+	figure("tc_show_ms", show)
 }
