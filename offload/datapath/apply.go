@@ -40,6 +40,15 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		return err
 	}
+	if d.forget(byName) || !d.last.valid || !maps.Equal(byName, d.last.links) || !p.Equal(d.last.plan) {
+		d.last.valid = false
+	} else {
+		// The plan, the links and Skiff's filters are what the last
+		// Apply left: nothing to compile, nothing to write.
+		d.gate.Done(start)
+		return errors.Join(d.sweep(p)...)
+	}
+	probes := d.Probes()
 	reps, targets := map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
 		port, ok := d.opts.Representor(p.Local[name])
@@ -144,6 +153,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	d.mu.Unlock()
 	d.gate.Done(start)
+	clean := len(errs) == 0 && polErr == nil && d.Probes() == probes
 	// Delete last: the VXLAN device when no rule needs it.
 	if len(rules) == 0 && hasVX && owned(vx) {
 		d.log.Info("removing unneeded device", "link", VXLANName)
@@ -152,6 +162,55 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", VXLANName, err))
 		}
 	}
+	if clean && len(errs) == 0 {
+		// What an unchanged Apply compares with: links as they are now,
+		// if they differ from those this Apply worked with only by what
+		// it did itself (someone else's change: the next Apply looks).
+		if now, err := d.links(); err == nil && ownChanges(byName, now) {
+			d.last = lastApply{plan: p.Clone(), links: now, valid: true}
+		}
+	}
+	return errors.Join(append(errs, d.sweep(p)...)...)
+}
+
+// ownChanges reports whether links now differ from those an Apply used
+// only by what Apply changes: the VXLAN device, links set up.
+func ownChanges(used, now map[string]nl.Link) bool {
+	if len(used) != len(now) && len(used)+1 != len(now) && len(used) != len(now)+1 {
+		return false
+	}
+	for name, l := range now {
+		if name == VXLANName {
+			continue
+		}
+		u, ok := used[name]
+		if !ok {
+			return false
+		}
+		u.Up = l.Up
+		if u != l {
+			return false
+		}
+	}
+	for name := range used {
+		if _, ok := now[name]; !ok && name != VXLANName {
+			return false
+		}
+	}
+	return true
+}
+
+// lastApply is what the last Apply that wrote everything it wanted left.
+type lastApply struct {
+	plan  plan.Plan
+	links map[string]nl.Link
+	valid bool
+}
+
+// sweep removes what the agent's restarts and dead namespaces left: taps
+// of VM ports that left the plan, pods' VFs the kernel gave back.
+func (d *Datapath) sweep(p plan.Plan) []error {
+	var errs []error
 	// Taps of VM ports deleted while the agent was down.
 	gone, err := agentdp.DeleteStaleTaps(d.nsPath(), func(ep string) bool { _, ok := p.Local[ep]; return ok })
 	if len(gone) > 0 {
@@ -164,7 +223,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if _, err := d.returnStranded(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func (d *Datapath) device(l nl.Link) flower.Device {
