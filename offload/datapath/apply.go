@@ -40,15 +40,25 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	if d.forget(byName) || !d.last.valid || !maps.Equal(byName, d.last.links) || !p.Equal(d.last.plan) {
-		d.last.valid = false
-	} else {
-		// The plan, the links and Skiff's filters are what the last
-		// Apply left: nothing to compile, nothing to write.
-		d.gate.Done(start)
-		return errors.Join(d.sweep(p)...)
+	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) {
+		if p.Equal(d.last.plan) {
+			// The plan, the links and Skiff's filters are what the
+			// last Apply left: nothing to compile, nothing to write.
+			d.gate.Done(start)
+			return errors.Join(d.sweep(p)...)
+		}
+		if names, ok := remotesOnly(d.last.plan, p); ok {
+			err := d.applyRemotes(p, names)
+			if err == nil {
+				d.gate.Done(start)
+				return errors.Join(d.sweep(p)...)
+			}
+			if !errors.Is(err, flower.ErrNotIncremental) && !errors.Is(err, errDevices) {
+				d.log.Warn("incremental change failed; applying the whole plan", "err", err)
+			}
+		}
 	}
-	probes := d.Probes()
+	d.last.valid = false
 	reps, targets := map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
 		port, ok := d.opts.Representor(p.Local[name])
@@ -153,7 +163,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	d.mu.Unlock()
 	d.gate.Done(start)
-	clean := len(errs) == 0 && polErr == nil && d.Probes() == probes
+	clean := len(errs) == 0 && polErr == nil
 	// Delete last: the VXLAN device when no rule needs it.
 	if len(rules) == 0 && hasVX && owned(vx) {
 		d.log.Info("removing unneeded device", "link", VXLANName)
@@ -167,7 +177,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// if they differ from those this Apply worked with only by what
 		// it did itself (someone else's change: the next Apply looks).
 		if now, err := d.links(); err == nil && ownChanges(byName, now) {
-			d.last = lastApply{plan: p.Clone(), links: now, valid: true}
+			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
 		}
 	}
 	return errors.Join(append(errs, d.sweep(p)...)...)
@@ -204,6 +214,7 @@ func ownChanges(used, now map[string]nl.Link) bool {
 type lastApply struct {
 	plan  plan.Plan
 	links map[string]nl.Link
+	in    flower.Input
 	valid bool
 }
 

@@ -262,35 +262,10 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 			continue
 		}
 		keep := make(map[string]bool, len(byDev[name]))
-		var cs []change
-		var at []int // rule of each change
 		for _, i := range byDev[name] {
-			r, ck := rules[i], cookies[i]
-			mk := string(ck[4:10])
-			h, ok := c.byMatch[mk]
-			keep[mk] = true
-			if ok && bytes.Equal(h.cookie[10:], ck[10:]) {
-				states[i] = p.state(r, dev, h)
-				continue
-			}
-			kind, handle := tc.Add, h.handle
-			if ok {
-				kind = tc.Replace // same match, other actions: in place
-			} else {
-				c.top++
-				handle = c.top
-			}
-			f, err := ruleFilter(devs, dev, r, handle, 0, ck)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			cs = append(cs, change{kind: kind, f: f, hw: dev.Hardware})
-			at = append(at, i)
+			keep[string(cookies[i][4:10])] = true
 		}
-		if len(cs) > 0 {
-			errs = append(errs, p.install(dev, c, cs, rules, at, states)...)
-		}
+		errs = append(errs, p.sync(devs, dev, c, rules, cookies, byDev[name], states)...)
 		del := slices.Clone(c.other)
 		for mk, h := range c.byMatch {
 			if !keep[mk] {
@@ -340,6 +315,53 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 		}
 	}
 	return fill(rules, states), errors.Join(errs...)
+}
+
+// sync installs the rules idx (with their cookies) on dev, as known by
+// c, and puts their states in states.
+func (p *Programmer) sync(devs map[string]Device, dev Device, c *fwdCache, rules []Rule, cookies [][]byte, idx []int, states []State) []error {
+	var errs []error
+	var cs []change
+	var at []int // rule of each change
+	for _, i := range idx {
+		ch, st, err := p.plan(devs, dev, c, rules[i], cookies[i])
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case st != nil:
+			states[i] = *st
+		default:
+			cs = append(cs, ch)
+			at = append(at, i)
+		}
+	}
+	if len(cs) > 0 {
+		errs = append(errs, p.install(dev, c, cs, rules, at, states)...)
+	}
+	return errs
+}
+
+// plan is what installs r (with cookie ck) on dev: nothing when it is
+// installed (its state), a replacement in place when its match is
+// installed with other actions, else an addition at a new handle.
+func (p *Programmer) plan(devs map[string]Device, dev Device, c *fwdCache, r Rule, ck []byte) (change, *State, error) {
+	h, ok := c.byMatch[string(ck[4:10])]
+	if ok && bytes.Equal(h.cookie[10:], ck[10:]) {
+		st := p.state(r, dev, h)
+		return change{}, &st, nil
+	}
+	kind, handle := tc.Add, h.handle
+	if ok {
+		kind = tc.Replace // same match, other actions: in place
+	} else {
+		c.top++
+		handle = c.top
+	}
+	f, err := ruleFilter(devs, dev, r, handle, 0, ck)
+	if err != nil {
+		return change{}, nil, err
+	}
+	return change{kind: kind, f: f, hw: dev.Hardware}, nil, nil
 }
 
 // install writes cs (the rules at of dev) and keeps what the kernel took

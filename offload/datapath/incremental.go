@@ -1,0 +1,125 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+// remotesOnly returns the remote endpoints that differ between old and
+// cur when nothing else does (ok false otherwise, or when none does).
+func remotesOnly(old, cur plan.Plan) (names []string, ok bool) {
+	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP ||
+		!maps.EqualFunc(old.Networks, cur.Networks, plan.Network.Equal) ||
+		!maps.EqualFunc(old.Local, cur.Local, plan.Endpoint.Equal) ||
+		!maps.EqualFunc(old.Policies, cur.Policies, plan.EndpointPolicy.Equal) ||
+		!maps.EqualFunc(old.Groups, cur.Groups, plan.AddressGroup.Equal) {
+		return nil, false
+	}
+	for n, r := range cur.Remote {
+		if o, ok := old.Remote[n]; !ok || !o.Equal(r) {
+			names = append(names, n)
+		}
+	}
+	for n := range old.Remote {
+		if _, ok := cur.Remote[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names, len(names) > 0
+}
+
+// errDevices: an incremental change changed which devices hold rules;
+// the whole plan must be applied (and is, at once).
+var errDevices = errors.New("offload datapath: devices with rules changed")
+
+// ruleKey identifies a rule on its device (one filter per key).
+type ruleKey struct {
+	dev     string
+	prio    uint16
+	ethType uint16
+	match   flower.Match
+}
+
+func keyOf(r flower.Rule) ruleKey { return ruleKey{r.Dev, r.Prio, r.EthType, r.Match} }
+
+// applyRemotes makes the change of the named remote endpoints, the only
+// difference between the last Apply's plan and p, by their own rules
+// alone: the rest of the last Apply (links, devices, the policy, which
+// no remote endpoint changes) stands. flower.ErrNotIncremental: nothing
+// was written, the whole plan must be applied.
+func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
+	in := d.last.in
+	old, err := flower.RemoteRules(d.last.plan, in, names)
+	if err != nil {
+		return fmt.Errorf("offload datapath: %w", err)
+	}
+	cur, err := flower.RemoteRules(p, in, names)
+	if err != nil {
+		return fmt.Errorf("offload datapath: %w", err)
+	}
+	d.mu.Lock()
+	devs, rules, states := d.devs, d.rules, d.states
+	d.mu.Unlock()
+	if len(cur) > 0 && len(rules) == 0 {
+		return flower.ErrNotIncremental // the VXLAN device may be missing
+	}
+	now, err := d.prog.Change(devs, old, cur)
+	if err != nil {
+		return err
+	}
+	// The rule list of the last Apply, with the old rules of these
+	// remote endpoints out and their new ones in.
+	gone := make(map[ruleKey]bool, len(old))
+	for _, r := range old {
+		gone[keyOf(r)] = true
+	}
+	nr := make([]flower.Rule, 0, len(rules)+len(cur))
+	ns := make([]flower.State, 0, len(rules)+len(cur))
+	before, after := map[string]bool{}, map[string]bool{}
+	for i, r := range rules {
+		before[r.Dev] = true
+		if !gone[keyOf(r)] {
+			nr = append(nr, r)
+			ns = append(ns, states[i])
+			after[r.Dev] = true
+		}
+	}
+	for _, r := range cur {
+		after[r.Dev] = true
+	}
+	nr = append(nr, cur...)
+	ns = append(ns, now...)
+	d.mu.Lock()
+	d.rules, d.states = nr, ns
+	d.mu.Unlock()
+	if !maps.Equal(before, after) {
+		// A device gained its first rules or lost its last: the policy
+		// pipeline's way into forwarding changes with it.
+		return errDevices
+	}
+	for _, n := range names {
+		if r, ok := p.Remote[n]; ok {
+			d.last.plan.Remote[n] = r
+		} else {
+			delete(d.last.plan.Remote, n)
+		}
+	}
+	d.last.plan.Revision = p.Revision
+	// The underlay next hops of new VTEPs.
+	want := map[netip.Addr]bool{}
+	for _, r := range cur {
+		for _, a := range r.Actions {
+			if a.Kind == flower.TunnelSet {
+				want[a.Dst] = true
+			}
+		}
+	}
+	return d.resolve(want)
+}
