@@ -52,10 +52,12 @@ func (w *Watch) run() {
 	defer close(w.done)
 	for {
 		err := w.c.Wait()
-		if err != nil && !errors.Is(err, rtnl.ErrOverrun) {
+		overrun := errors.Is(err, rtnl.ErrOverrun)
+		if err != nil && !overrun {
 			return // closed
 		}
 		w.mu.Lock()
+		w.lost = w.lost || overrun
 		w.drain()
 		w.mu.Unlock()
 	}
