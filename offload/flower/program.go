@@ -227,8 +227,10 @@ func (p *Programmer) cached(dev Device) (*fwdCache, error) {
 	return c, nil
 }
 
-// Pipelined says whether programmers write many filters per sendmsg.
-var Pipelined = false
+// Pipelined says whether programmers opened from now on write many
+// filters per sendmsg (the default), or wait for each request's answer
+// before the next (set false only to measure the difference).
+var Pipelined = true
 
 // Sync makes the ingress of every device in devs hold exactly Skiff's rules
 // among rules: missing rules are added (a rule whose match is installed
