@@ -43,17 +43,18 @@ func remote(i int) plan.Remote {
 		MAC: fmt.Sprintf("02:42:00:00:%02x:%02x", byte(i>>8), byte(i)), IPs: []netip.Prefix{netip.PrefixFrom(ip, 15)}}
 }
 
-func TestScale(t *testing.T) {
-	guest.Require(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	guest.AddNetns(t, "skbench")
-	in(t, guest.IP, "link", "add", "skbu0", "type", "dummy")
-	in(t, guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
-	in(t, guest.IP, "link", "set", "skbu0", "up")
-	in(t, guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
-	in(t, guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
-	in(t, guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
-	in(t, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
+// scaleNode makes namespace ns a node with one local endpoint (a veth
+// standing in for its representor, skpbench) and 10,000 remote endpoints,
+// and returns its plan and datapath (closed at the test's end).
+func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.Datapath) {
+	guest.AddNetns(t, ns)
+	run := func(args ...string) { guest.In(t, ns, args...) }
+	run(guest.IP, "link", "add", "skbu0", "type", "dummy")
+	run(guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
+	run(guest.IP, "link", "set", "skbu0", "up")
+	run(guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
+	run(guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
+	run(guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
 
 	p := plan.New("n1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
@@ -68,12 +69,44 @@ func TestScale(t *testing.T) {
 		r := remote(i)
 		p.Remote[r.Name] = r
 	}
-	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: nsPath("skbench"),
+	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: nsPath(ns),
 		Representor: func(plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: "skpbench"}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dp.Close()
+	t.Cleanup(dp.Close)
+	return p, dp
+}
+
+// TestSerialWrites installs the node of TestScale with a writer that
+// waits for each request's answer (flower.Pipelined false): what
+// pipelining gains. It runs before TestScale; its namespace (datapath
+// closed first) is deleted when it ends, freeing the filters.
+func TestSerialWrites(t *testing.T) {
+	guest.Require(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	flower.Pipelined = false
+	p, dp := scaleNode(t, "skbench1", log)
+	flower.Pipelined = true
+	start := time.Now()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	total := countIn(t, "skbench1", "skpbench") + countIn(t, "skbench1", datapath.VXLANName)
+	if want := 2*endpoints + 5 + 1 + 3 + 1; total != want {
+		t.Fatalf("%d rules, want %d", total, want)
+	}
+	t.Logf("FIGURE install, one request per answer: %d rules in %v: %.0f rules/s", total, took.Round(time.Millisecond), float64(total)/took.Seconds())
+	figure("install_serial_ms", took)
+	figure("install_serial_rules_per_s", float64(total)/took.Seconds())
+}
+
+func TestScale(t *testing.T) {
+	guest.Require(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p, dp := scaleNode(t, "skbench", log)
+	in(t, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
 
 	// 1. Everything from nothing.
 	w0, m0 := dp.Writes(), dp.TCMessages()
