@@ -57,6 +57,16 @@ func (d *Datapath) Apply(p plan.Plan) error {
 				d.log.Warn("incremental change failed; applying the whole plan", "err", err)
 			}
 		}
+		if g, joined, left, ok := groupOnly(d.last.plan, p); ok {
+			err := d.applyGroup(p, g, joined, left)
+			if err == nil {
+				d.gate.Done(start)
+				return errors.Join(d.sweep(p)...)
+			}
+			if !errors.Is(err, flower.ErrNotIncremental) {
+				d.log.Warn("incremental change failed; applying the whole plan", "err", err)
+			}
+		}
 	}
 	d.last.valid = false
 	reps, targets := map[string]string{}, map[string]string{}

@@ -123,3 +123,92 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	}
 	return d.resolve(want)
 }
+
+// groupOnly returns the members that joined and left the one address
+// group that differs between old and cur, when nothing else does and
+// the group has members before and after (ok false otherwise).
+func groupOnly(old, cur plan.Plan) (group string, joined, left []netip.Addr, ok bool) {
+	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP ||
+		!maps.EqualFunc(old.Networks, cur.Networks, plan.Network.Equal) ||
+		!maps.EqualFunc(old.Local, cur.Local, plan.Endpoint.Equal) ||
+		!maps.EqualFunc(old.Remote, cur.Remote, plan.Remote.Equal) ||
+		!maps.EqualFunc(old.Policies, cur.Policies, plan.EndpointPolicy.Equal) ||
+		len(old.Groups) != len(cur.Groups) {
+		return "", nil, nil, false
+	}
+	for n, g := range cur.Groups {
+		o, found := old.Groups[n]
+		if !found {
+			return "", nil, nil, false
+		}
+		if o.Equal(g) {
+			continue
+		}
+		if group != "" || len(o.Members) == 0 || len(g.Members) == 0 {
+			return "", nil, nil, false
+		}
+		group = n
+		was := make(map[netip.Addr]bool, len(o.Members))
+		for _, m := range o.Members {
+			was[m] = true
+		}
+		is := make(map[netip.Addr]bool, len(g.Members))
+		for _, m := range g.Members {
+			is[m] = true
+			if !was[m] {
+				joined = append(joined, m)
+			}
+		}
+		for _, m := range o.Members {
+			if !is[m] {
+				left = append(left, m)
+			}
+		}
+	}
+	return group, joined, left, group != ""
+}
+
+// applyGroup makes the change of one address group's members, the only
+// difference between the last Apply's plan and p, by the policy filters
+// of those members alone. flower.ErrNotIncremental: nothing was
+// written, the whole plan must be applied.
+func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Addr) error {
+	in := d.last.in
+	d.mu.Lock()
+	devs, fwd, rules, states := d.devs, d.rules, d.polRules, d.polStates
+	d.mu.Unlock()
+	add, err := flower.MemberRules(p, in, fwd, group, joined)
+	if err != nil {
+		return fmt.Errorf("offload datapath: policy: %w", err)
+	}
+	remove, err := flower.MemberRules(d.last.plan, in, fwd, group, left)
+	if err != nil {
+		return fmt.Errorf("offload datapath: policy: %w", err)
+	}
+	now, err := d.pol.Change(devs, remove, add)
+	if err != nil {
+		return err
+	}
+	gone := make(map[string]bool, len(remove))
+	for _, r := range remove {
+		gone[r.Dev+" "+r.Place()] = true
+	}
+	nr := make([]flower.PolicyRule, 0, len(rules)+len(add))
+	ns := make([]flower.PolicyState, 0, len(rules)+len(add))
+	for i, r := range rules {
+		if !gone[r.Dev+" "+r.Place()] {
+			nr = append(nr, r)
+			ns = append(ns, states[i])
+		}
+	}
+	for _, s := range now {
+		nr = append(nr, s.Rule)
+		ns = append(ns, s)
+	}
+	d.mu.Lock()
+	d.polRules, d.polStates = nr, ns
+	d.mu.Unlock()
+	d.last.plan.Groups[group] = p.Groups[group]
+	d.last.plan.Revision = p.Revision
+	return nil
+}

@@ -30,3 +30,23 @@ func TestRemotesOnly(t *testing.T) {
 		t.Errorf("a local endpoint's change is a remote change only: %v", names)
 	}
 }
+
+func TestGroupOnly(t *testing.T) {
+	a := netip.MustParseAddr
+	p := plan.New("n1")
+	p.Groups["g"] = plan.AddressGroup{Name: "g", Members: []netip.Addr{a("192.0.2.1"), a("192.0.2.2")}}
+	p.Groups["h"] = plan.AddressGroup{Name: "h", Members: []netip.Addr{a("192.0.2.9")}}
+	q := p.Clone()
+	q.Groups["g"] = plan.AddressGroup{Name: "g", Members: []netip.Addr{a("192.0.2.2"), a("192.0.2.3")}}
+	g, joined, left, ok := groupOnly(p, q)
+	if !ok || g != "g" || !slices.Equal(joined, []netip.Addr{a("192.0.2.3")}) || !slices.Equal(left, []netip.Addr{a("192.0.2.1")}) {
+		t.Errorf("groupOnly = %s +%v -%v %v", g, joined, left, ok)
+	}
+	q.Groups["h"] = plan.AddressGroup{Name: "h"}
+	if _, _, _, ok := groupOnly(p, q); ok {
+		t.Error("two groups changed (one emptied): a one-group change")
+	}
+	if _, _, _, ok := groupOnly(p, p.Clone()); ok {
+		t.Error("no change: a group change")
+	}
+}

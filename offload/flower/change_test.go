@@ -52,3 +52,57 @@ func TestRemoteRules(t *testing.T) {
 		t.Error("RemoteRules of a remote endpoint with a bad MAC: no error")
 	}
 }
+
+// MemberRules of members are exactly the filters the whole plan has and
+// the plan without those members has not.
+func TestMemberRules(t *testing.T) {
+	p, reps := base()
+	in := Input{Reps: reps, VXLAN: "skvx"}
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	p.Groups["g"] = plan.AddressGroup{Name: "g", Members: []netip.Addr{a("198.51.100.1"), a("198.51.100.10"), a("203.0.113.9")}}
+	p.Groups["other"] = plan.AddressGroup{Name: "other", Members: []netip.Addr{a("203.0.113.7")}}
+	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{
+		{Peers: []plan.PolicyPeer{{Group: "g"}, {Group: "other"}}, Ports: []plan.PolicyPort{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}},
+	}}
+	p.Policies["a"] = plan.EndpointPolicy{Endpoint: "a", EgressIsolated: true, Egress: []plan.PolicyRule{
+		{Peers: []plan.PolicyPeer{{Group: "other"}}},
+	}}
+	fwd, err := Compile(p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strs := func(rs []PolicyRule) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.Dev+" "+r.String())
+		}
+		slices.Sort(out)
+		return out
+	}
+	all, err := CompilePolicy(p, in, fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ms := range [][]netip.Addr{{a("198.51.100.10")}, {a("198.51.100.1"), a("203.0.113.9")}} {
+		q := p.Clone()
+		q.Groups["g"] = plan.AddressGroup{Name: "g", Members: slices.DeleteFunc(slices.Clone(p.Groups["g"].Members), func(x netip.Addr) bool { return slices.Contains(ms, x) })}
+		rest, err := CompilePolicy(q, in, fwd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		restS := strs(rest)
+		for _, s := range strs(all) {
+			if !slices.Contains(restS, s) {
+				want = append(want, s)
+			}
+		}
+		got, err := MemberRules(p, in, fwd, "g", ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) == 0 || !slices.Equal(strs(got), want) {
+			t.Errorf("MemberRules(g, %v):\n%v\nwant\n%v", ms, strs(got), want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package flower
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,8 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 )
@@ -117,6 +114,10 @@ func (p *PolicyProgrammer) Writes() int { return int(p.writes.Load()) }
 // (requests, answers, dump parts).
 func (p *PolicyProgrammer) Messages() int64 { return p.conn.c.Messages() }
 
+// Place is where r sits on its device: two filters with one place
+// cannot both be installed.
+func (r PolicyRule) Place() string { return place(r.Chain, r.Prio, r.Match) }
+
 // place is where a filter sits: two filters with one place cannot both
 // be installed.
 func place(chain uint32, prio uint16, m PolicyMatch) string {
@@ -143,60 +144,17 @@ func (p *PolicyProgrammer) Install(devs map[string]Device, rules []PolicyRule) (
 		}
 		byDev[r.Dev] = append(byDev[r.Dev], i)
 	}
-	for _, idx := range byDev {
-		slices.SortStableFunc(idx, func(a, b int) int {
-			ra, rb := rules[a], rules[b]
-			if ra.Chain != rb.Chain {
-				return int(rb.Chain) - int(ra.Chain)
-			}
-			return int(ra.Prio) - int(rb.Prio)
-		})
-	}
 	states = make([]PolicyState, len(rules))
 	for _, name := range slicesSortedKeys(devs) {
 		dev := devs[name]
-		c, err := p.cached(dev)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		keep := make(map[string]bool, len(byDev[name]))
-		var cs []change
-		var at []int
-		flush := func() {
-			if len(cs) > 0 {
-				errs = append(errs, p.install(dev, c, cs, rules, at, states)...)
-			}
-			cs, at = nil, nil
+		if es := p.installOn(dev, rules, byDev[name], states, keep); len(es) > 0 {
+			errs = append(errs, es...)
 		}
-		for _, i := range byDev[name] {
-			rules[i].Index = dev.Index
-			r := rules[i]
-			if len(cs) > 0 && cs[len(cs)-1].f.Chain != r.Chain {
-				flush() // a chain is complete before the one that leads to it
-			}
-			k := place(r.Chain, r.Prio, r.Match)
-			f, ok := c.at[k]
-			keep[k] = true
-			if ok && bytes.Equal(f.Cookie, PolicyCookie(r)) {
-				states[i] = p.state(r, dev, f)
-				continue
-			}
-			if err := r.Validate(); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			kind, handle := tc.Add, f.Handle
-			if ok {
-				kind = tc.Replace
-			} else {
-				c.top++
-				handle = c.top
-			}
-			cs = append(cs, change{kind: kind, f: r.filter(handle, 0), hw: dev.Hardware})
-			at = append(at, i)
+		c, ok := p.cache[dev.Index]
+		if !ok {
+			continue // not read (the error is in errs)
 		}
-		flush()
 		stale = append(stale, c.extra...)
 		for k, f := range c.at {
 			if !keep[k] {
@@ -276,32 +234,10 @@ func (p *PolicyProgrammer) Delete(fs []PolicyFilter) error {
 		}
 		return int(b.Rule.Prio) - int(a.Rule.Prio)
 	})
-	ops := make([]tc.Op, len(fs))
-	for i, f := range fs {
-		ops[i] = tc.Op{Kind: tc.Delete, Filter: deleteFilter(f)}
+	if len(fs) == 0 {
+		return nil
 	}
-	res, err := p.w.do(ops)
-	if err != nil {
-		p.InvalidateAll()
-		return fmt.Errorf("flower: deleting policy filters: %w", err)
-	}
-	var errs []error
-	for i, f := range fs {
-		if e := res[i]; e != nil && !errors.Is(e, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("flower: deleting filter %#x prio %d chain %d of ifindex %d: %w", f.Handle, f.Rule.Prio, f.Rule.Chain, f.Rule.Index, e))
-			continue
-		}
-		c, ok := p.cache[f.Rule.Index]
-		if !ok {
-			continue
-		}
-		k := place(f.Rule.Chain, f.Rule.Prio, f.Rule.Match)
-		if cur, ok := c.at[k]; ok && cur.Handle == f.Handle {
-			delete(c.at, k)
-		}
-		c.extra = slices.DeleteFunc(c.extra, func(x PolicyFilter) bool { return filterID(x) == filterID(f) })
-	}
-	return errors.Join(errs...)
+	return p.deleteAll(fs)
 }
 
 // Read returns the state and counters of rules as the kernel holds them
