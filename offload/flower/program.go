@@ -290,14 +290,17 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 			p.Invalidate(d.dev.Index)
 			continue
 		}
+		others := len(d.c.other) // d.del starts with them
 		d.c.other = nil
 		for i, h := range d.del {
 			if e := res[i]; e != nil && !errors.Is(e, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("flower: deleting filter %#x prio %d of %s: %w", h.handle, h.info>>16, d.dev.Name, e))
-				d.c.other = append(d.c.other, h)
+				if i < others {
+					d.c.other = append(d.c.other, h)
+				}
 				continue
 			}
-			if h.chain == ChainForward {
+			if i >= others {
 				if cur, ok := d.c.byMatch[string(h.cookie[4:10])]; ok && cur.handle == h.handle {
 					delete(d.c.byMatch, string(h.cookie[4:10]))
 				}
