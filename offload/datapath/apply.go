@@ -45,13 +45,13 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			// The plan, the links and Skiff's filters are what the
 			// last Apply left: nothing to compile, nothing to write.
 			d.gate.Done(start)
-			return errors.Join(d.sweep(p)...)
+			return errors.Join(d.sweep(p, false)...)
 		}
 		if names, ok := remotesOnly(d.last.plan, p); ok {
 			err := d.applyRemotes(p, names)
 			if err == nil {
 				d.gate.Done(start)
-				return errors.Join(d.sweep(p)...)
+				return errors.Join(d.sweep(p, false)...)
 			}
 			if !errors.Is(err, flower.ErrNotIncremental) && !errors.Is(err, errDevices) {
 				d.log.Warn("incremental change failed; applying the whole plan", "err", err)
@@ -61,7 +61,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			err := d.applyGroup(p, g, joined, left)
 			if err == nil {
 				d.gate.Done(start)
-				return errors.Join(d.sweep(p)...)
+				return errors.Join(d.sweep(p, false)...)
 			}
 			if !errors.Is(err, flower.ErrNotIncremental) {
 				d.log.Warn("incremental change failed; applying the whole plan", "err", err)
@@ -190,7 +190,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
 		}
 	}
-	return errors.Join(append(errs, d.sweep(p)...)...)
+	return errors.Join(append(errs, d.sweep(p, true)...)...)
 }
 
 // ownChanges reports whether links now differ from those an Apply used
@@ -229,16 +229,20 @@ type lastApply struct {
 }
 
 // sweep removes what the agent's restarts and dead namespaces left: taps
-// of VM ports that left the plan, pods' VFs the kernel gave back.
-func (d *Datapath) sweep(p plan.Plan) []error {
+// of VM ports that left the plan (when taps: an Apply whose links and
+// local endpoints are the last one's finds none), pods' VFs the kernel
+// gave back.
+func (d *Datapath) sweep(p plan.Plan, taps bool) []error {
 	var errs []error
 	// Taps of VM ports deleted while the agent was down.
-	gone, err := agentdp.DeleteStaleTaps(d.nsPath(), func(ep string) bool { _, ok := p.Local[ep]; return ok })
-	if len(gone) > 0 {
-		d.log.Info("removed taps of deleted VM ports", "taps", gone)
-	}
-	if err != nil {
-		errs = append(errs, fmt.Errorf("offload datapath: %w", err))
+	if taps {
+		gone, err := agentdp.DeleteStaleTaps(d.nsPath(), func(ep string) bool { _, ok := p.Local[ep]; return ok })
+		if len(gone) > 0 {
+			d.log.Info("removed taps of deleted VM ports", "taps", gone)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
+		}
 	}
 	// Pods' VFs the kernel returned from destroyed namespaces.
 	if _, err := d.returnStranded(); err != nil {
