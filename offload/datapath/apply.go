@@ -41,31 +41,25 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		return err
 	}
 	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) {
-		if p.Equal(d.last.plan) {
-			// The plan, the links and Skiff's filters are what the
-			// last Apply left: nothing to compile, nothing to write.
+		// Links and Skiff's filters are what the last Apply left: the
+		// plan's difference alone, where it can be made alone.
+		var err error
+		switch c := classify(d.last.plan, p); {
+		case c.same:
+			err = nil // nothing to compile, nothing to write
+		case len(c.remotes) > 0:
+			err = d.applyRemotes(p, c.remotes)
+		case c.group != "":
+			err = d.applyGroup(p, c.group, c.joined, c.left)
+		default:
+			err = flower.ErrNotIncremental
+		}
+		if err == nil {
 			d.gate.Done(start)
 			return errors.Join(d.sweep(p, false)...)
 		}
-		if names, ok := remotesOnly(d.last.plan, p); ok {
-			err := d.applyRemotes(p, names)
-			if err == nil {
-				d.gate.Done(start)
-				return errors.Join(d.sweep(p, false)...)
-			}
-			if !errors.Is(err, flower.ErrNotIncremental) && !errors.Is(err, errDevices) {
-				d.log.Warn("incremental change failed; applying the whole plan", "err", err)
-			}
-		}
-		if g, joined, left, ok := groupOnly(d.last.plan, p); ok {
-			err := d.applyGroup(p, g, joined, left)
-			if err == nil {
-				d.gate.Done(start)
-				return errors.Join(d.sweep(p, false)...)
-			}
-			if !errors.Is(err, flower.ErrNotIncremental) {
-				d.log.Warn("incremental change failed; applying the whole plan", "err", err)
-			}
+		if !errors.Is(err, flower.ErrNotIncremental) && !errors.Is(err, errDevices) {
+			d.log.Warn("incremental change failed; applying the whole plan", "err", err)
 		}
 	}
 	d.last.valid = false

@@ -11,28 +11,48 @@ import (
 	"github.com/skiff-sdn/skiff/offload/flower"
 )
 
-// remotesOnly returns the remote endpoints that differ between old and
-// cur when nothing else does (ok false otherwise, or when none does).
-func remotesOnly(old, cur plan.Plan) (names []string, ok bool) {
+// change is how a plan differs from the last one: not at all (same),
+// in remote endpoints only, in one address group's members only (with
+// members before and after), or otherwise (none of these).
+type change struct {
+	same         bool
+	remotes      []string
+	group        string
+	joined, left []netip.Addr
+}
+
+// classify compares old and cur, each map once.
+func classify(old, cur plan.Plan) change {
+	var c change
 	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP ||
 		!maps.EqualFunc(old.Networks, cur.Networks, plan.Network.Equal) ||
 		!maps.EqualFunc(old.Local, cur.Local, plan.Endpoint.Equal) ||
-		!maps.EqualFunc(old.Policies, cur.Policies, plan.EndpointPolicy.Equal) ||
-		!maps.EqualFunc(old.Groups, cur.Groups, plan.AddressGroup.Equal) {
-		return nil, false
+		!maps.EqualFunc(old.Policies, cur.Policies, plan.EndpointPolicy.Equal) {
+		return c
 	}
 	for n, r := range cur.Remote {
 		if o, ok := old.Remote[n]; !ok || !o.Equal(r) {
-			names = append(names, n)
+			c.remotes = append(c.remotes, n)
 		}
 	}
-	for n := range old.Remote {
-		if _, ok := cur.Remote[n]; !ok {
-			names = append(names, n)
+	if len(old.Remote)+len(c.remotes) != len(cur.Remote) {
+		for n := range old.Remote {
+			if _, ok := cur.Remote[n]; !ok {
+				c.remotes = append(c.remotes, n)
+			}
 		}
 	}
-	slices.Sort(names)
-	return names, len(names) > 0
+	slices.Sort(c.remotes)
+	groupsSame := maps.EqualFunc(old.Groups, cur.Groups, plan.AddressGroup.Equal)
+	switch {
+	case groupsSame:
+		c.same = len(c.remotes) == 0
+	case len(c.remotes) > 0:
+		c.remotes = nil // both: no incremental way
+	default:
+		c.group, c.joined, c.left = groupChange(old.Groups, cur.Groups)
+	}
+	return c
 }
 
 // errDevices: an incremental change changed which devices hold rules;
@@ -70,39 +90,43 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	if len(cur) > 0 && len(rules) == 0 {
 		return flower.ErrNotIncremental // the VXLAN device may be missing
 	}
+	touched := map[string]int{} // rules of each device the change touches, before
+	for _, r := range append(slices.Clone(old), cur...) {
+		touched[r.Dev] = d.prog.Installed(devs[r.Dev].Index)
+	}
 	now, err := d.prog.Change(devs, old, cur)
 	if err != nil {
 		return err
 	}
 	// The rule list of the last Apply, with the old rules of these
-	// remote endpoints out and their new ones in.
-	gone := make(map[ruleKey]bool, len(old))
-	for _, r := range old {
-		gone[keyOf(r)] = true
-	}
-	nr := make([]flower.Rule, 0, len(rules)+len(cur))
-	ns := make([]flower.State, 0, len(rules)+len(cur))
-	before, after := map[string]bool{}, map[string]bool{}
-	for i, r := range rules {
-		before[r.Dev] = true
-		if !gone[keyOf(r)] {
-			nr = append(nr, r)
-			ns = append(ns, states[i])
-			after[r.Dev] = true
+	// remote endpoints out and their new ones in. Appending alone leaves
+	// the slices readers hold as they were.
+	nr, ns := append(rules, cur...), append(states, now...)
+	if len(old) > 0 {
+		gone := make(map[ruleKey]bool, len(old))
+		for _, r := range old {
+			gone[keyOf(r)] = true
 		}
+		nr = make([]flower.Rule, 0, len(rules)+len(cur))
+		ns = make([]flower.State, 0, len(rules)+len(cur))
+		for i, r := range rules {
+			if !gone[keyOf(r)] {
+				nr = append(nr, r)
+				ns = append(ns, states[i])
+			}
+		}
+		nr = append(nr, cur...)
+		ns = append(ns, now...)
 	}
-	for _, r := range cur {
-		after[r.Dev] = true
-	}
-	nr = append(nr, cur...)
-	ns = append(ns, now...)
 	d.mu.Lock()
 	d.rules, d.states = nr, ns
 	d.mu.Unlock()
-	if !maps.Equal(before, after) {
-		// A device gained its first rules or lost its last: the policy
-		// pipeline's way into forwarding changes with it.
-		return errDevices
+	for dev, n := range touched {
+		if (n == 0) != (d.prog.Installed(devs[dev].Index) == 0) {
+			// A device gained its first rules or lost its last: the
+			// policy pipeline's way into forwarding changes with it.
+			return errDevices
+		}
 	}
 	for _, n := range names {
 		if r, ok := p.Remote[n]; ok {
@@ -124,28 +148,23 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	return d.resolve(want)
 }
 
-// groupOnly returns the members that joined and left the one address
-// group that differs between old and cur, when nothing else does and
-// the group has members before and after (ok false otherwise).
-func groupOnly(old, cur plan.Plan) (group string, joined, left []netip.Addr, ok bool) {
-	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP ||
-		!maps.EqualFunc(old.Networks, cur.Networks, plan.Network.Equal) ||
-		!maps.EqualFunc(old.Local, cur.Local, plan.Endpoint.Equal) ||
-		!maps.EqualFunc(old.Remote, cur.Remote, plan.Remote.Equal) ||
-		!maps.EqualFunc(old.Policies, cur.Policies, plan.EndpointPolicy.Equal) ||
-		len(old.Groups) != len(cur.Groups) {
-		return "", nil, nil, false
+// groupChange returns the members that joined and left the one address
+// group that differs between old and cur ("" when more than one does,
+// or the group has no members before or after).
+func groupChange(old, cur map[string]plan.AddressGroup) (group string, joined, left []netip.Addr) {
+	if len(old) != len(cur) {
+		return "", nil, nil
 	}
-	for n, g := range cur.Groups {
-		o, found := old.Groups[n]
+	for n, g := range cur {
+		o, found := old[n]
 		if !found {
-			return "", nil, nil, false
+			return "", nil, nil
 		}
 		if o.Equal(g) {
 			continue
 		}
 		if group != "" || len(o.Members) == 0 || len(g.Members) == 0 {
-			return "", nil, nil, false
+			return "", nil, nil
 		}
 		group = n
 		was := make(map[netip.Addr]bool, len(o.Members))
@@ -165,7 +184,7 @@ func groupOnly(old, cur plan.Plan) (group string, joined, left []netip.Addr, ok 
 			}
 		}
 	}
-	return group, joined, left, group != ""
+	return group, joined, left
 }
 
 // applyGroup makes the change of one address group's members, the only

@@ -109,6 +109,16 @@ func (p *Programmer) Retain(present map[int]bool) {
 	maps.DeleteFunc(p.clsact, func(i int, _ bool) bool { return !present[i] })
 }
 
+// Installed is the number of Skiff's forwarding filters the programmer
+// knows on the device at ifindex (0 when it does not know the device).
+func (p *Programmer) Installed(ifindex int) int {
+	c, ok := p.cache[ifindex]
+	if !ok {
+		return 0
+	}
+	return len(c.byMatch) + len(c.other)
+}
+
 // Cached is the number of filters the programmer knows of.
 func (p *Programmer) Cached() int {
 	n := 0
