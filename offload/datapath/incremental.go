@@ -59,15 +59,23 @@ func classify(old, cur plan.Plan) change {
 // the whole plan must be applied (and is, at once).
 var errDevices = errors.New("offload datapath: devices with rules changed")
 
-// ruleKey identifies a rule on its device (one filter per key).
-type ruleKey struct {
-	dev     string
-	prio    uint16
-	ethType uint16
-	match   flower.Match
+// without returns rules (and their states) less those same as one of
+// gone: a new list when it has any, else the same ones (appending to
+// them leaves the slices readers hold as they were).
+func without[R, S any](rules []R, states []S, gone []R, same func(a, b R) bool) ([]R, []S) {
+	if len(gone) == 0 {
+		return rules, states
+	}
+	nr := make([]R, 0, len(rules))
+	ns := make([]S, 0, len(rules))
+	for i, r := range rules {
+		if !slices.ContainsFunc(gone, func(g R) bool { return same(r, g) }) {
+			nr = append(nr, r)
+			ns = append(ns, states[i])
+		}
+	}
+	return nr, ns
 }
-
-func keyOf(r flower.Rule) ruleKey { return ruleKey{r.Dev, r.Prio, r.EthType, r.Match} }
 
 // applyRemotes makes the change of the named remote endpoints, the only
 // difference between the last Apply's plan and p, by their own rules
@@ -99,25 +107,11 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 		return err
 	}
 	// The rule list of the last Apply, with the old rules of these
-	// remote endpoints out and their new ones in. Appending alone leaves
-	// the slices readers hold as they were.
-	nr, ns := append(rules, cur...), append(states, now...)
-	if len(old) > 0 {
-		gone := make(map[ruleKey]bool, len(old))
-		for _, r := range old {
-			gone[keyOf(r)] = true
-		}
-		nr = make([]flower.Rule, 0, len(rules)+len(cur))
-		ns = make([]flower.State, 0, len(rules)+len(cur))
-		for i, r := range rules {
-			if !gone[keyOf(r)] {
-				nr = append(nr, r)
-				ns = append(ns, states[i])
-			}
-		}
-		nr = append(nr, cur...)
-		ns = append(ns, now...)
-	}
+	// remote endpoints out and their new ones in.
+	nr, ns := without(rules, states, old, func(a, b flower.Rule) bool {
+		return a.Prio == b.Prio && a.EthType == b.EthType && a.Match == b.Match && a.Dev == b.Dev
+	})
+	nr, ns = append(nr, cur...), append(ns, now...)
 	d.mu.Lock()
 	d.rules, d.states = nr, ns
 	d.mu.Unlock()
@@ -208,18 +202,9 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 	if err != nil {
 		return err
 	}
-	gone := make(map[string]bool, len(remove))
-	for _, r := range remove {
-		gone[r.Dev+" "+r.Place()] = true
-	}
-	nr := make([]flower.PolicyRule, 0, len(rules)+len(add))
-	ns := make([]flower.PolicyState, 0, len(rules)+len(add))
-	for i, r := range rules {
-		if !gone[r.Dev+" "+r.Place()] {
-			nr = append(nr, r)
-			ns = append(ns, states[i])
-		}
-	}
+	nr, ns := without(rules, states, remove, func(a, b flower.PolicyRule) bool {
+		return a.Prio == b.Prio && a.Chain == b.Chain && a.Match == b.Match && a.Dev == b.Dev
+	})
 	for _, s := range now {
 		nr = append(nr, s.Rule)
 		ns = append(ns, s)

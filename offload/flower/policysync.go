@@ -114,10 +114,6 @@ func (p *PolicyProgrammer) Writes() int { return int(p.writes.Load()) }
 // (requests, answers, dump parts).
 func (p *PolicyProgrammer) Messages() int64 { return p.conn.c.Messages() }
 
-// Place is where r sits on its device: two filters with one place
-// cannot both be installed.
-func (r PolicyRule) Place() string { return place(r.Chain, r.Prio, r.Match) }
-
 // place is where a filter sits: two filters with one place cannot both
 // be installed.
 func place(chain uint32, prio uint16, m PolicyMatch) string {
