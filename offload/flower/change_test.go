@@ -64,9 +64,11 @@ func TestMemberRules(t *testing.T) {
 	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{
 		{Peers: []plan.PolicyPeer{{Group: "g"}, {Group: "other"}}, Ports: []plan.PolicyPort{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}},
 	}}
-	p.Policies["a"] = plan.EndpointPolicy{Endpoint: "a", EgressIsolated: true, Egress: []plan.PolicyRule{
+	p.Policies["a"] = plan.EndpointPolicy{Endpoint: "a", EgressIsolated: true, IngressIsolated: true, Egress: []plan.PolicyRule{
 		{Peers: []plan.PolicyPeer{{Group: "other"}}},
-	}}
+		{Peers: []plan.PolicyPeer{{Group: "g"}, {CIDR: netip.MustParsePrefix("203.0.113.0/24"), Except: []netip.Prefix{netip.MustParsePrefix("203.0.113.8/29")}}}, Ports: []plan.PolicyPort{{Protocol: "UDP", Port: 53}}},
+	}, Ingress: []plan.PolicyRule{{Peers: []plan.PolicyPeer{{Group: "g"}}}}}
+	in.Gateways = map[string]Gateway{"blue": {Port: "skh100", MAC: "02:00:00:00:01:00", IPs: []netip.Addr{a("198.51.100.254")}}}
 	fwd, err := Compile(p, in)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +85,7 @@ func TestMemberRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ms := range [][]netip.Addr{{a("198.51.100.10")}, {a("198.51.100.1"), a("203.0.113.9")}} {
+	for _, ms := range [][]netip.Addr{{a("198.51.100.10")}, {a("198.51.100.1"), a("203.0.113.9")}, {a("203.0.113.9")}} {
 		q := p.Clone()
 		q.Groups["g"] = plan.AddressGroup{Name: "g", Members: slices.DeleteFunc(slices.Clone(p.Groups["g"].Members), func(x netip.Addr) bool { return slices.Contains(ms, x) })}
 		rest, err := CompilePolicy(q, in, fwd)
