@@ -196,6 +196,38 @@ func TestScale(t *testing.T) {
 		figure(step.figure+"_tc_msgs", dp.TCMessages()-m0)
 	}
 
+	// Drift: one filter deleted by hand (iproute2) is put back by the
+	// next Apply, which reads that device again (told by the tc
+	// notification) and writes that filter alone.
+	var victim flower.State
+	for _, s := range dp.Rules()["pod"] {
+		if s.Rule.Kind == flower.KindEncap && s.Rule.Dev == "skpbench" {
+			victim = s
+			break
+		}
+	}
+	if victim.Handle == 0 {
+		t.Fatal("no encap rule with a handle on skpbench")
+	}
+	in(t, guest.TC, "filter", "del", "dev", "skpbench", "ingress", "chain", fmt.Sprint(flower.ChainForward), "prio", fmt.Sprint(victim.Rule.Prio),
+		"handle", fmt.Sprintf("%#x", victim.Handle), "protocol", "all", "flower")
+	w0, m0 = dp.Writes(), dp.TCMessages()
+	drift0 := dp.Drift()
+	start = time.Now()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	took = time.Since(start)
+	if w, d := dp.Writes()-w0, dp.Drift()-drift0; w != 1 || d != 1 {
+		t.Fatalf("repairing a filter deleted by hand: %d writes, %d devices seen changed; want 1 and 1", w, d)
+	}
+	if got := count(t, "skpbench"); got != repRules { // one remote endpoint added, one deleted: as installed
+		t.Fatalf("after the repair skpbench holds %d filters, want %d", got, repRules)
+	}
+	t.Logf("FIGURE repair of a filter deleted by hand on a device of %d filters: %v (1 write)", repRules, took.Round(time.Millisecond))
+	figure("repair_ms", took)
+	figure("repair_tc_msgs", dp.TCMessages()-m0)
+
 	// Reference: iproute2 installing the same representor rules with
 	// tc -batch (one process, one netlink socket) on another device: the
 	// forwarding rules in their chain and chain 0's filter to it, from
