@@ -147,6 +147,26 @@ func Dial(netns string, groups ...uint32) (*Conn, error) {
 	return &Conn{f: f, rc: rc, pid: nsa.Pid, seq: 1, buf: make([]byte, readLen)}, nil
 }
 
+// SetReadBuffer sets the socket's receive buffer to n bytes (forced past
+// the sysctl limit where the process may, CAP_NET_ADMIN): a subscriber
+// that may fall behind a burst of notifications needs more than the 16
+// MiB every socket gets. Memory is taken only by what is queued.
+func (c *Conn) SetReadBuffer(n int) error {
+	var err error
+	cerr := c.rc.Control(func(fd uintptr) {
+		if err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n); err != nil {
+			err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, n)
+		}
+	})
+	if cerr != nil {
+		return fmt.Errorf("rtnl: receive buffer: %w", cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("rtnl: receive buffer: %w", err)
+	}
+	return nil
+}
+
 // Close releases the socket; a Wait in progress returns.
 func (c *Conn) Close() error { return c.f.Close() }
 

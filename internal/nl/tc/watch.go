@@ -26,12 +26,23 @@ type Watch struct {
 	done chan struct{}
 }
 
+// watchBuffer is the receive buffer of a Watch's socket.
+const watchBuffer = 256 << 20
+
 // NewWatch subscribes to the tc notifications of the network namespace at
 // path (empty: the caller's).
 func NewWatch(netns string) (*Watch, error) {
 	c, err := rtnl.Dial(netns, unix.RTNLGRP_TC)
 	if err != nil {
 		return nil, fmt.Errorf("tc: subscribing to tc notifications: %w", err)
+	}
+	// A notification takes about 4 KiB of buffer: the agent's own bulk
+	// writes (tens of thousands of filters) would overflow 16 MiB
+	// whenever this reader falls behind, and a loss makes the
+	// programmers read every device again.
+	if err := c.SetReadBuffer(watchBuffer); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tc: %w", err)
 	}
 	w := &Watch{c: c, own: map[uint32]bool{}, devs: map[int]bool{}, done: make(chan struct{})}
 	go w.run()
