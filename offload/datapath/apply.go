@@ -40,6 +40,29 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		return err
 	}
+	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) {
+		// Links and Skiff's filters are what the last Apply left: the
+		// plan's difference alone, where it can be made alone.
+		var err error
+		switch c := classify(d.last.plan, p); {
+		case c.same:
+			err = nil // nothing to compile, nothing to write
+		case len(c.remotes) > 0:
+			err = d.applyRemotes(p, c.remotes)
+		case c.group != "":
+			err = d.applyGroup(p, c.group, c.joined, c.left)
+		default:
+			err = flower.ErrNotIncremental
+		}
+		if err == nil {
+			d.gate.Done(start)
+			return errors.Join(d.sweep(p, false)...)
+		}
+		if !errors.Is(err, flower.ErrNotIncremental) && !errors.Is(err, errDevices) {
+			d.log.Warn("incremental change failed; applying the whole plan", "err", err)
+		}
+	}
+	d.last.valid = false
 	reps, targets := map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
 		port, ok := d.opts.Representor(p.Local[name])
@@ -144,6 +167,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	d.mu.Unlock()
 	d.gate.Done(start)
+	clean := len(errs) == 0 && polErr == nil
 	// Delete last: the VXLAN device when no rule needs it.
 	if len(rules) == 0 && hasVX && owned(vx) {
 		d.log.Info("removing unneeded device", "link", VXLANName)
@@ -152,19 +176,73 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", VXLANName, err))
 		}
 	}
-	// Taps of VM ports deleted while the agent was down.
-	gone, err := agentdp.DeleteStaleTaps(d.nsPath(), func(ep string) bool { _, ok := p.Local[ep]; return ok })
-	if len(gone) > 0 {
-		d.log.Info("removed taps of deleted VM ports", "taps", gone)
+	if clean && len(errs) == 0 {
+		// What an unchanged Apply compares with: links as they are now,
+		// if they differ from those this Apply worked with only by what
+		// it did itself (someone else's change: the next Apply looks).
+		if now, err := d.links(); err == nil && ownChanges(byName, now) {
+			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
+		}
 	}
-	if err != nil {
-		errs = append(errs, fmt.Errorf("offload datapath: %w", err))
+	return errors.Join(append(errs, d.sweep(p, true)...)...)
+}
+
+// ownChanges reports whether links now differ from those an Apply used
+// only by what Apply changes: the VXLAN device, links set up.
+func ownChanges(used, now map[string]nl.Link) bool {
+	if len(used) != len(now) && len(used)+1 != len(now) && len(used) != len(now)+1 {
+		return false
+	}
+	for name, l := range now {
+		if name == VXLANName {
+			continue
+		}
+		u, ok := used[name]
+		if !ok {
+			return false
+		}
+		u.Up = l.Up
+		if u != l {
+			return false
+		}
+	}
+	for name := range used {
+		if _, ok := now[name]; !ok && name != VXLANName {
+			return false
+		}
+	}
+	return true
+}
+
+// lastApply is what the last Apply that wrote everything it wanted left.
+type lastApply struct {
+	plan  plan.Plan
+	links map[string]nl.Link
+	in    flower.Input
+	valid bool
+}
+
+// sweep removes what the agent's restarts and dead namespaces left: taps
+// of VM ports that left the plan (when taps: an Apply whose links and
+// local endpoints are the last one's finds none), pods' VFs the kernel
+// gave back.
+func (d *Datapath) sweep(p plan.Plan, taps bool) []error {
+	var errs []error
+	// Taps of VM ports deleted while the agent was down.
+	if taps {
+		gone, err := agentdp.DeleteStaleTaps(d.nsPath(), func(ep string) bool { _, ok := p.Local[ep]; return ok })
+		if len(gone) > 0 {
+			d.log.Info("removed taps of deleted VM ports", "taps", gone)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
+		}
 	}
 	// Pods' VFs the kernel returned from destroyed namespaces.
 	if _, err := d.returnStranded(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 func (d *Datapath) device(l nl.Link) flower.Device {

@@ -23,6 +23,7 @@ import (
 
 	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -83,6 +84,8 @@ type Datapath struct {
 	k    nl.OffloadKernel
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
+	// Notifications of tc changes made by others.
+	watch *tc.Watch
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   agentdp.PlumbGate
@@ -100,6 +103,8 @@ type Datapath struct {
 	polStates []flower.PolicyState
 	linkW     int // link writes
 	probes    int // neighbour resolutions asked for
+	drift     int // devices changed by someone else, seen
+	last      lastApply
 }
 
 // New opens the netlink sockets of a datapath.
@@ -138,11 +143,55 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
-	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, ports: ports, vfs: vfs, mover: mover}, nil
+	// Someone else's changes of tc (a filter deleted or altered by hand,
+	// a qdisc removed) make the programmers read those devices again.
+	watch, err := tc.NewWatch(o.NetNS)
+	if err != nil {
+		pol.Close()
+		prog.Close()
+		k.Close()
+		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
+	watch.Ignore(prog.PortID(), pol.PortID())
+	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, watch: watch, ports: ports, vfs: vfs, mover: mover}, nil
+}
+
+// forget makes the programmers read again the devices someone else
+// changed since the last Apply, and forget those that are gone.
+func (d *Datapath) forget(links map[string]nl.Link) (any bool) {
+	changed, lost := d.watch.Changed()
+	if lost {
+		d.log.Info("tc notifications lost: reading every device again")
+		d.prog.InvalidateAll()
+		d.pol.InvalidateAll()
+	}
+	for i := range changed {
+		d.prog.Invalidate(i)
+		d.pol.Invalidate(i)
+	}
+	d.mu.Lock()
+	d.drift += len(changed)
+	d.mu.Unlock()
+	present := make(map[int]bool, len(links))
+	for _, l := range links {
+		present[l.Index] = true
+	}
+	d.prog.Retain(present)
+	d.pol.Retain(present)
+	return lost || len(changed) > 0
+}
+
+// Drift is the number of times a device's filters were changed by
+// someone else (and read again) so far.
+func (d *Datapath) Drift() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drift
 }
 
 // Close releases the netlink sockets; kernel objects stay.
 func (d *Datapath) Close() {
+	d.watch.Close()
 	d.pol.Close()
 	d.prog.Close()
 	d.k.Close()
@@ -154,6 +203,14 @@ func (d *Datapath) Writes() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.prog.Writes() + d.pol.Writes() + d.linkW
+}
+
+// TCMessages is the number of tc netlink messages (filters and qdiscs:
+// requests, answers, dump parts) sent and received so far.
+func (d *Datapath) TCMessages() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.prog.Messages() + d.pol.Messages()
 }
 
 // PolicyWrites is the number of policy filters added, replaced or

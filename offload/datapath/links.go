@@ -96,6 +96,12 @@ func (d *Datapath) neighbours(p plan.Plan) error {
 			want[r.VTEP] = true
 		}
 	}
+	return d.resolve(want)
+}
+
+// resolve asks the kernel to resolve the underlay next hops of the VTEPs
+// in want that have no valid neighbour entry.
+func (d *Datapath) resolve(want map[netip.Addr]bool) error {
 	var errs []error
 	cache := map[int][]netip.Addr{}
 	for _, v := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {

@@ -169,15 +169,19 @@ func (p *PolicyConn) Replace(r PolicyRule, handle, flags uint32) error {
 
 // Delete removes the filter f from the ingress of dev.
 func (p *PolicyConn) Delete(f PolicyFilter) error {
+	if err := p.c.Do(tc.Op{Kind: tc.Delete, Filter: deleteFilter(f)}); err != nil {
+		return fmt.Errorf("flower: deleting filter %#x prio %d chain %d of ifindex %d: %w", f.Handle, f.Rule.Prio, f.Rule.Chain, f.Rule.Index, err)
+	}
+	return nil
+}
+
+// deleteFilter is what a request to delete f names.
+func deleteFilter(f PolicyFilter) *tc.Filter {
 	proto := f.Rule.Match.EthType
 	if f.Info != 0 {
 		proto = htons(uint16(f.Info))
 	}
-	tf := tc.Filter{Ifindex: f.Rule.Index, Chain: f.Rule.Chain, Prio: f.Rule.Prio, Proto: proto, Handle: f.Handle}
-	if err := p.c.Do(tc.Op{Kind: tc.Delete, Filter: &tf}); err != nil {
-		return fmt.Errorf("flower: deleting filter %#x prio %d chain %d of ifindex %d: %w", f.Handle, f.Rule.Prio, f.Rule.Chain, f.Rule.Index, err)
-	}
-	return nil
+	return &tc.Filter{Ifindex: f.Rule.Index, Chain: f.Rule.Chain, Prio: f.Rule.Prio, Proto: proto, Handle: f.Handle}
 }
 
 // Dump returns the flower filters of every chain of ifindex's ingress,

@@ -1,15 +1,15 @@
 package flower
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
 )
 
 // PolicyState is a policy rule as the kernel holds it.
@@ -25,11 +25,26 @@ type PolicyState struct {
 
 // PolicyProgrammer installs policy rules (CompilePolicy) over rtnetlink.
 // It is not safe for concurrent use.
+//
+// It keeps a picture of Skiff's policy filters on each device it wrote
+// to or read, seeded by one dump of the device and kept by its own
+// writes: Install writes the difference without reading the kernel;
+// Invalidate makes it read a device again.
 type PolicyProgrammer struct {
 	conn     *PolicyConn
 	log      *slog.Logger
 	writes   atomic.Int64
+	w        writer
 	refusals map[string]string // by device and rule: the driver's refusal
+	cache    map[int]*polCache // by ifindex
+}
+
+// polCache is what the programmer knows of Skiff's policy filters on one
+// device.
+type polCache struct {
+	at    map[string]PolicyFilter // by place
+	extra []PolicyFilter          // a second filter in one place: stale
+	top   uint32                  // the highest handle given or seen
 }
 
 // OpenPolicyProgrammer returns a programmer for the network namespace at
@@ -42,7 +57,51 @@ func OpenPolicyProgrammer(netns string, log *slog.Logger) (*PolicyProgrammer, er
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &PolicyProgrammer{conn: c, log: log, refusals: map[string]string{}}, nil
+	p := &PolicyProgrammer{conn: c, log: log, refusals: map[string]string{}, cache: map[int]*polCache{}}
+	p.w = writer{c: c.c, writes: &p.writes, pipelined: Pipelined}
+	return p, nil
+}
+
+// PortID is the netlink port id of the programmer's socket: the kernel's
+// notifications of its writes carry it.
+func (p *PolicyProgrammer) PortID() uint32 { return p.conn.c.PortID() }
+
+// Invalidate forgets what the programmer knows of the device at ifindex:
+// its next Install reads it again.
+func (p *PolicyProgrammer) Invalidate(ifindex int) { delete(p.cache, ifindex) }
+
+// InvalidateAll forgets every device.
+func (p *PolicyProgrammer) InvalidateAll() { clear(p.cache) }
+
+// Retain forgets the devices whose ifindex is not in present (gone).
+func (p *PolicyProgrammer) Retain(present map[int]bool) {
+	maps.DeleteFunc(p.cache, func(i int, _ *polCache) bool { return !present[i] })
+}
+
+// cached is what is known of dev, read from the kernel when nothing is.
+func (p *PolicyProgrammer) cached(dev Device) (*polCache, error) {
+	if c, ok := p.cache[dev.Index]; ok {
+		return c, nil
+	}
+	fs, err := p.conn.DumpChains(dev.Index, ChainEntry, ChainEgress, ChainIngress)
+	if err != nil {
+		return nil, fmt.Errorf("flower: policy filters of %s: %w", dev.Name, err)
+	}
+	c := &polCache{at: map[string]PolicyFilter{}}
+	for _, f := range fs {
+		c.top = max(c.top, f.Handle)
+		if !f.Skiff() {
+			continue
+		}
+		k := place(f.Rule.Chain, f.Rule.Prio, f.Rule.Match)
+		if _, dup := c.at[k]; dup {
+			c.extra = append(c.extra, f)
+			continue
+		}
+		c.at[k] = f
+	}
+	p.cache[dev.Index] = c
+	return c, nil
 }
 
 // Close releases the socket.
@@ -51,26 +110,14 @@ func (p *PolicyProgrammer) Close() error { return p.conn.Close() }
 // Writes is the number of filters added, replaced or deleted so far.
 func (p *PolicyProgrammer) Writes() int { return int(p.writes.Load()) }
 
+// Messages is the number of netlink messages sent and received so far
+// (requests, answers, dump parts).
+func (p *PolicyProgrammer) Messages() int64 { return p.conn.c.Messages() }
+
 // place is where a filter sits: two filters with one place cannot both
 // be installed.
 func place(chain uint32, prio uint16, m PolicyMatch) string {
 	return strconv.FormatUint(uint64(chain), 10) + " " + strconv.FormatUint(uint64(prio), 10) + " " + m.String()
-}
-
-// dump returns Skiff's policy filters on dev's ingress (a policy cookie on
-// the first action); others are never returned, so never touched.
-func (p *PolicyProgrammer) dump(dev Device) ([]PolicyFilter, error) {
-	fs, err := p.conn.DumpChains(dev.Index, ChainEntry, ChainEgress, ChainIngress)
-	if err != nil {
-		return nil, fmt.Errorf("flower: policy filters of %s: %w", dev.Name, err)
-	}
-	out := fs[:0]
-	for _, f := range fs {
-		if f.Skiff() {
-			out = append(out, f)
-		}
-	}
-	return out, nil
 }
 
 // Install makes every rule present on its device's ingress: missing rules
@@ -93,50 +140,20 @@ func (p *PolicyProgrammer) Install(devs map[string]Device, rules []PolicyRule) (
 		}
 		byDev[r.Dev] = append(byDev[r.Dev], i)
 	}
-	for _, idx := range byDev {
-		slices.SortStableFunc(idx, func(a, b int) int {
-			ra, rb := rules[a], rules[b]
-			if ra.Chain != rb.Chain {
-				return int(rb.Chain) - int(ra.Chain)
-			}
-			return int(ra.Prio) - int(rb.Prio)
-		})
-	}
 	states = make([]PolicyState, len(rules))
 	for _, name := range slicesSortedKeys(devs) {
 		dev := devs[name]
-		have, err := p.dump(dev)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		keep := make(map[string]bool, len(byDev[name]))
+		if es := p.installOn(dev, rules, byDev[name], states, keep); len(es) > 0 {
+			errs = append(errs, es...)
 		}
-		at := map[string]PolicyFilter{}
-		for _, f := range have {
-			at[place(f.Rule.Chain, f.Rule.Prio, f.Rule.Match)] = f
+		c, ok := p.cache[dev.Index]
+		if !ok {
+			continue // not read (the error is in errs)
 		}
-		keep := map[uint64]bool{}
-		for _, i := range byDev[name] {
-			r := rules[i]
-			r.Index = dev.Index
-			rules[i].Index = dev.Index
-			k := place(r.Chain, r.Prio, r.Match)
-			f, ok := at[k]
-			if ok {
-				keep[filterID(f)] = true
-				if bytes.Equal(f.Cookie, PolicyCookie(r)) {
-					states[i] = p.state(r, dev, f)
-					continue
-				}
-			}
-			st, err := p.install(dev, r, f.Handle)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			states[i] = st
-		}
-		for _, f := range have {
-			if !keep[filterID(f)] {
+		stale = append(stale, c.extra...)
+		for k, f := range c.at {
+			if !keep[k] {
 				stale = append(stale, f)
 			}
 		}
@@ -147,6 +164,51 @@ func (p *PolicyProgrammer) Install(devs map[string]Device, rules []PolicyRule) (
 		}
 	}
 	return states, stale, errors.Join(errs...)
+}
+
+// install writes cs (the rules at of dev) and keeps what the kernel took
+// in c and the states.
+func (p *PolicyProgrammer) install(dev Device, c *polCache, cs []change, rules []PolicyRule, at []int, states []PolicyState) []error {
+	outs, err := p.w.apply(cs, func(j int, _ error) tc.Filter { return cs[j].f })
+	if err != nil {
+		p.Invalidate(dev.Index)
+		return []error{fmt.Errorf("flower: policy filters of %s: %w", dev.Name, err)}
+	}
+	var errs []error
+	for j, o := range outs {
+		r := rules[at[j]]
+		if o.err != nil {
+			verb := "adding"
+			if cs[j].kind == tc.Replace {
+				verb = "replacing"
+			}
+			errs = append(errs, fmt.Errorf("flower: %s policy rule %s on %s: %w", verb, r, r.Dev, o.err))
+			continue
+		}
+		f := cs[j].f
+		key := dev.Name + " " + r.String()
+		st := PolicyState{Rule: r, Handle: f.Handle, State: StateSoftware, Reason: dev.Reason}
+		pf := PolicyFilter{Rule: r, Handle: f.Handle, Cookie: f.Actions[0].Cookie, Info: uint32(f.Prio)<<16 | uint32(htons(f.Proto))}
+		pf.Rule.Dev = ""
+		switch {
+		case o.inHW:
+			pf.Flags = flagInHW
+			delete(p.refusals, key)
+			st.State, st.Reason = StateHardware, ""
+		case o.refused != nil:
+			errno, msg, _ := refusal(o.refused)
+			reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
+			if msg != "" {
+				reason += ": " + msg
+			}
+			p.log.Debug("hardware refused policy rule; installing it in software", "dev", dev.Name, "rule", r.String(), "reason", reason)
+			p.refusals[key] = reason
+			st.State, st.Reason = StateRefused, reason
+		}
+		c.at[place(r.Chain, r.Prio, r.Match)] = pf
+		states[at[j]] = st
+	}
+	return errs
 }
 
 func filterID(f PolicyFilter) uint64 {
@@ -168,14 +230,10 @@ func (p *PolicyProgrammer) Delete(fs []PolicyFilter) error {
 		}
 		return int(b.Rule.Prio) - int(a.Rule.Prio)
 	})
-	var errs []error
-	for _, f := range fs {
-		p.writes.Add(1)
-		if err := p.conn.Delete(f); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, err)
-		}
+	if len(fs) == 0 {
+		return nil
 	}
-	return errors.Join(errs...)
+	return p.deleteAll(fs)
 }
 
 // Read returns the state and counters of rules as the kernel holds them
@@ -192,9 +250,9 @@ func (p *PolicyProgrammer) Read(devs map[string]Device, rules []PolicyRule) ([]P
 		if !ok {
 			continue
 		}
-		have, err := p.dump(dev)
+		have, err := p.conn.dump(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry, ChainEgress, ChainIngress}, Terse: true})
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("flower: policy filters of %s: %w", dev.Name, err))
 			continue
 		}
 		byCookie := map[string]PolicyFilter{}
@@ -231,44 +289,6 @@ func (p *PolicyProgrammer) state(r PolicyRule, dev Device, f PolicyFilter) Polic
 		s.State, s.Reason = StateSoftware, dev.Reason
 	}
 	return s
-}
-
-// install adds r (handle 0) or replaces the filter at handle, asking for
-// hardware first (skip_sw) when dev offers it and falling back to
-// software with the driver's refusal as the reason.
-func (p *PolicyProgrammer) install(dev Device, r PolicyRule, handle uint32) (PolicyState, error) {
-	write := func(flags uint32) error {
-		p.writes.Add(1)
-		if handle != 0 {
-			return p.conn.Replace(r, handle, flags)
-		}
-		return p.conn.Add(r, flags)
-	}
-	st := PolicyState{Rule: r, Handle: handle, State: StateSoftware, Reason: dev.Reason}
-	key := dev.Name + " " + r.String()
-	if dev.Hardware {
-		err := write(flagSkipSW)
-		if err == nil {
-			delete(p.refusals, key)
-			st.State, st.Reason = StateHardware, ""
-			return st, nil
-		}
-		errno, msg, ok := refusal(err)
-		if !ok {
-			return PolicyState{}, err
-		}
-		reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
-		if msg != "" {
-			reason += ": " + msg
-		}
-		p.log.Debug("hardware refused policy rule; installing it in software", "dev", dev.Name, "rule", r.String(), "reason", reason)
-		p.refusals[key] = reason
-		st.State, st.Reason = StateRefused, reason
-	}
-	if err := write(0); err != nil {
-		return PolicyState{}, err
-	}
-	return st, nil
 }
 
 func slicesSortedKeys(m map[string]Device) []string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -54,15 +55,23 @@ type State struct {
 	HWPackets, HWBytes uint64
 }
 
-// Programmer installs rule sets with tc over netlink.
+// Programmer installs rule sets with tc over netlink. It keeps a picture
+// of Skiff's forwarding filters on each device it wrote to or read,
+// seeded by one dump of the device and kept by its own writes, so that a
+// Sync writes the difference without reading the kernel; Invalidate
+// makes it read a device again (someone else changed it). It is not safe
+// for concurrent use.
 type Programmer struct {
 	raw    *PolicyConn
 	log    *slog.Logger
 	writes atomic.Int64
+	w      writer
 	// Refusal messages (with the driver's extack) by rule, kept for as
 	// long as the process lives; after a restart the cookie keeps the
 	// errno.
 	refusals map[string]string
+	cache    map[int]*fwdCache // by ifindex
+	clsact   map[int]bool      // devices known to have clsact or ingress
 }
 
 // Open returns a programmer for the network namespace at the given path
@@ -72,7 +81,51 @@ func Open(netns string, log *slog.Logger) (*Programmer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Programmer{raw: raw, log: log, refusals: map[string]string{}}, nil
+	p := &Programmer{raw: raw, log: log, refusals: map[string]string{}, cache: map[int]*fwdCache{}, clsact: map[int]bool{}}
+	p.w = writer{c: raw.c, writes: &p.writes, pipelined: Pipelined}
+	return p, nil
+}
+
+// PortID is the netlink port id of the programmer's socket: the kernel's
+// notifications of its writes carry it.
+func (p *Programmer) PortID() uint32 { return p.raw.c.PortID() }
+
+// Invalidate forgets what the programmer knows of the device at ifindex:
+// its next Sync reads it again.
+func (p *Programmer) Invalidate(ifindex int) {
+	delete(p.cache, ifindex)
+	delete(p.clsact, ifindex)
+}
+
+// InvalidateAll forgets every device.
+func (p *Programmer) InvalidateAll() {
+	clear(p.cache)
+	clear(p.clsact)
+}
+
+// Retain forgets the devices whose ifindex is not in present (gone).
+func (p *Programmer) Retain(present map[int]bool) {
+	maps.DeleteFunc(p.cache, func(i int, _ *fwdCache) bool { return !present[i] })
+	maps.DeleteFunc(p.clsact, func(i int, _ bool) bool { return !present[i] })
+}
+
+// Installed is the number of Skiff's forwarding filters the programmer
+// knows on the device at ifindex (0 when it does not know the device).
+func (p *Programmer) Installed(ifindex int) int {
+	c, ok := p.cache[ifindex]
+	if !ok {
+		return 0
+	}
+	return len(c.byMatch) + len(c.other)
+}
+
+// Cached is the number of filters the programmer knows of.
+func (p *Programmer) Cached() int {
+	n := 0
+	for _, c := range p.cache {
+		n += len(c.byMatch) + len(c.other)
+	}
+	return n
 }
 
 // Close releases the netlink socket.
@@ -81,9 +134,16 @@ func (p *Programmer) Close() error { return p.raw.Close() }
 // Writes is the number of netlink writes made so far.
 func (p *Programmer) Writes() int { return int(p.writes.Load()) }
 
+// Messages is the number of netlink messages sent and received so far
+// (requests, answers, dump parts).
+func (p *Programmer) Messages() int64 { return p.raw.c.Messages() }
+
 // EnsureClsact gives every device a clsact qdisc unless it already has
 // clsact or ingress (which are never replaced: they may not be Skiff's).
 func (p *Programmer) EnsureClsact(devs []Device) error {
+	if !slices.ContainsFunc(devs, func(d Device) bool { return !p.clsact[d.Index] }) {
+		return nil // known: no kernel I/O
+	}
 	qs, err := p.raw.c.Qdiscs()
 	if err != nil {
 		return fmt.Errorf("flower: %w", err)
@@ -97,13 +157,16 @@ func (p *Programmer) EnsureClsact(devs []Device) error {
 	var errs []error
 	for _, d := range devs {
 		if has[d.Index] {
+			p.clsact[d.Index] = true
 			continue
 		}
 		p.writes.Add(1)
 		err := p.raw.c.AddClsact(d.Index)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			errs = append(errs, fmt.Errorf("flower: clsact on %s: %w", d.Name, err))
+			continue
 		}
+		p.clsact[d.Index] = true
 	}
 	return errors.Join(errs...)
 }
@@ -124,102 +187,133 @@ func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLa
 
 // dump returns Skiff's filters on dev's ingress: at Skiff's priorities,
 // with a cookie that starts with Skiff's mark. Others are never returned,
-// so never touched.
-func (p *Programmer) dump(dev Device) ([]installed, error) {
+// so never touched. top is the highest handle of any filter in the
+// chains read. The dump is terse: the cookie identifies a rule.
+func (p *Programmer) dump(dev Device) (out []installed, top uint32, err error) {
 	// Chain 0 too: forwarding rules of the layout before the policy
 	// pipeline sat there, and go.
-	fs, err := p.raw.DumpChains(dev.Index, ChainEntry, ChainForward)
+	fs, err := p.raw.dump(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry, ChainForward}, Terse: true})
 	if err != nil {
-		return nil, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
+		return nil, 0, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
 	}
-	var out []installed
 	for _, f := range fs {
+		top = max(top, f.Handle)
 		if !skiffPrio(f.Rule.Prio) || len(f.Cookie) != cookieLen || !bytes.HasPrefix(f.Cookie, []byte(magic)) || IsPolicyCookie(f.Cookie) || len(f.Packets) == 0 {
 			continue
 		}
 		out = append(out, installed{chain: f.Rule.Chain, handle: f.Handle, info: f.Info, cookie: f.Cookie, flags: f.Flags,
 			pk: f.Packets[0], by: f.Bytes[0], hwpk: f.HWPackets[0], hwby: f.HWBytes[0]})
 	}
-	return out, nil
+	return out, top, nil
 }
+
+// fwdCache is what the programmer knows of Skiff's forwarding filters on
+// one device.
+type fwdCache struct {
+	byMatch map[string]installed // in ChainForward, by the match's hash (cookie[4:10])
+	other   []installed          // Skiff's filters elsewhere, or a second of one match: to delete
+	top     uint32               // the highest handle given or seen
+}
+
+// cached is what is known of dev, read from the kernel when nothing is.
+func (p *Programmer) cached(dev Device) (*fwdCache, error) {
+	if c, ok := p.cache[dev.Index]; ok {
+		return c, nil
+	}
+	have, top, err := p.dump(dev)
+	if err != nil {
+		return nil, err
+	}
+	c := &fwdCache{byMatch: make(map[string]installed, len(have)), top: top}
+	for _, h := range have {
+		mk := string(h.cookie[4:10])
+		if _, dup := c.byMatch[mk]; dup || h.chain != ChainForward {
+			c.other = append(c.other, h)
+			continue
+		}
+		c.byMatch[mk] = h
+	}
+	p.cache[dev.Index] = c
+	return c, nil
+}
+
+// Pipelined says whether programmers opened from now on write many
+// filters per sendmsg (the default), or wait for each request's answer
+// before the next (set false only to measure the difference).
+var Pipelined = true
 
 // Sync makes the ingress of every device in devs hold exactly Skiff's rules
 // among rules: missing rules are added (a rule whose match is installed
 // with other actions is replaced in place), then Skiff's rules nobody wants
 // are deleted. Rules on devices not in devs are an error; devices in devs
 // without rules lose their Skiff rules. A device that is not in devs is not
-// looked at. It returns the state of every rule, and every error, joined.
+// looked at. What is installed is read from the kernel once per device
+// (and again after Invalidate); a Sync that changes nothing does no kernel
+// I/O. It returns the state of every rule (counters of the last read),
+// and every error, joined.
 func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error) {
 	byDev, cookies := index(devs, rules)
 	var errs []error
 	type pending struct {
 		dev Device
+		c   *fwdCache
 		del []installed
 	}
 	var dels []pending
 	states := make([]State, len(rules))
-	names := make([]string, 0, len(devs))
-	for n := range devs {
-		names = append(names, n)
-	}
 	for n := range byDev {
 		if _, ok := devs[n]; !ok {
 			errs = append(errs, fmt.Errorf("flower: rules for device %s, which is not known", n))
 		}
 	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(devs)) {
 		dev := devs[name]
-		have, err := p.dump(dev)
+		c, err := p.cached(dev)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		byMatch := map[string]installed{}
-		for _, h := range have {
-			if h.chain == ChainForward { // elsewhere: an older layout's, deleted below
-				byMatch[string(h.cookie[4:10])] = h
-			}
-		}
-		keep := map[uint64]bool{} // by priority+protocol and handle: handles repeat across priorities
+		keep := make(map[string]bool, len(byDev[name]))
 		for _, i := range byDev[name] {
-			r, c := rules[i], cookies[i]
-			h, ok := byMatch[string(c[4:10])]
-			if ok && bytes.Equal(h.cookie[10:], c[10:]) {
-				keep[h.id()] = true
-				states[i] = p.state(r, dev, h)
-				continue
-			}
-			var handle uint32
-			if ok {
-				handle = h.handle // same match, other actions: replace in place
-				keep[h.id()] = true
-			}
-			st, err := p.install(devs, dev, r, handle, c)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			states[i] = st
+			keep[string(cookies[i][4:10])] = true
 		}
-		var del []installed
-		for _, h := range have {
-			if !keep[h.id()] {
+		errs = append(errs, p.sync(devs, dev, c, rules, cookies, byDev[name], states)...)
+		del := slices.Clone(c.other)
+		for mk, h := range c.byMatch {
+			if !keep[mk] {
 				del = append(del, h)
 			}
 		}
 		if len(del) > 0 {
-			dels = append(dels, pending{dev, del})
+			dels = append(dels, pending{dev, c, del})
 		}
 	}
 	// Delete last.
 	for _, d := range dels {
-		for _, h := range d.del {
-			p.writes.Add(1)
-			f := tc.Filter{Ifindex: d.dev.Index, Chain: h.chain, Prio: uint16(h.info >> 16), Proto: htons(uint16(h.info)), Handle: h.handle}
-			err := p.raw.c.Do(tc.Op{Kind: tc.Delete, Filter: &f})
-			if err != nil && !errors.Is(err, unix.ENOENT) {
-				errs = append(errs, fmt.Errorf("flower: deleting filter %#x prio %d of %s: %w", h.handle, h.info>>16, d.dev.Name, err))
+		ops := make([]tc.Op, len(d.del))
+		for i, h := range d.del {
+			ops[i] = tc.Op{Kind: tc.Delete, Filter: &tc.Filter{Ifindex: d.dev.Index, Chain: h.chain, Prio: uint16(h.info >> 16), Proto: htons(uint16(h.info)), Handle: h.handle}}
+		}
+		res, err := p.w.do(ops)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("flower: deleting filters of %s: %w", d.dev.Name, err))
+			p.Invalidate(d.dev.Index)
+			continue
+		}
+		others := len(d.c.other) // d.del starts with them
+		d.c.other = nil
+		for i, h := range d.del {
+			if e := res[i]; e != nil && !errors.Is(e, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("flower: deleting filter %#x prio %d of %s: %w", h.handle, h.info>>16, d.dev.Name, e))
+				if i < others {
+					d.c.other = append(d.c.other, h)
+				}
+				continue
+			}
+			if i >= others {
+				if cur, ok := d.c.byMatch[string(h.cookie[4:10])]; ok && cur.handle == h.handle {
+					delete(d.c.byMatch, string(h.cookie[4:10]))
+				}
 			}
 		}
 	}
@@ -236,6 +330,103 @@ func (p *Programmer) Sync(devs map[string]Device, rules []Rule) ([]State, error)
 		}
 	}
 	return fill(rules, states), errors.Join(errs...)
+}
+
+// sync installs the rules idx (with their cookies) on dev, as known by
+// c, and puts their states in states.
+func (p *Programmer) sync(devs map[string]Device, dev Device, c *fwdCache, rules []Rule, cookies [][]byte, idx []int, states []State) []error {
+	var errs []error
+	var cs []change
+	var at []int // rule of each change
+	for _, i := range idx {
+		ch, st, err := p.plan(devs, dev, c, rules[i], cookies[i])
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case st != nil:
+			states[i] = *st
+		default:
+			cs = append(cs, ch)
+			at = append(at, i)
+		}
+	}
+	if len(cs) > 0 {
+		errs = append(errs, p.install(dev, c, cs, rules, at, states)...)
+	}
+	return errs
+}
+
+// plan is what installs r (with cookie ck) on dev: nothing when it is
+// installed (its state), a replacement in place when its match is
+// installed with other actions, else an addition at a new handle.
+func (p *Programmer) plan(devs map[string]Device, dev Device, c *fwdCache, r Rule, ck []byte) (change, *State, error) {
+	h, ok := c.byMatch[string(ck[4:10])]
+	if ok && bytes.Equal(h.cookie[10:], ck[10:]) {
+		st := p.state(r, dev, h)
+		return change{}, &st, nil
+	}
+	kind, handle := tc.Add, h.handle
+	if ok {
+		kind = tc.Replace // same match, other actions: in place
+	} else {
+		c.top++
+		handle = c.top
+	}
+	f, err := ruleFilter(devs, dev, r, handle, 0, ck)
+	if err != nil {
+		return change{}, nil, err
+	}
+	return change{kind: kind, f: f, hw: dev.Hardware}, nil, nil
+}
+
+// install writes cs (the rules at of dev) and keeps what the kernel took
+// in c and the states.
+func (p *Programmer) install(dev Device, c *fwdCache, cs []change, rules []Rule, at []int, states []State) []error {
+	reasons := make([]string, len(cs))
+	outs, err := p.w.apply(cs, func(j int, e error) tc.Filter {
+		errno, msg, _ := refusal(e)
+		reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
+		if msg != "" {
+			reason += ": " + msg
+		}
+		reasons[j] = reason
+		f := cs[j].f
+		f.Actions = slices.Clone(f.Actions)
+		ck := slices.Clone(f.Actions[0].Cookie)
+		ck[cookieFlags] |= cookieRefuse
+		ck[cookieErrno] = byte(errno)
+		f.Actions[0].Cookie = ck
+		cs[j].f = f
+		return f
+	})
+	if err != nil {
+		p.Invalidate(dev.Index) // what the kernel holds is not known
+		return []error{fmt.Errorf("flower: %s: %w", dev.Name, err)}
+	}
+	var errs []error
+	for j, o := range outs {
+		r := rules[at[j]]
+		if o.err != nil {
+			errs = append(errs, fmt.Errorf("flower: %s: %w", r.String(), o.err))
+			continue
+		}
+		f := cs[j].f
+		h := installed{chain: ChainForward, handle: f.Handle, info: uint32(f.Prio)<<16 | uint32(htons(f.Proto)), cookie: f.Actions[0].Cookie}
+		st := State{Rule: r, Handle: f.Handle, State: StateSoftware, Reason: dev.Reason}
+		switch {
+		case o.inHW:
+			h.flags = flagInHW
+			delete(p.refusals, r.String())
+			st.State, st.Reason = StateHardware, ""
+		case o.refused != nil:
+			p.log.Debug("hardware refused rule; installing it in software", "dev", dev.Name, "rule", r.String(), "reason", reasons[j])
+			p.refusals[r.String()] = reasons[j]
+			st.State, st.Reason = StateRefused, reasons[j]
+		}
+		c.byMatch[string(h.cookie[4:10])] = h
+		states[at[j]] = st
+	}
+	return errs
 }
 
 // index groups rules by device (as indexes into rules) and makes each
@@ -279,7 +470,7 @@ func cookieFor(devs map[string]Device, r Rule) []byte {
 // read puts the state of the rules at idx (all on dev), as dumped now,
 // into states.
 func (p *Programmer) read(dev Device, rules []Rule, cookies [][]byte, idx []int, states []State) error {
-	now, err := p.dump(dev)
+	now, _, err := p.dump(dev)
 	if err != nil {
 		return err
 	}
@@ -334,52 +525,6 @@ func (p *Programmer) state(r Rule, dev Device, h installed) State {
 		}
 	}
 	return s
-}
-
-// install adds r (handle 0) or replaces the filter at handle, asking for
-// hardware first when dev offers it. The state it returns is what the
-// kernel's answers say (skip_sw accepted: in hardware); the handle and
-// counters come with the next read.
-func (p *Programmer) install(devs map[string]Device, dev Device, r Rule, handle uint32, cookie []byte) (State, error) {
-	st := State{Rule: r, Handle: handle, State: StateSoftware, Reason: dev.Reason}
-	if dev.Hardware {
-		err := p.write(devs, dev, r, handle, flagSkipSW, cookie)
-		if err == nil {
-			delete(p.refusals, r.String())
-			st.State, st.Reason = StateHardware, ""
-			return st, nil
-		}
-		errno, msg, ok := refusal(err)
-		if !ok {
-			return State{}, fmt.Errorf("flower: %s: %w", r.String(), err)
-		}
-		reason := fmt.Sprintf("%s refused skip_sw: %v", dev.Name, errno)
-		if msg != "" {
-			reason += ": " + msg
-		}
-		p.log.Debug("hardware refused rule; installing it in software", "dev", dev.Name, "rule", r.String(), "reason", reason)
-		p.refusals[r.String()] = reason
-		cookie[cookieFlags] |= cookieRefuse
-		cookie[cookieErrno] = byte(errno)
-		st.State, st.Reason = StateRefused, reason
-	}
-	if err := p.write(devs, dev, r, handle, 0, cookie); err != nil {
-		return State{}, fmt.Errorf("flower: %s: %w", r.String(), err)
-	}
-	return st, nil
-}
-
-func (p *Programmer) write(devs map[string]Device, dev Device, r Rule, handle, flags uint32, cookie []byte) error {
-	f, err := ruleFilter(devs, dev, r, handle, flags, cookie)
-	if err != nil {
-		return err
-	}
-	p.writes.Add(1)
-	op := tc.Add
-	if handle != 0 {
-		op = tc.Replace
-	}
-	return p.raw.c.Do(tc.Op{Kind: op, Filter: &f})
 }
 
 // ruleFilter is r as a tc filter in ChainForward on dev.

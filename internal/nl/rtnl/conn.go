@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -82,7 +83,8 @@ type Conn struct {
 	buf []byte
 	// Sent counts messages sent; Received, messages read (answers,
 	// dump parts and notifications).
-	sent, received int64
+	// Safe to read from any goroutine.
+	sent, received atomic.Int64
 }
 
 // Dial opens a socket in the network namespace at path (empty: the
@@ -145,6 +147,26 @@ func Dial(netns string, groups ...uint32) (*Conn, error) {
 	return &Conn{f: f, rc: rc, pid: nsa.Pid, seq: 1, buf: make([]byte, readLen)}, nil
 }
 
+// SetReadBuffer sets the socket's receive buffer to n bytes (forced past
+// the sysctl limit where the process may, CAP_NET_ADMIN): a subscriber
+// that may fall behind a burst of notifications needs more than the 16
+// MiB every socket gets. Memory is taken only by what is queued.
+func (c *Conn) SetReadBuffer(n int) error {
+	var err error
+	cerr := c.rc.Control(func(fd uintptr) {
+		if err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n); err != nil {
+			err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, n)
+		}
+	})
+	if cerr != nil {
+		return fmt.Errorf("rtnl: receive buffer: %w", cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("rtnl: receive buffer: %w", err)
+	}
+	return nil
+}
+
 // Close releases the socket; a Wait in progress returns.
 func (c *Conn) Close() error { return c.f.Close() }
 
@@ -153,10 +175,10 @@ func (c *Conn) Close() error { return c.f.Close() }
 func (c *Conn) PortID() uint32 { return c.pid }
 
 // Sent is the number of messages sent so far.
-func (c *Conn) Sent() int64 { return c.sent }
+func (c *Conn) Sent() int64 { return c.sent.Load() }
 
 // Received is the number of messages read so far.
-func (c *Conn) Received() int64 { return c.received }
+func (c *Conn) Received() int64 { return c.received.Load() }
 
 func appendHeader(b []byte, h Header) []byte {
 	b = binary.NativeEndian.AppendUint32(b, h.Len)
@@ -186,7 +208,7 @@ func (c *Conn) send(b []byte, msgs int) error {
 	if err != nil {
 		return fmt.Errorf("rtnl: send: %w", err)
 	}
-	c.sent += int64(msgs)
+	c.sent.Add(int64(msgs))
 	return nil
 }
 
@@ -231,7 +253,7 @@ func (c *Conn) messages(b []byte, fn func(h Header, payload []byte) error) error
 		if int(h.Len) < headerLen || int(h.Len) > len(b) {
 			return fmt.Errorf("rtnl: message of length %d in %d bytes", h.Len, len(b))
 		}
-		c.received++
+		c.received.Add(1)
 		if err := fn(h, b[headerLen:h.Len]); err != nil {
 			return err
 		}

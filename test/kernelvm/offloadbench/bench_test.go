@@ -43,17 +43,18 @@ func remote(i int) plan.Remote {
 		MAC: fmt.Sprintf("02:42:00:00:%02x:%02x", byte(i>>8), byte(i)), IPs: []netip.Prefix{netip.PrefixFrom(ip, 15)}}
 }
 
-func TestScale(t *testing.T) {
-	guest.Require(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	guest.AddNetns(t, "skbench")
-	in(t, guest.IP, "link", "add", "skbu0", "type", "dummy")
-	in(t, guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
-	in(t, guest.IP, "link", "set", "skbu0", "up")
-	in(t, guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
-	in(t, guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
-	in(t, guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
-	in(t, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
+// scaleNode makes namespace ns a node with one local endpoint (a veth
+// standing in for its representor, skpbench) and 10,000 remote endpoints,
+// and returns its plan and datapath (closed at the test's end).
+func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.Datapath) {
+	guest.AddNetns(t, ns)
+	run := func(args ...string) { guest.In(t, ns, args...) }
+	run(guest.IP, "link", "add", "skbu0", "type", "dummy")
+	run(guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
+	run(guest.IP, "link", "set", "skbu0", "up")
+	run(guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
+	run(guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
+	run(guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
 
 	p := plan.New("n1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
@@ -68,21 +69,54 @@ func TestScale(t *testing.T) {
 		r := remote(i)
 		p.Remote[r.Name] = r
 	}
-	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: nsPath("skbench"),
+	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: nsPath(ns),
 		Representor: func(plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: "skpbench"}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dp.Close()
+	t.Cleanup(dp.Close)
+	return p, dp
+}
+
+// TestSerialWrites installs the node of TestScale with a writer that
+// waits for each request's answer (flower.Pipelined false): what
+// pipelining gains. It runs before TestScale; its namespace (datapath
+// closed first) is deleted when it ends, freeing the filters.
+func TestSerialWrites(t *testing.T) {
+	guest.Require(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	flower.Pipelined = false
+	p, dp := scaleNode(t, "skbench1", log)
+	flower.Pipelined = true
+	start := time.Now()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	total := countIn(t, "skbench1", "skpbench") + countIn(t, "skbench1", datapath.VXLANName)
+	if want := 2*endpoints + 5 + 1 + 3 + 1; total != want {
+		t.Fatalf("%d rules, want %d", total, want)
+	}
+	t.Logf("FIGURE install, one request per answer: %d rules in %v: %.0f rules/s", total, took.Round(time.Millisecond), float64(total)/took.Seconds())
+	figure("install_serial_ms", took)
+	figure("install_serial_rules_per_s", float64(total)/took.Seconds())
+}
+
+func TestScale(t *testing.T) {
+	guest.Require(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p, dp := scaleNode(t, "skbench", log)
+	in(t, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
 
 	// 1. Everything from nothing.
-	w0 := dp.Writes()
+	w0, m0 := dp.Writes(), dp.TCMessages()
 	start := time.Now()
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
 	full := time.Since(start)
 	installed := dp.Writes() - w0
+	installMsgs := dp.TCMessages() - m0
 	repRules := count(t, "skpbench")
 	// encap + ARP per remote, 5 flood filters (15 VTEPs, 3 per filter),
 	// all in the forwarding chain, and chain 0's filter sending
@@ -98,9 +132,14 @@ func TestScale(t *testing.T) {
 	total := repRules + vxRules
 	t.Logf("FIGURE install: %d rules (%d writes incl. device and qdiscs) for %d remote endpoints in %v: %.0f rules/s",
 		total, installed, endpoints, full.Round(time.Millisecond), float64(total)/full.Seconds())
+	figure("install_rules", total)
+	figure("install_ms", full)
+	figure("install_rules_per_s", float64(total)/full.Seconds())
+	figure("install_tc_msgs", installMsgs)
+	figure("rss_kib", rssKiB())
 
 	// 2. Nothing changed.
-	w0 = dp.Writes()
+	w0, m0 = dp.Writes(), dp.TCMessages()
 	start = time.Now()
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
@@ -110,23 +149,40 @@ func TestScale(t *testing.T) {
 		t.Fatalf("re-apply wrote %d times", w)
 	}
 	t.Logf("FIGURE re-apply, nothing changed, %d rules: %v, 0 writes", total, idle.Round(time.Millisecond))
+	figure("reapply_ms", idle)
+	figure("reapply_tc_msgs", dp.TCMessages()-m0)
+
+	// Counters: the state and counters of every rule, read now.
+	m0 = dp.TCMessages()
+	start = time.Now()
+	read := 0
+	for _, ss := range dp.Rules() {
+		read += len(ss)
+	}
+	took := time.Since(start)
+	if want := total - 2; read != want { // chain 0's filters are the policy programmer's
+		t.Fatalf("read %d rules' counters, want %d", read, want)
+	}
+	t.Logf("FIGURE counters of %d rules read in %v", read, took.Round(time.Millisecond))
+	figure("counters_read_ms", took)
+	figure("counters_read_tc_msgs", dp.TCMessages()-m0)
 
 	// 3. One endpoint change each: added, moved to another VTEP, deleted.
 	for _, step := range []struct {
-		name   string
-		change func()
-		writes int
+		name, figure string
+		change       func()
+		writes       int
 	}{
-		{"add one remote endpoint", func() { r := remote(endpoints); p.Remote[r.Name] = r }, 2},
-		{"move one remote endpoint to another VTEP", func() {
+		{"add one remote endpoint", "endpoint_add", func() { r := remote(endpoints); p.Remote[r.Name] = r }, 2},
+		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
 			r := p.Remote["r00042"]
 			r.VTEP = netip.MustParseAddr("203.0.113.200")
 			p.Remote[r.Name] = r
 		}, 2},
-		{"delete one remote endpoint", func() { delete(p.Remote, "r00007") }, 2},
+		{"delete one remote endpoint", "endpoint_delete", func() { delete(p.Remote, "r00007") }, 2},
 	} {
 		step.change()
-		w0 = dp.Writes()
+		w0, m0 = dp.Writes(), dp.TCMessages()
 		start = time.Now()
 		if err := dp.Apply(p); err != nil {
 			t.Fatal(err)
@@ -136,7 +192,41 @@ func TestScale(t *testing.T) {
 			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
 		}
 		t.Logf("FIGURE %s on a node with %d rules: %v (%d writes)", step.name, total, took.Round(time.Millisecond), step.writes)
+		figure(step.figure+"_ms", took)
+		figure(step.figure+"_tc_msgs", dp.TCMessages()-m0)
 	}
+
+	// Drift: one filter deleted by hand (iproute2) is put back by the
+	// next Apply, which reads that device again (told by the tc
+	// notification) and writes that filter alone.
+	var victim flower.State
+	for _, s := range dp.Rules()["pod"] {
+		if s.Rule.Kind == flower.KindEncap && s.Rule.Dev == "skpbench" {
+			victim = s
+			break
+		}
+	}
+	if victim.Handle == 0 {
+		t.Fatal("no encap rule with a handle on skpbench")
+	}
+	in(t, guest.TC, "filter", "del", "dev", "skpbench", "ingress", "chain", fmt.Sprint(flower.ChainForward), "prio", fmt.Sprint(victim.Rule.Prio),
+		"handle", fmt.Sprintf("%#x", victim.Handle), "protocol", "all", "flower")
+	w0, m0 = dp.Writes(), dp.TCMessages()
+	drift0 := dp.Drift()
+	start = time.Now()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	took = time.Since(start)
+	if w, d := dp.Writes()-w0, dp.Drift()-drift0; w != 1 || d != 1 {
+		t.Fatalf("repairing a filter deleted by hand: %d writes, %d devices seen changed; want 1 and 1", w, d)
+	}
+	if got := count(t, "skpbench"); got != repRules { // one remote endpoint added, one deleted: as installed
+		t.Fatalf("after the repair skpbench holds %d filters, want %d", got, repRules)
+	}
+	t.Logf("FIGURE repair of a filter deleted by hand on a device of %d filters: %v (1 write)", repRules, took.Round(time.Millisecond))
+	figure("repair_ms", took)
+	figure("repair_tc_msgs", dp.TCMessages()-m0)
 
 	// Reference: iproute2 installing the same representor rules with
 	// tc -batch (one process, one netlink socket) on another device: the
@@ -172,9 +262,15 @@ func TestScale(t *testing.T) {
 	if got := count(t, "skbtc"); got != nrules {
 		t.Fatalf("tc -batch installed %d of %d rules", got, nrules)
 	}
+	ratio := float64(total) / full.Seconds() / (float64(nrules) / ref.Seconds())
 	t.Logf("FIGURE reference tc -batch: %d rules in %v: %.0f rules/s (the datapath's rate is %.2f of it)", nrules, ref.Round(time.Millisecond),
-		float64(nrules)/ref.Seconds(), float64(total)/full.Seconds()/(float64(nrules)/ref.Seconds()))
+		float64(nrules)/ref.Seconds(), ratio)
+	figure("tc_batch_ms", ref)
+	figure("tc_batch_rules_per_s", float64(nrules)/ref.Seconds())
+	figure("install_ratio_vs_tc_batch", ratio)
 	start = time.Now()
 	out := in(t, guest.TC, "-s", "filter", "show", "dev", "skbtc", "ingress")
-	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, time.Since(start).Round(time.Millisecond), len(out))
+	show := time.Since(start)
+	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, show.Round(time.Millisecond), len(out))
+	figure("tc_show_ms", show)
 }

@@ -236,12 +236,16 @@ func policyBench(t *testing.T, members int) {
 	t.Logf("FIGURE members=%d install: %d filters (%d policy, %d writes incl. the VXLAN device and qdiscs) in %v: %.0f filters/s",
 		members, total, polWrites, writes, took.Round(time.Millisecond), rate)
 	t.Logf("FIGURE members=%d install timeline: %s", members, tl.summary(polWrites))
+	g := fmt.Sprintf("_g%d", members)
+	figure("policy_install_ms"+g, took)
+	figure("policy_install_filters"+g, total)
 
 	// (d) Unchanged re-apply.
 	if w, took := pol.apply(t, "unchanged"); w != 0 {
 		t.Fatalf("unchanged re-apply wrote %d times", w)
 	} else {
 		t.Logf("FIGURE members=%d re-apply, nothing changed, %d filters: %v, 0 writes", members, total, took.Round(time.Millisecond))
+		figure("policy_reapply_ms"+g, took)
 	}
 
 	// What a reconcile reads back: one dump of the VXLAN device (every
@@ -253,12 +257,13 @@ func policyBench(t *testing.T, members int) {
 	// the same names and kinds in a namespace of their own.
 	refRate := reference(t, pol.p, got)
 	t.Logf("FIGURE members=%d datapath/tc-batch install rate: %.2f", members, rate/refRate)
+	figure("policy_install_ratio_vs_tc_batch"+g, rate/refRate)
 
 	// (c) One member joins: one filter per port on each device holding
 	// b's rule for every member (the VXLAN device, the gateway's port).
-	g := pol.p.Groups["g"]
-	g.Members = append(slices.Clone(g.Members), netip.MustParseAddr("10.255.0.1"))
-	pol.p.Groups["g"] = g
+	grp := pol.p.Groups["g"]
+	grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
+	pol.p.Groups["g"] = grp
 	w, took := pol.apply(t, "one member joins")
 	if wantW := ports * len(devicesWithGroup); w != wantW {
 		t.Fatalf("one member joining wrote %d times, want %d (%d ports x %v)", w, wantW, ports, devicesWithGroup)
@@ -270,6 +275,29 @@ func policyBench(t *testing.T, members int) {
 		t.Fatalf("after one member joined: filters per device %v, want %v", got, want)
 	}
 	t.Logf("FIGURE members=%d one member joins, %d filters: %v, %d writes", members, sum(want), took.Round(time.Millisecond), w)
+	figure("group_member_join_ms"+g, took)
+	if members == groupSizes[len(groupSizes)-1] {
+		figure("group_member_join_ms", took)
+	}
+
+	// (c') It leaves again.
+	grp.Members = grp.Members[:len(grp.Members)-1]
+	pol.p.Groups["g"] = grp
+	w, took = pol.apply(t, "one member leaves")
+	if wantW := ports * len(devicesWithGroup); w != wantW {
+		t.Fatalf("one member leaving wrote %d times, want %d", w, wantW)
+	}
+	for _, d := range devicesWithGroup {
+		want[d] -= ports
+	}
+	if got := pol.counts(t); !maps.Equal(got, want) {
+		t.Fatalf("after one member left: filters per device %v, want %v", got, want)
+	}
+	t.Logf("FIGURE members=%d one member leaves, %d filters: %v, %d writes", members, sum(want), took.Round(time.Millisecond), w)
+	figure("group_member_leave_ms"+g, took)
+	if members == groupSizes[len(groupSizes)-1] {
+		figure("group_member_leave_ms", took)
+	}
 
 	// (e) Traffic to b from two members: pod a, whose representor holds
 	// only the filters a's address can match, and the node itself by its

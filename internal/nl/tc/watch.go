@@ -1,0 +1,125 @@
+package tc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
+)
+
+// Watch follows the tc notifications of a network namespace (filters,
+// chains and qdiscs) and remembers which devices someone else changed:
+// every change whose notification does not carry the port id of one of
+// the sockets it was told to ignore (Ignore). A goroutine reads the
+// notifications as they come, so that the agent's own bulk writes do not
+// fill the socket's buffer. Its methods are safe for concurrent use.
+type Watch struct {
+	c    *rtnl.Conn
+	mu   sync.Mutex
+	own  map[uint32]bool
+	devs map[int]bool
+	lost bool // notifications were lost: every device may have changed
+	seen int64
+	done chan struct{}
+}
+
+// watchBuffer is the receive buffer of a Watch's socket.
+const watchBuffer = 256 << 20
+
+// NewWatch subscribes to the tc notifications of the network namespace at
+// path (empty: the caller's).
+func NewWatch(netns string) (*Watch, error) {
+	c, err := rtnl.Dial(netns, unix.RTNLGRP_TC)
+	if err != nil {
+		return nil, fmt.Errorf("tc: subscribing to tc notifications: %w", err)
+	}
+	// A notification takes about 4 KiB of buffer: the agent's own bulk
+	// writes (tens of thousands of filters) would overflow 16 MiB
+	// whenever this reader falls behind, and a loss makes the
+	// programmers read every device again.
+	if err := c.SetReadBuffer(watchBuffer); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tc: %w", err)
+	}
+	w := &Watch{c: c, own: map[uint32]bool{}, devs: map[int]bool{}, done: make(chan struct{})}
+	go w.run()
+	return w, nil
+}
+
+// Ignore makes changes made through the sockets of these port ids (the
+// agent's own writers: Conn.PortID) not count as changes.
+func (w *Watch) Ignore(portIDs ...uint32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range portIDs {
+		w.own[id] = true
+	}
+}
+
+func (w *Watch) run() {
+	defer close(w.done)
+	for {
+		err := w.c.Wait()
+		overrun := errors.Is(err, rtnl.ErrOverrun)
+		if err != nil && !overrun {
+			return // closed
+		}
+		w.mu.Lock()
+		w.lost = w.lost || overrun
+		w.drain()
+		w.mu.Unlock()
+	}
+}
+
+// drain reads what is queued; w.mu is held.
+func (w *Watch) drain() {
+	_, err := w.c.Drain(func(h rtnl.Header, b []byte) {
+		w.seen++
+		if w.own[h.PID] || len(b) < 20 {
+			return
+		}
+		switch h.Type {
+		case unix.RTM_NEWTFILTER, unix.RTM_DELTFILTER, unix.RTM_NEWQDISC, unix.RTM_DELQDISC, unix.RTM_NEWCHAIN, unix.RTM_DELCHAIN:
+			head, err := DecodeHead(b)
+			if err != nil {
+				w.lost = true
+				return
+			}
+			w.devs[head.Ifindex] = true
+		}
+	})
+	if err != nil {
+		w.lost = true // lost (ENOBUFS) or unreadable: assume anything changed
+	}
+}
+
+// Changed returns the devices (ifindexes) someone else changed since the
+// last call, and whether notifications were lost (then any device may
+// have changed), and forgets them. Notifications queued by the kernel
+// before the call are counted.
+func (w *Watch) Changed() (devs map[int]bool, lost bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.drain()
+	devs, lost = w.devs, w.lost
+	w.devs, w.lost = map[int]bool{}, false
+	return devs, lost
+}
+
+// Notifications is the number of notifications read so far, the agent's
+// own included.
+func (w *Watch) Notifications() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen
+}
+
+// Close ends the subscription.
+func (w *Watch) Close() error {
+	err := w.c.Close()
+	<-w.done
+	return err
+}

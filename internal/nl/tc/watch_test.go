@@ -1,0 +1,54 @@
+package tc_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
+	"github.com/skiff-sdn/skiff/internal/testns"
+)
+
+// TestWatch: a change made through an ignored socket is not reported,
+// one made by another process is, on its device, once.
+func TestWatch(t *testing.T) {
+	ns := testns.New(t)
+	testns.Run(t, ns, "ip", "link", "add", "skw0", "type", "veth", "peer", "name", "skw1")
+	index := func(dev string) int {
+		n, err := strconv.Atoi(strings.TrimSpace(testns.Run(t, ns, "cat", "/sys/class/net/"+dev+"/ifindex")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	w, err := tc.NewWatch(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	c, err := tc.Dial(testns.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w.Ignore(c.PortID())
+
+	if err := c.AddClsact(index("skw0")); err != nil {
+		t.Fatal(err)
+	}
+	if devs, lost := w.Changed(); len(devs) != 0 || lost {
+		t.Errorf("after our own change: changed %v, lost %v", devs, lost)
+	}
+	testns.Run(t, ns, "tc", "qdisc", "add", "dev", "skw1", "clsact")
+	testns.Run(t, ns, "tc", "qdisc", "del", "dev", "skw0", "clsact")
+	devs, lost := w.Changed()
+	if lost || len(devs) != 2 || !devs[index("skw0")] || !devs[index("skw1")] {
+		t.Errorf("after iproute2's changes: changed %v, lost %v; want skw0 and skw1", devs, lost)
+	}
+	if devs, _ := w.Changed(); len(devs) != 0 {
+		t.Errorf("reported twice: %v", devs)
+	}
+	if w.Notifications() < 3 {
+		t.Errorf("%d notifications read, want 3", w.Notifications())
+	}
+}

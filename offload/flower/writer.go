@@ -1,0 +1,105 @@
+package flower
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
+)
+
+// change is one filter write of a programmer: f at its (explicit)
+// handle, asked for in hardware first (skip_sw) when hw.
+type change struct {
+	kind tc.OpKind
+	f    tc.Filter
+	hw   bool
+}
+
+// outcome is what became of a change: err when the kernel refused it
+// (in software too), refused (the driver's errno and message) when it
+// runs in software because hardware refused it.
+type outcome struct {
+	err     error
+	refused error
+	inHW    bool
+}
+
+// writer writes filters over one socket. pipelined: many requests per
+// sendmsg (tc.Conn.Write); otherwise one request and its answer at a time.
+type writer struct {
+	c         *tc.Conn
+	writes    *atomic.Int64
+	pipelined bool
+}
+
+// do carries out ops in order and returns one error per op.
+func (w writer) do(ops []tc.Op) ([]error, error) {
+	w.writes.Add(int64(len(ops)))
+	if w.pipelined {
+		return w.c.Write(ops)
+	}
+	errs := make([]error, len(ops))
+	for i := range ops {
+		es, err := w.c.Write(ops[i : i+1])
+		if err != nil {
+			return errs, err
+		}
+		errs[i] = es[0]
+	}
+	return errs, nil
+}
+
+// apply carries out cs in order: those asking for hardware with skip_sw
+// first; those hardware refused are written again without flags after
+// the others of cs (soft gives the filter to write then: a cookie may
+// record the refusal). The order of cs is kept among the writes that
+// succeed at once; a caller that needs a barrier (one chain before the
+// next) calls apply once per group.
+func (w writer) apply(cs []change, soft func(i int, refusal error) tc.Filter) ([]outcome, error) {
+	out := make([]outcome, len(cs))
+	ops := make([]tc.Op, len(cs))
+	for i := range cs {
+		f := &cs[i].f
+		if cs[i].hw {
+			f.Flags |= flagSkipSW
+		}
+		ops[i] = tc.Op{Kind: cs[i].kind, Filter: f}
+	}
+	errs, err := w.do(ops)
+	if err != nil {
+		return out, fmt.Errorf("flower: writing filters: %w", err)
+	}
+	var again []tc.Op
+	var at []int
+	for i, e := range errs {
+		switch {
+		case e == nil:
+			out[i].inHW = cs[i].hw
+		case cs[i].hw:
+			if _, _, ok := refusal(e); !ok {
+				out[i].err = e
+				continue
+			}
+			out[i].refused = e
+			f := soft(i, e)
+			f.Flags &^= flagSkipSW
+			again = append(again, tc.Op{Kind: cs[i].kind, Filter: &f})
+			at = append(at, i)
+		default:
+			out[i].err = e
+		}
+	}
+	if len(again) == 0 {
+		return out, nil
+	}
+	errs, err = w.do(again)
+	if err != nil {
+		return out, fmt.Errorf("flower: writing filters: %w", err)
+	}
+	for j, e := range errs {
+		if e != nil {
+			out[at[j]].err = e
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,37 @@
+package offloadbench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// figure prints one headline figure on a line of its own, as
+// "offloadbench: NAME=VALUE", so that runs can be compared by a script
+// (grep '^offloadbench: ').
+func figure(name string, value any) {
+	switch v := value.(type) {
+	case time.Duration:
+		value = strconv.FormatFloat(float64(v)/float64(time.Millisecond), 'f', 3, 64)
+	case float64:
+		value = strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	fmt.Printf("offloadbench: %s=%v\n", name, value)
+}
+
+// rssKiB is this process's resident set (VmRSS), in KiB; 0 when unknown.
+func rssKiB() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	return 0
+}
