@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	certclient "k8s.io/client-go/kubernetes/typed/certificates/v1"
 )
 
 // RequestOptions say which node's certificate to get and where to keep it.
@@ -127,33 +128,9 @@ func Request(ctx context.Context, cs kubernetes.Interface, o RequestOptions) err
 		return fmt.Errorf("agentcert: asking for the certificate of node %s: %w", o.Node, err)
 	}
 	log.Info("agent certificate requested", "node", o.Node, "csr", csr.Name)
-	w, err := csrs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", csr.Name).String()})
+	certPEM, err := awaitCertificate(ctx, csrs, csr.Name, o, log)
 	if err != nil {
-		return fmt.Errorf("agentcert: watching %s: %w", csr.Name, err)
-	}
-	defer w.Stop()
-	var certPEM []byte
-	for certPEM == nil {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("agentcert: no certificate for node %s after %v (is the controller running? kubectl get csr %s): %w", o.Node, o.Timeout, csr.Name, ctx.Err())
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("agentcert: the watch of %s ended", csr.Name)
-			}
-			got, isCSR := ev.Object.(*certv1.CertificateSigningRequest)
-			if !isCSR || ev.Type == watch.Deleted {
-				continue
-			}
-			for _, c := range got.Status.Conditions {
-				if c.Type == certv1.CertificateDenied || c.Type == certv1.CertificateFailed {
-					return fmt.Errorf("agentcert: the certificate of node %s was %s: %s (%s)", o.Node, c.Type, c.Message, c.Reason)
-				}
-			}
-			if len(got.Status.Certificate) > 0 {
-				certPEM = got.Status.Certificate
-			}
-		}
+		return err
 	}
 	kb, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
@@ -174,4 +151,86 @@ func Request(ctx context.Context, cs kubernetes.Interface, o RequestOptions) err
 	}
 	log.Info("agent certificate written", "node", o.Node, "dir", o.Dir)
 	return nil
+}
+
+// awaitCertificate waits until the request is signed (its certificate),
+// denied or failed (an error with the reason), or ctx ends. It reads the
+// request, then watches it from that read's version; a watch the API
+// server ends (or ends with an error event, such as a version too old)
+// is started again after a new read, so a closed watch is never taken
+// for an answer. Only get and watch are needed (the agent's RBAC).
+func awaitCertificate(ctx context.Context, csrs certclient.CertificateSigningRequestInterface, name string, o RequestOptions, log *slog.Logger) ([]byte, error) {
+	timeout := func() error {
+		return fmt.Errorf("agentcert: no certificate for node %s after %v (is the controller running? kubectl get csr %s): %w", o.Node, o.Timeout, name, ctx.Err())
+	}
+	// answer is the request's outcome: its certificate, or why not.
+	answer := func(got *certv1.CertificateSigningRequest) ([]byte, error) {
+		for _, c := range got.Status.Conditions {
+			if c.Type == certv1.CertificateDenied || c.Type == certv1.CertificateFailed {
+				return nil, fmt.Errorf("agentcert: the certificate of node %s was %s: %s (%s)", o.Node, c.Type, c.Message, c.Reason)
+			}
+		}
+		return got.Status.Certificate, nil
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, timeout()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		got, err := csrs.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case ctx.Err() != nil:
+			return nil, timeout()
+		case err != nil:
+			return nil, fmt.Errorf("agentcert: reading %s: %w", name, err)
+		}
+		if cert, err := answer(got); err != nil || len(cert) > 0 {
+			return cert, err
+		}
+		w, err := csrs.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: got.ResourceVersion})
+		switch {
+		case ctx.Err() != nil:
+			return nil, timeout()
+		case err != nil:
+			return nil, fmt.Errorf("agentcert: watching %s: %w", name, err)
+		}
+		cert, err := watchAnswer(ctx, w, name, answer)
+		w.Stop()
+		if err != nil || len(cert) > 0 {
+			return cert, err
+		}
+		if ctx.Err() != nil {
+			return nil, timeout()
+		}
+		log.Info("agent certificate: the watch of the request ended; reading it again", "csr", name)
+	}
+}
+
+// watchAnswer reads w until answer gives a certificate or an error, the
+// request is deleted (an error), the watch ends (nil, nil) or ctx ends
+// (nil, nil).
+func watchAnswer(ctx context.Context, w watch.Interface, name string, answer func(*certv1.CertificateSigningRequest) ([]byte, error)) ([]byte, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case ev, ok := <-w.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				return nil, nil
+			}
+			got, isCSR := ev.Object.(*certv1.CertificateSigningRequest)
+			switch {
+			case !isCSR:
+				continue
+			case ev.Type == watch.Deleted:
+				return nil, fmt.Errorf("agentcert: %s was deleted before it was answered", name)
+			}
+			if cert, err := answer(got); err != nil || len(cert) > 0 {
+				return cert, err
+			}
+		}
+	}
 }
