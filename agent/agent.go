@@ -497,6 +497,7 @@ func (a *Agent) reconcile() {
 	a.mu.Unlock()
 	a.plumbPorts(p)
 	err := a.dp.Apply(p)
+	a.releasePorts(p)
 	a.portsApplied(p)
 	a.applySecs.Observe(time.Since(start).Seconds())
 	a.mu.Lock()

@@ -19,8 +19,8 @@ import (
 // VM ports (endpoints of kind tap or vfio) have no namespace to be
 // plumbed into, and nobody waits on the node to plumb them: the plan is
 // enough. Every reconcile makes the datapath plumb the VM ports of the
-// plan (Plumb is idempotent) and unplumb those that left it, before
-// Apply attaches them; level-triggered, so a restarted agent finds its
+// plan (Plumb is idempotent) before Apply attaches them, and unplumb
+// those that left it after Apply removed their rules; level-triggered, so a restarted agent finds its
 // taps as it left them and a port created or deleted while it was away
 // is plumbed or removed at its first reconcile. What was plumbed goes to
 // the controller (ReportPorts), to the local API's answers, and to the
@@ -38,8 +38,11 @@ type vmPort struct {
 	status *skiffv1.PortStatus
 }
 
-// plumbPorts plumbs p's VM ports and unplumbs those that left it (or
-// whose VF changed). It runs on the reconcile loop only.
+// plumbPorts plumbs p's VM ports and unplumbs those whose kind or VF
+// changed (their old plumbing is in the way). Ports that left p stay as
+// they are: releasePorts unplumbs them after the Apply that removed
+// their rules, so a tap or a VF is never given back while rules still
+// send traffic to it. It runs on the reconcile loop only.
 func (a *Agent) plumbPorts(p plan.Plan) {
 	ctx, cancel := context.WithTimeout(context.Background(), portTimeout)
 	defer cancel()
@@ -50,8 +53,8 @@ func (a *Agent) plumbPorts(p plan.Plan) {
 	for _, name := range slices.Sorted(maps.Keys(old)) {
 		st := old[name]
 		e, ok := p.Local[name]
-		if ok && datapath.IsVMPort(e.Kind) && e.Kind == st.ep.Kind && e.PF == st.ep.PF && e.VFIndex == st.ep.VFIndex {
-			next[name] = st
+		if !ok || !datapath.IsVMPort(e.Kind) || e.Kind == st.ep.Kind && e.PF == st.ep.PF && e.VFIndex == st.ep.VFIndex {
+			next[name] = st // unchanged, or left the plan (releasePorts)
 			continue
 		}
 		if err := a.dp.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: st.ep}); err != nil {
@@ -90,6 +93,32 @@ func (a *Agent) plumbPorts(p plan.Plan) {
 	a.portMu.Unlock()
 }
 
+// releasePorts unplumbs, after the Apply of p, the VM ports that left p:
+// their rules are gone by then. A port that cannot be unplumbed stays
+// and is tried again at the next reconcile. It runs on the reconcile
+// loop only.
+func (a *Agent) releasePorts(p plan.Plan) {
+	a.portMu.Lock()
+	cur := maps.Clone(a.ports)
+	a.portMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), portTimeout)
+	defer cancel()
+	for _, name := range slices.Sorted(maps.Keys(cur)) {
+		if e, ok := p.Local[name]; ok && datapath.IsVMPort(e.Kind) {
+			continue
+		}
+		st := cur[name]
+		if err := a.dp.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: st.ep}); err != nil {
+			a.log.Error("unplumbing a VM port", "endpoint", name, "err", err)
+			continue
+		}
+		a.log.Info("VM port unplumbed", "endpoint", name, "hostIf", st.out.HostIf)
+		a.portMu.Lock()
+		delete(a.ports, name)
+		a.portMu.Unlock()
+	}
+}
+
 // portsApplied records, after an Apply of p, each VM port's status, hands
 // the ports' leases to the DHCP responder, and wakes the reporter when a
 // status changed.
@@ -99,6 +128,9 @@ func (a *Agent) portsApplied(p plan.Plan) {
 	a.portsKnown = true
 	var leases []dhcp.Port
 	for name, st := range a.ports {
+		if _, ok := p.Local[name]; !ok {
+			continue // left the plan; not unplumbed yet (releasePorts)
+		}
 		s := &skiffv1.PortStatus{HostIf: st.out.HostIf, PciAddress: st.out.PCIAddress, VfioGroup: st.out.VFIOGroup, PlanRevision: p.Revision}
 		switch ready, why := a.dp.Ready(name); {
 		case st.err != nil:

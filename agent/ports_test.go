@@ -16,8 +16,9 @@ import (
 // the fake datapath: bad requests are refused with the field named and
 // leave nothing at the controller or in the datapath; a port is plumbed
 // by the reconcile loop before its create returns; a failed plumbing
-// deletes the port again; a delete returns once the port is unplumbed; a
-// restarted agent plumbs its ports from its saved plan.
+// deletes the port again; a delete returns once the port is unplumbed,
+// after the Apply that removed its rules; a restarted agent plumbs its
+// ports from its saved plan.
 func TestAgentVMPorts(t *testing.T) {
 	h := newHarness(t, plan.KindVeth, plan.KindTap)
 	h.ctl.addNetwork("blue", 100)
@@ -97,11 +98,27 @@ func TestAgentVMPorts(t *testing.T) {
 		t.Fatalf("the restarted agent did not plumb vm1-0: %v", h.dp.Plumbed())
 	}
 
-	// Delete returns once the port is unplumbed.
+	// Delete returns once the port is unplumbed, which happens after the
+	// Apply of the plan without it (that Apply removed its rules).
+	h.dp.Calls()
 	if err := h.a.Delete(ctx, localapi.DeleteRequest{Name: "vm1-0"}); err != nil {
 		t.Fatal(err)
 	}
 	if slices.Contains(h.dp.Plumbed(), "vm1-0") || slices.Contains(h.ctl.endpoints(), "vm1-0") {
 		t.Fatalf("vm1-0 left after its delete: plumbed %v, controller %v", h.dp.Plumbed(), h.ctl.endpoints())
+	}
+	without := h.a.current().Revision
+	calls := h.dp.Calls()
+	applied := false
+	for _, c := range calls {
+		if c.Op == "apply" && c.Revision >= without {
+			applied = true
+		}
+		if c.Op == "unplumb" && c.Endpoint == "vm1-0" {
+			if !applied {
+				t.Fatalf("vm1-0 unplumbed before the plan without it (revision %d) was applied: %v", without, calls)
+			}
+			break
+		}
 	}
 }
