@@ -10,8 +10,8 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 )
 
-// Watch follows the tc notifications of a network namespace (filters,
-// chains and qdiscs) and remembers which devices someone else changed:
+// Watch follows the tc notifications of a network namespace (filters
+// and qdiscs; chains are read and not counted) and remembers which devices someone else changed:
 // every change whose notification does not carry the port id of one of
 // the sockets it was told to ignore (Ignore). A goroutine reads the
 // notifications as they come, so that the agent's own bulk writes do not
@@ -81,8 +81,15 @@ func (w *Watch) drain() {
 		if w.own[h.PID] || len(b) < 20 {
 			return
 		}
+		// Chain notifications are not counted: the kernel sends them
+		// with port id 0 whoever caused them (a chain is made by its
+		// first filter and goes with its last, so the agent's own
+		// writes cause them too), and they change no filter of their
+		// own: every filter a change adds or removes, a chain flushed
+		// by `tc chain del` included, has its own filter notification
+		// carrying the requester's port id.
 		switch h.Type {
-		case unix.RTM_NEWTFILTER, unix.RTM_DELTFILTER, unix.RTM_NEWQDISC, unix.RTM_DELQDISC, unix.RTM_NEWCHAIN, unix.RTM_DELCHAIN:
+		case unix.RTM_NEWTFILTER, unix.RTM_DELTFILTER, unix.RTM_NEWQDISC, unix.RTM_DELQDISC:
 			head, err := DecodeHead(b)
 			if err != nil {
 				w.lost = true
