@@ -79,7 +79,7 @@ const NftEgressChain = "egress"
 
 // Prefixes of the devices routed traffic may use to enter or leave a
 // network: its bridge and the node's host port.
-var skiffL3Prefixes = []string{"skb", "skh"}
+var skiffL3Prefixes = []string{"skb", "skn"}
 
 type nftRule struct {
 	data  string // the rule's user data: what it is
@@ -140,7 +140,7 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 		case "snat":
 			for _, from := range own {
 				out = append(out, nftRule{data: "snat:" + from, nat: true, exprs: cat(ifEq(expr.MetaKeyIIFNAME, from),
-					ifPrefix(expr.MetaKeyOIFNAME, "skb", true), ifPrefix(expr.MetaKeyOIFNAME, "skh", true), []expr.Any{&expr.Masq{}})})
+					ifPrefix(expr.MetaKeyOIFNAME, "skb", true), ifPrefix(expr.MetaKeyOIFNAME, "skn", true), []expr.Any{&expr.Masq{}})})
 			}
 		}
 	}
@@ -149,7 +149,7 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 
 // SetIsolation makes the forward path drop what is routed from one of the
 // given bridges (or its host port) into another network's bridge or host
-// port ("skb" and "skh" prefixes): tenant networks stay apart even on a
+// port ("skb" and "skn" prefixes): tenant networks stay apart even on a
 // node that forwards. Bridged traffic inside one network is untouched. A
 // bridge's egress decides what it may route out of the overlay (to any
 // interface that is not a Skiff bridge or host port): nothing for "none"

@@ -13,19 +13,24 @@ import (
 // and gets the replies, while the anycast gateway stays the pods' first
 // hop; a pod reaches another node's address through the overlay, with
 // its own address. A network with egress none stays out of reach: from
-// the other node, and from the snat network through the host ports.
+// the other node, and from the snat network through the host ports; two
+// snat networks stay apart.
 func TestNodeToPod(t *testing.T) {
 	c := newCluster(t, "n1", "n2")
 	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat")
 	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
 	c.mustCtl("network", "create", "tenant", "--vni", "200")
 	c.mustCtl("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+	c.mustCtl("network", "create", "other", "--vni", "300", "--egress", "snat")
+	c.mustCtl("subnet", "create", "other-v4", "--network", "other", "--cidr", "203.0.113.0/25")
 	c.waitCNI(t, "pods")
 	add := func(id, network, node string) (string, string) { return c.addPod(t, id, network, node) }
 	a, aIP := add("pod-a", "pods", "n1")
 	b, bIP := add("pod-b", "pods", "n2")
 	t1, _ := add("tenant-1", "tenant", "n1")
 	_, t2IP := add("tenant-2", "tenant", "n2")
+	o1, o1IP := add("other-1", "other", "n1")
+	_, o2IP := add("other-2", "other", "n2")
 	n1, n2 := c.nodes["n1"].ns, c.nodes["n2"].ns
 	const gw = "198.51.100.1"
 
@@ -68,5 +73,14 @@ func TestNodeToPod(t *testing.T) {
 	}
 	if _, err := testns.Try(a, "ping", "-c", "1", "-W", "1", t2IP); err == nil {
 		t.Errorf("the snat pod reached the none network's pod %s", t2IP)
+	}
+	// Two snat networks: each node has a host port on both, and routes
+	// the other network's remote pods through it; a pod of one still
+	// cannot reach the other's pods, across nodes or on its own.
+	testns.Run(t, n1, "ping", "-c", "1", "-W", "2", o2IP)
+	for _, x := range []struct{ from, to string }{{a, o2IP}, {a, o1IP}, {o1, bIP}} {
+		if _, err := testns.Try(x.from, "ping", "-c", "1", "-W", "1", x.to); err == nil {
+			t.Errorf("a pod of one snat network reached %s of another", x.to)
+		}
 	}
 }

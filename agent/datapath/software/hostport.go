@@ -16,7 +16,7 @@ import (
 //
 // Every node holds the gateway address, so the node is known on a network
 // by its underlay address and a MAC made from it (HostMAC), carried by
-// the host end of a veth pair (skh<VNI>) whose peer (skhp<VNI>) is a port
+// the host end of a veth pair (skn<VNI>) whose peer (sknp<VNI>) is a port
 // of the network's bridge. On each node:
 //   - remote endpoints' addresses are routed through the host port with
 //     the underlay address as source (proto 83), so the node's packets
@@ -36,10 +36,10 @@ import (
 const RulePriority = 2500
 
 // HostPortName and HostPeerName name a network's host port pair.
-func HostPortName(vni uint32) string { return fmt.Sprintf("skh%d", vni) }
+func HostPortName(vni uint32) string { return fmt.Sprintf("skn%d", vni) }
 
 // HostPeerName names the bridge's end of a network's host port.
-func HostPeerName(vni uint32) string { return fmt.Sprintf("skhp%d", vni) }
+func HostPeerName(vni uint32) string { return fmt.Sprintf("sknp%d", vni) }
 
 // HostTable is the routing table of a network's routes to other nodes.
 func HostTable(vni uint32) int { return int(0x53000000 | vni) }

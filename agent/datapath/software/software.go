@@ -145,7 +145,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	for _, l := range links {
-		if !Owned(l) || want[l.Name] || !(strings.HasPrefix(l.Name, "skb") || strings.HasPrefix(l.Name, "skv") || strings.HasPrefix(l.Name, "skh")) {
+		if !Owned(l) || want[l.Name] || !(strings.HasPrefix(l.Name, "skb") || strings.HasPrefix(l.Name, "skv") || strings.HasPrefix(l.Name, "skn")) {
 			continue
 		}
 		d.log.Info("removing unplanned device", "link", l.Name)

@@ -174,7 +174,7 @@ func nft(bridges ...string) string {
 	out := "nft type filter hook forward priority filter; policy accept;"
 	for _, b := range bridges {
 		out += fmt.Sprintf("\nnft iifname %q oifname \"skb*\" oifname != %q drop", b, b)
-		out += fmt.Sprintf("\nnft iifname %q oifname \"skh*\" oifname != %q drop", b, b)
+		out += fmt.Sprintf("\nnft iifname %q oifname \"skn*\" oifname != %q drop", b, b)
 		out += fmt.Sprintf("\nnft iifname %q oifname != \"skb*\" drop", b)
 		out += fmt.Sprintf("\nnft iifname != \"skb*\" oifname %q drop", b)
 	}
@@ -230,24 +230,24 @@ neigh skb200 203.0.113.7 02:00:00:00:00:02`
 	// host port MACs over VXLAN, remote endpoints routed through it from
 	// the node's address, other nodes routed from the bridge.
 	const redHost = `
-addr skh200 192.0.2.1/32
-fdb skhp200 06:c8:c0:00:02:01 master skb200 static
+addr skn200 192.0.2.1/32
+fdb sknp200 06:c8:c0:00:02:01 master skb200 static
 fdb skv200 06:c8:c0:00:02:02 dst 192.0.2.2 permanent
 fdb skv200 06:c8:c0:00:02:02 master skb200 static
 fdb skv200 06:c8:c0:00:02:03 dst 192.0.2.3 permanent
 fdb skv200 06:c8:c0:00:02:03 master skb200 static
-link skh200 veth mtu 1400 up=true alias="skiff:host:red"
-link skhp200 veth mtu 1400 up=true alias="skiff:host:red" master skb200 port-learning=false neigh-suppress=true
+link skn200 veth mtu 1400 up=true alias="skiff:host:red"
+link sknp200 veth mtu 1400 up=true alias="skiff:host:red" master skb200 port-learning=false neigh-suppress=true
 neigh skb200 192.0.2.2 06:c8:c0:00:02:02
 neigh skb200 192.0.2.3 06:c8:c0:00:02:03
-neigh skh200 203.0.113.7 02:00:00:00:00:02
-nft iifname "skb200" oifname "skb*" oifname != "skb200" oifname != "skh200" drop
-nft iifname "skb200" oifname "skh*" oifname != "skb200" oifname != "skh200" drop
-nft iifname "skh200" oifname "skb*" oifname != "skb200" oifname != "skh200" drop
-nft iifname "skh200" oifname "skh*" oifname != "skb200" oifname != "skh200" drop
+neigh skn200 203.0.113.7 02:00:00:00:00:02
+nft iifname "skb200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skb200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skn200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skn200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
 route 192.0.2.2 dev skb200 table 1392509128 scope link
 route 192.0.2.3 dev skb200 table 1392509128 scope link
-route 203.0.113.7 dev skh200 scope link src 192.0.2.1
+route 203.0.113.7 dev skn200 scope link src 192.0.2.1
 rule 2500:	from all iif skb200 lookup 1392509128`
 	steps := []struct {
 		name string
@@ -284,8 +284,8 @@ neigh skb200 203.0.113.7 02:00:00:00:00:02`)},
 		{"egress snat: masqueraded out, a host port", planWith([]plan.Network{redSNAT}, r2), lines(foreign, redDevs, red2, redHost, `
 nft type filter hook forward priority filter; policy accept;
 nft type nat hook postrouting priority srcnat; policy accept;
-nft iifname "skb200" oifname != "skb*" oifname != "skh*" masquerade
-nft iifname "skh200" oifname != "skb*" oifname != "skh*" masquerade`)},
+nft iifname "skb200" oifname != "skb*" oifname != "skn*" masquerade
+nft iifname "skn200" oifname != "skb*" oifname != "skn*" masquerade`)},
 		{"egress routed: out and in as they are, a host port", planWith([]plan.Network{redRouted}, r2), lines(foreign, redDevs, red2, redHost, `
 nft type filter hook forward priority filter; policy accept;`)},
 		{"egress none again: no host port", planWith([]plan.Network{red}, r2), lines(foreign, redDevs, red2, nft("skb200"))},
