@@ -2,6 +2,7 @@ package nl
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -72,10 +73,18 @@ func ifname(s string) []byte {
 type BridgeEgress struct {
 	Name, Egress string
 	HostPort     string
+	// HostMAC is the host port's MAC: frames from and to it are not
+	// tracked by conntrack on their way through the bridge (see
+	// SetIsolation).
+	HostMAC string
 }
 
-// NftEgressChain is the nat chain of the networks whose egress is snat.
-const NftEgressChain = "egress"
+// NftEgressChain is the nat chain of the networks whose egress is snat,
+// NftUntrackChain the raw chain of the host ports' frames.
+const (
+	NftEgressChain  = "egress"
+	NftUntrackChain = "untrack"
+)
 
 // Prefixes of the devices routed traffic may use to enter or leave a
 // network: its bridge and the node's host port.
@@ -83,7 +92,7 @@ var skiffL3Prefixes = []string{"skb", "skn"}
 
 type nftRule struct {
 	data  string // the rule's user data: what it is
-	nat   bool
+	chain string // NftIsolationChain, NftEgressChain or NftUntrackChain
 	exprs []expr.Any
 }
 
@@ -131,6 +140,26 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 					exprs: cat(ifEq(expr.MetaKeyIIFNAME, from), ifPrefix(expr.MetaKeyOIFNAME, p, false), notOwn, drop)})
 			}
 		}
+		if mac, err := net.ParseMAC(b.HostMAC); err == nil && b.HostPort != "" {
+			// A packet routed out of the host port comes back into the
+			// bridge through its peer, and a pod's reply to the host
+			// goes through the bridge before the host port: with
+			// br_netfilter, conntrack would see each twice, and the
+			// second entry of a translated connection (a Service's
+			// DNAT, a NodePort's masquerade) clashes with the first
+			// and is dropped. Their bridge pass is not tracked; the
+			// routed pass is.
+			for _, x := range []struct {
+				dir    string
+				offset uint32
+			}{{"dst", 0}, {"src", 6}} {
+				out = append(out, nftRule{data: "untrack:" + x.dir + ":" + b.Name + ":" + b.HostMAC, chain: NftUntrackChain,
+					exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name), []expr.Any{
+						&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: x.offset, Len: 6},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: mac},
+						&expr.Notrack{}})})
+			}
+		}
 		switch b.Egress {
 		case "", "none":
 			// Out of the overlay, and into it from outside.
@@ -139,7 +168,7 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 				nftRule{data: "in:" + b.Name, exprs: cat(ifPrefix(expr.MetaKeyIIFNAME, "skb", true), ifEq(expr.MetaKeyOIFNAME, b.Name), drop)})
 		case "snat":
 			for _, from := range own {
-				out = append(out, nftRule{data: "snat:" + from, nat: true, exprs: cat(ifEq(expr.MetaKeyIIFNAME, from),
+				out = append(out, nftRule{data: "snat:" + from, chain: NftEgressChain, exprs: cat(ifEq(expr.MetaKeyIIFNAME, from),
 					ifPrefix(expr.MetaKeyOIFNAME, "skb", true), ifPrefix(expr.MetaKeyOIFNAME, "skn", true), []expr.Any{&expr.Masq{}})})
 			}
 		}
@@ -201,15 +230,19 @@ func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 	accept := nftables.ChainPolicyAccept
 	chain := c.AddChain(&nftables.Chain{Name: NftIsolationChain, Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	var nat *nftables.Chain
+	chains := map[string]*nftables.Chain{"": chain}
 	for _, r := range rules {
-		ch := chain
-		if r.nat {
-			if nat == nil {
-				nat = c.AddChain(&nftables.Chain{Name: NftEgressChain, Table: table, Type: nftables.ChainTypeNAT,
+		ch := chains[r.chain]
+		if ch == nil {
+			switch r.chain {
+			case NftEgressChain:
+				ch = c.AddChain(&nftables.Chain{Name: NftEgressChain, Table: table, Type: nftables.ChainTypeNAT,
 					Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+			case NftUntrackChain:
+				ch = c.AddChain(&nftables.Chain{Name: NftUntrackChain, Table: table, Type: nftables.ChainTypeFilter,
+					Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
 			}
-			ch = nat
+			chains[r.chain] = ch
 		}
 		c.AddRule(&nftables.Rule{Table: table, Chain: ch, UserData: []byte(r.data), Exprs: r.exprs})
 	}
@@ -241,8 +274,10 @@ func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
 		// No such chain: the table is ours but incomplete; rebuild it.
 		return nil, true, nil
 	}
-	if nat, err := c.GetRules(table, &nftables.Chain{Name: NftEgressChain, Table: table}); err == nil {
-		rules = append(rules, nat...)
+	for _, name := range []string{NftEgressChain, NftUntrackChain} {
+		if more, err := c.GetRules(table, &nftables.Chain{Name: name, Table: table}); err == nil {
+			rules = append(rules, more...)
+		}
 	}
 	var out []string
 	for _, r := range rules {

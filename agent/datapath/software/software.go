@@ -100,7 +100,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		want[br], want[vx] = true, true
 		b := nl.BridgeEgress{Name: br, Egress: n.Egress}
 		if h != nil && hostPorts(p, n) {
-			b.HostPort = HostPortName(n.VNI)
+			b.HostPort, b.HostMAC = HostPortName(n.VNI), HostMAC(n.VNI, p.UnderlayIP)
 			want[b.HostPort], want[HostPeerName(n.VNI)] = true, true
 		}
 		bridges = append(bridges, b)

@@ -117,7 +117,7 @@ func kernelState(t *testing.T, ns string) string {
 	}
 	if out, err := testns.Try(ns, "nft", "list", "table", "inet", "skiff"); err == nil {
 		for _, l := range strings.Split(out, "\n") {
-			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasSuffix(l, "masquerade") || strings.HasPrefix(l, "type ") {
+			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasSuffix(l, "masquerade") || strings.HasSuffix(l, "notrack") || strings.HasPrefix(l, "type ") {
 				lines = append(lines, "nft "+l)
 			}
 		}
@@ -245,6 +245,9 @@ nft iifname "skb200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
 nft iifname "skb200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
 nft iifname "skn200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
 nft iifname "skn200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
+nft type filter hook prerouting priority raw; policy accept;
+nft iifname "skb200" @ll,0,48 0x6c8c0000201 notrack
+nft iifname "skb200" @ll,48,48 0x6c8c0000201 notrack
 route 192.0.2.2 dev skb200 table 1392509128 scope link
 route 192.0.2.3 dev skb200 table 1392509128 scope link
 route 203.0.113.7 dev skn200 scope link src 192.0.2.1
