@@ -24,7 +24,7 @@ type HostRoute struct {
 }
 
 // HostRule is a policy routing rule: packets that came in on IIF look
-// up Table first.
+// up Table first. Skiff's rules carry RouteProtocol (FRA_PROTOCOL).
 type HostRule struct {
 	IIF      string
 	Table    int
@@ -32,8 +32,7 @@ type HostRule struct {
 }
 
 // HostNet is the node's own routing, as far as Skiff owns it: veth pairs
-// in this namespace, routes marked with RouteProtocol and policy rules of
-// one priority. Implemented by the kernel Open returns. Not safe for
+// in this namespace, routes and policy rules marked with RouteProtocol. Implemented by the kernel Open returns. Not safe for
 // concurrent use.
 type HostNet interface {
 	// AddPair creates a veth pair with both ends in this namespace.
@@ -45,7 +44,7 @@ type HostNet interface {
 	ReplaceRoute(r HostRoute) error
 	// DeleteRoute removes the route; a missing one is no error.
 	DeleteRoute(r HostRoute) error
-	// Rules lists the IPv4 rules of a priority.
+	// Rules lists Skiff's IPv4 rules of a priority (RouteProtocol).
 	Rules(priority int) ([]HostRule, error)
 	AddRule(r HostRule) error
 	// DeleteRule removes the rule; a missing one is no error.
@@ -120,7 +119,9 @@ func (k *real) Rules(priority int) ([]HostRule, error) {
 	}
 	var out []HostRule
 	for _, r := range rs {
-		out = append(out, HostRule{IIF: r.IifName, Table: r.Table, Priority: r.Priority})
+		if r.Protocol == RouteProtocol {
+			out = append(out, HostRule{IIF: r.IifName, Table: r.Table, Priority: r.Priority})
+		}
 	}
 	return out, nil
 }
@@ -128,7 +129,7 @@ func (k *real) Rules(priority int) ([]HostRule, error) {
 func ruleOf(r HostRule) *netlink.Rule {
 	x := netlink.NewRule()
 	x.Family = netlink.FAMILY_V4
-	x.IifName, x.Table, x.Priority = r.IIF, r.Table, r.Priority
+	x.IifName, x.Table, x.Priority, x.Protocol = r.IIF, r.Table, r.Priority, RouteProtocol
 	return x
 }
 

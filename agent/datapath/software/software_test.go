@@ -164,7 +164,8 @@ link skv200 vxlan mtu 1400 up=true alias="skiff:vxlan:red" vni 200 local 192.0.2
 link fv0 veth mtu 1500 up=false alias="" master br-foreign port-learning=true neigh-suppress=false
 link fv1 veth mtu 1500 up=false alias=""
 link skforeign bridge mtu 1500 up=false alias=""
-fdb fv0 02:aa:00:00:00:01 master br-foreign static`
+fdb fv0 02:aa:00:00:00:01 master br-foreign static
+rule 2500:	from all iif fv1 lookup 100`
 )
 
 // nft renders the isolation rules expected for the given bridges, of
@@ -194,7 +195,7 @@ func lines(parts ...string) string {
 // throwaway namespace) and checks the exact state after each, that a second
 // Apply of the same plan makes no netlink write, and that foreign objects
 // (a bridge named like Skiff's but without its mark, another bridge with an
-// FDB entry) are never touched.
+// FDB entry, a policy rule at Skiff's priority) are never touched.
 func TestApplyTransitions(t *testing.T) {
 	ns := testns.New(t)
 	testns.Run(t, ns, "ip", "link", "add", "skforeign", "type", "bridge")
@@ -202,6 +203,7 @@ func TestApplyTransitions(t *testing.T) {
 	testns.Run(t, ns, "ip", "link", "add", "fv0", "type", "veth", "peer", "name", "fv1")
 	testns.Run(t, ns, "ip", "link", "set", "fv0", "master", "br-foreign")
 	testns.Run(t, ns, "bridge", "fdb", "add", "02:aa:00:00:00:01", "dev", "fv0", "master", "static")
+	testns.Run(t, ns, "ip", "rule", "add", "pref", "2500", "iif", "fv1", "lookup", "100")
 	k, err := nl.Open(nl.Options{NetNS: testns.Path(ns)})
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +253,7 @@ nft iifname "skb200" @ll,48,48 0x6c8c0000201 notrack
 route 192.0.2.2 dev skb200 table 1392509128 scope link
 route 192.0.2.3 dev skb200 table 1392509128 scope link
 route 203.0.113.7 dev skn200 scope link src 192.0.2.1
-rule 2500:	from all iif skb200 lookup 1392509128`
+rule 2500:	from all iif skb200 lookup 1392509128 proto 83`
 	steps := []struct {
 		name string
 		plan plan.Plan
