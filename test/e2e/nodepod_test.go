@@ -24,6 +24,11 @@ func TestNodeToPod(t *testing.T) {
 	c.mustCtl("network", "create", "other", "--vni", "300", "--egress", "snat")
 	c.mustCtl("subnet", "create", "other-v4", "--network", "other", "--cidr", "203.0.113.0/25")
 	c.waitCNI(t, "pods")
+	// Strict reverse-path filtering (RHEL's default): the paths between
+	// a node and pods are symmetric.
+	for _, n := range c.nodes {
+		testns.Run(t, n.ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1")
+	}
 	add := func(id, network, node string) (string, string) { return c.addPod(t, id, network, node) }
 	a, aIP := add("pod-a", "pods", "n1")
 	b, bIP := add("pod-b", "pods", "n2")
