@@ -240,7 +240,7 @@ func (k *real) PortFlags(index int) (PortFlags, error) {
 	if err = k.gone(index, err); err != nil {
 		return PortFlags{}, fmt.Errorf("nl: port flags of %s: %w", l.Attrs().Name, err)
 	}
-	return PortFlags{Learning: p.Learning, NeighSuppress: p.NeighSuppress}, nil
+	return PortFlags{Learning: p.Learning, NeighSuppress: p.NeighSuppress, Hairpin: p.Hairpin}, nil
 }
 
 func (k *real) SetPortFlags(index int, f PortFlags) error {
@@ -255,6 +255,10 @@ func (k *real) SetPortFlags(index int, f PortFlags) error {
 	k.w()
 	if err := k.gone(index, k.h.LinkSetBrNeighSuppress(l, f.NeighSuppress)); err != nil {
 		return fmt.Errorf("nl: set neigh_suppress on %s: %w", l.Attrs().Name, err)
+	}
+	k.w()
+	if err := k.gone(index, k.h.LinkSetHairpin(l, f.Hairpin)); err != nil {
+		return fmt.Errorf("nl: set hairpin on %s: %w", l.Attrs().Name, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package nl
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -65,26 +66,128 @@ func ifname(s string) []byte {
 	return b
 }
 
-// BridgeEgress is one Skiff bridge (a network on this node) and its
-// network's egress: "none" (or ""), "snat" or "routed".
+// BridgeEgress is one Skiff bridge (a network on this node), its
+// network's egress ("none" (or ""), "snat" or "routed") and the node's
+// host port on that network ("" when it has none): the host port counts
+// as the network's own, like its bridge.
 type BridgeEgress struct {
 	Name, Egress string
+	HostPort     string
+	// HostMAC is the host port's MAC: frames from and to it are not
+	// tracked by conntrack on their way through the bridge (see
+	// SetIsolation).
+	HostMAC string
 }
 
-// NftEgressChain is the nat chain of the networks whose egress is snat.
-const NftEgressChain = "egress"
+// NftEgressChain is the nat chain of the networks whose egress is snat,
+// NftUntrackChain the raw chain of the host ports' frames.
+const (
+	NftEgressChain  = "egress"
+	NftUntrackChain = "untrack"
+)
+
+// Prefixes of the devices routed traffic may use to enter or leave a
+// network: its bridge and the node's host port.
+var skiffL3Prefixes = []string{"skb", "skn"}
+
+type nftRule struct {
+	data  string // the rule's user data: what it is
+	chain string // NftIsolationChain, NftEgressChain or NftUntrackChain
+	exprs []expr.Any
+}
+
+func ifEq(key expr.MetaKey, name string) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)}}
+}
+
+func ifNe(key expr.MetaKey, name string) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(name)}}
+}
+
+// ifPrefix matches (or, with neq, does not match) a name prefix: the
+// comparison covers only the prefix's bytes.
+func ifPrefix(key expr.MetaKey, prefix string, neq bool) []expr.Any {
+	op := expr.CmpOpEq
+	if neq {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: []byte(prefix)}}
+}
+
+func isolationRules(bridges []BridgeEgress) []nftRule {
+	var out []nftRule
+	cat := func(parts ...[]expr.Any) []expr.Any {
+		var x []expr.Any
+		for _, p := range parts {
+			x = append(x, p...)
+		}
+		return x
+	}
+	drop := []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}
+	for _, b := range bridges {
+		own := []string{b.Name}
+		if b.HostPort != "" {
+			own = append(own, b.HostPort)
+		}
+		var notOwn []expr.Any
+		for _, o := range own {
+			notOwn = append(notOwn, ifNe(expr.MetaKeyOIFNAME, o)...)
+		}
+		for _, from := range own {
+			// Into another network's bridge or host port.
+			for _, p := range skiffL3Prefixes {
+				out = append(out, nftRule{data: "x:" + from + ">" + p + "!" + strings.Join(own, ","),
+					exprs: cat(ifEq(expr.MetaKeyIIFNAME, from), ifPrefix(expr.MetaKeyOIFNAME, p, false), notOwn, drop)})
+			}
+		}
+		if mac, err := net.ParseMAC(b.HostMAC); err == nil && b.HostPort != "" {
+			// A packet routed out of the host port comes back into the
+			// bridge through its peer, and a pod's reply to the host
+			// goes through the bridge before the host port: with
+			// br_netfilter, conntrack would see each twice, and the
+			// second entry of a translated connection (a Service's
+			// DNAT, a NodePort's masquerade) clashes with the first
+			// and is dropped. Their bridge pass is not tracked; the
+			// routed pass is.
+			for _, x := range []struct {
+				dir    string
+				offset uint32
+			}{{"dst", 0}, {"src", 6}} {
+				out = append(out, nftRule{data: "untrack:" + x.dir + ":" + b.Name + ":" + b.HostMAC, chain: NftUntrackChain,
+					exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name), []expr.Any{
+						&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: x.offset, Len: 6},
+						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: mac},
+						&expr.Notrack{}})})
+			}
+		}
+		switch b.Egress {
+		case "", "none":
+			// Out of the overlay, and into it from outside.
+			out = append(out,
+				nftRule{data: "none:" + b.Name, exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name), ifPrefix(expr.MetaKeyOIFNAME, "skb", true), drop)},
+				nftRule{data: "in:" + b.Name, exprs: cat(ifPrefix(expr.MetaKeyIIFNAME, "skb", true), ifEq(expr.MetaKeyOIFNAME, b.Name), drop)})
+		case "snat":
+			for _, from := range own {
+				out = append(out, nftRule{data: "snat:" + from, chain: NftEgressChain, exprs: cat(ifEq(expr.MetaKeyIIFNAME, from),
+					ifPrefix(expr.MetaKeyOIFNAME, "skb", true), ifPrefix(expr.MetaKeyOIFNAME, "skn", true), []expr.Any{&expr.Masq{}})})
+			}
+		}
+	}
+	return out
+}
 
 // SetIsolation makes the forward path drop what is routed from one of the
-// given bridges into another Skiff bridge ("skb" prefix): tenant networks
-// stay apart even on a node that forwards. Bridged traffic inside one
-// network is untouched. A bridge's egress decides what it may route out
-// of the overlay (to any interface that is not a Skiff bridge): nothing
-// for "none" (dropped, and nothing is routed into it from outside
-// either), everything for "routed", and everything
-// masqueraded to the outgoing interface's address for "snat" (a nat
-// chain at postrouting). It writes nothing when the rules already match,
-// and otherwise replaces them in one atomic transaction. An empty list
-// removes the table. Not safe for concurrent use with itself.
+// given bridges (or its host port) into another network's bridge or host
+// port ("skb" and "skn" prefixes): tenant networks stay apart even on a
+// node that forwards. Bridged traffic inside one network is untouched. A
+// bridge's egress decides what it may route out of the overlay (to any
+// interface that is not a Skiff bridge or host port): nothing for "none"
+// (dropped, and nothing is routed into it from outside either),
+// everything for "routed", and everything masqueraded to the outgoing
+// interface's address for "snat" (a nat chain at postrouting). It writes
+// nothing when the rules already match, and otherwise replaces them in one
+// atomic transaction. An empty list removes the table. Not safe for
+// concurrent use with itself.
 func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -92,15 +195,10 @@ func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 	if err != nil {
 		return fmt.Errorf("nl: nftables: %w", err)
 	}
-	var want []string // each rule's user data: what it is
-	for _, b := range bridges {
-		want = append(want, b.Name)
-		switch b.Egress {
-		case "", "none":
-			want = append(want, "none:"+b.Name, "in:"+b.Name)
-		case "snat":
-			want = append(want, "snat:"+b.Name)
-		}
+	rules := isolationRules(bridges)
+	var want []string
+	for _, r := range rules {
+		want = append(want, r.data)
 	}
 	slices.Sort(want)
 	have, exists, err := f.current(c)
@@ -132,44 +230,21 @@ func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 	accept := nftables.ChainPolicyAccept
 	chain := c.AddChain(&nftables.Chain{Name: NftIsolationChain, Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	var nat *nftables.Chain
-	for _, w := range want {
-		kind, br, ok := strings.Cut(w, ":")
-		if !ok {
-			kind, br = "", w
-		}
-		from := []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(br)},
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-		}
-		switch kind {
-		case "": // into another Skiff bridge
-			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(w), Exprs: append(from,
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte("skb")},
-				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(br)},
-				&expr.Verdict{Kind: expr.VerdictDrop})})
-		case "none": // out of the overlay
-			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(w), Exprs: append(from,
-				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte("skb")},
-				&expr.Verdict{Kind: expr.VerdictDrop})})
-		case "in": // into the overlay from outside
-			c.AddRule(&nftables.Rule{Table: table, Chain: chain, UserData: []byte(w), Exprs: []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte("skb")},
-				&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(br)},
-				&expr.Verdict{Kind: expr.VerdictDrop}}})
-		case "snat":
-			if nat == nil {
-				nat = c.AddChain(&nftables.Chain{Name: NftEgressChain, Table: table, Type: nftables.ChainTypeNAT,
+	chains := map[string]*nftables.Chain{"": chain}
+	for _, r := range rules {
+		ch := chains[r.chain]
+		if ch == nil {
+			switch r.chain {
+			case NftEgressChain:
+				ch = c.AddChain(&nftables.Chain{Name: NftEgressChain, Table: table, Type: nftables.ChainTypeNAT,
 					Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+			case NftUntrackChain:
+				ch = c.AddChain(&nftables.Chain{Name: NftUntrackChain, Table: table, Type: nftables.ChainTypeFilter,
+					Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
 			}
-			c.AddRule(&nftables.Rule{Table: table, Chain: nat, UserData: []byte(w), Exprs: append(from,
-				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte("skb")},
-				&expr.Masq{})})
+			chains[r.chain] = ch
 		}
+		c.AddRule(&nftables.Rule{Table: table, Chain: ch, UserData: []byte(r.data), Exprs: r.exprs})
 	}
 	f.writes++
 	if err := c.Flush(); err != nil {
@@ -199,8 +274,10 @@ func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
 		// No such chain: the table is ours but incomplete; rebuild it.
 		return nil, true, nil
 	}
-	if nat, err := c.GetRules(table, &nftables.Chain{Name: NftEgressChain, Table: table}); err == nil {
-		rules = append(rules, nat...)
+	for _, name := range []string{NftEgressChain, NftUntrackChain} {
+		if more, err := c.GetRules(table, &nftables.Chain{Name: name, Table: table}); err == nil {
+			rules = append(rules, more...)
+		}
 	}
 	var out []string
 	for _, r := range rules {

@@ -40,6 +40,10 @@ type Link struct {
 type PortFlags struct {
 	Learning      bool
 	NeighSuppress bool
+	// Hairpin sends a frame back out of the port it came in on, which
+	// a pod reaching itself through a Service needs when the bridge's
+	// traffic passes netfilter (br_netfilter DNAT bridges it back).
+	Hairpin bool
 }
 
 // FDB is a forwarding entry on a device: with Self (the device's own table,

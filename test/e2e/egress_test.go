@@ -40,27 +40,8 @@ func TestEgress(t *testing.T) {
 	for _, n := range c.nodes {
 		testns.Run(t, n.ns, "ip", "route", "add", inet+"/32", "via", "192.0.2.254")
 	}
-	eventually(t, func() error {
-		for n := range c.nodes {
-			if _, err := cniRun("STATUS", "", "", "", cniConf("pods", c.nodes[n].socket, "1.1.0")); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	add := func(id, network, node string) (ns, ip string) {
-		t.Helper()
-		ns = testns.New(t)
-		out, err := cniRun("ADD", id, testns.Path(ns), "eth0", cniConf(network, c.nodes[node].socket, "1.1.0"))
-		if err != nil {
-			t.Fatalf("ADD %s: %v", id, err)
-		}
-		var r cniResult
-		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.IPs) == 0 {
-			t.Fatalf("ADD %s printed %q: %v", id, out, err)
-		}
-		return ns, strings.Split(r.IPs[0].Address, "/")[0]
-	}
+	c.waitCNI(t, "pods")
+	add := func(id, network, node string) (string, string) { return c.addPod(t, id, network, node) }
 	a, aIP := add("snat-a", "pods", "n1")
 	t1, t1IP := add("tenant-1", "tenant", "n1")
 	_, t2IP := add("tenant-2", "tenant", "n2")
@@ -133,4 +114,34 @@ func outsideSees(t *testing.T, outside, from, addr string, candidates ...string)
 		t.Fatalf("the outside counted the pings from %v, want exactly one of %v:\n%s", seen, candidates, out)
 	}
 	return seen[0]
+}
+
+// waitCNI waits until every node's agent answers the CNI's STATUS for
+// network.
+func (c *cluster) waitCNI(t *testing.T, network string) {
+	t.Helper()
+	eventually(t, func() error {
+		for n := range c.nodes {
+			if _, err := cniRun("STATUS", "", "", "", cniConf(network, c.nodes[n].socket, "1.1.0")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// addPod runs the CNI's ADD for a new pod namespace on network at node,
+// returning the namespace and the pod's first address.
+func (c *cluster) addPod(t *testing.T, id, network, node string) (ns, ip string) {
+	t.Helper()
+	ns = testns.New(t)
+	out, err := cniRun("ADD", id, testns.Path(ns), "eth0", cniConf(network, c.nodes[node].socket, "1.1.0"))
+	if err != nil {
+		t.Fatalf("ADD %s: %v", id, err)
+	}
+	var r cniResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.IPs) == 0 {
+		t.Fatalf("ADD %s printed %q: %v", id, out, err)
+	}
+	return ns, strings.Split(r.IPs[0].Address, "/")[0]
 }

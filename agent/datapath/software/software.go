@@ -93,12 +93,24 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	var errs []error
 	want := map[string]bool{}
 	var bridges []nl.BridgeEgress
+	h, _ := d.k.(nl.HostNet)
+	st := hostState{routes: map[nl.HostRoute]bool{}, rules: map[nl.HostRule]bool{}}
 	for _, n := range p.Networks {
 		br, vx := BridgeName(n.VNI), VXLANName(n.VNI)
 		want[br], want[vx] = true, true
-		bridges = append(bridges, nl.BridgeEgress{Name: br, Egress: n.Egress})
-		if err := d.network(p, n, byName, att); err != nil {
+		b := nl.BridgeEgress{Name: br, Egress: n.Egress}
+		if h != nil && hostPorts(p, n) {
+			b.HostPort, b.HostMAC = HostPortName(n.VNI), HostMAC(n.VNI, p.UnderlayIP)
+			want[b.HostPort], want[HostPeerName(n.VNI)] = true, true
+		}
+		bridges = append(bridges, b)
+		if err := d.network(p, n, byName, att, h, &st); err != nil {
 			errs = append(errs, fmt.Errorf("network %s (vni %d): %w", n.Name, n.VNI, err))
+		}
+	}
+	if h != nil {
+		if err := syncRouting(h, st); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if d.fw != nil {
@@ -111,6 +123,12 @@ func (d *Datapath) Apply(p plan.Plan) error {
 				errs = append(errs, err)
 			} else if changed {
 				d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
+			}
+			// Services: kube-proxy's DNAT of a pod's packet to a pod
+			// of the same network is answered over the bridge, where
+			// only br_netfilter's conntrack undoes it.
+			if err := d.fw.EnableBridgeNetfilter(); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		if err := d.policy(p); err != nil {
@@ -127,7 +145,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	for _, l := range links {
-		if !Owned(l) || want[l.Name] || !(strings.HasPrefix(l.Name, "skb") || strings.HasPrefix(l.Name, "skv")) {
+		if !Owned(l) || want[l.Name] || !(strings.HasPrefix(l.Name, "skb") || strings.HasPrefix(l.Name, "skv") || strings.HasPrefix(l.Name, "skn")) {
 			continue
 		}
 		d.log.Info("removing unplanned device", "link", l.Name)
@@ -170,7 +188,7 @@ func (d *Datapath) ensureLink(byName map[string]nl.Link, name string, ok func(nl
 	return l, nil
 }
 
-func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link, att map[string]string) error {
+func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link, att map[string]string, h nl.HostNet, st *hostState) error {
 	for name, e := range p.Local {
 		if e.Network == n.Name {
 			if _, ok := byName[datapath.HostIfName(name)]; ok {
@@ -233,7 +251,8 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 		if hl.Master != br.Index {
 			eerrs = append(eerrs, d.k.SetMaster(hl.Index, br.Index))
 		}
-		eerrs = append(eerrs, d.portFlags(hl.Index, nl.PortFlags{Learning: true, NeighSuppress: true}))
+		// Hairpin: a pod reaching itself through a Service.
+		eerrs = append(eerrs, d.portFlags(hl.Index, nl.PortFlags{Learning: true, NeighSuppress: true, Hairpin: n.Egress == plan.EgressSNAT || n.Egress == plan.EgressRouted}))
 		if !hl.Up {
 			eerrs = append(eerrs, d.k.SetUp(hl.Index))
 		}
@@ -248,6 +267,9 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 		} else {
 			att[e.Name] = ""
 		}
+	}
+	if h != nil && hostPorts(p, n) {
+		add(d.hostPort(h, p, n, br, vx, byName, mtu, st))
 	}
 	add(d.fdb(p, n, vx))
 	add(d.neighs(p, n, br))
@@ -311,6 +333,9 @@ func (d *Datapath) fdb(p plan.Plan, n plan.Network, vx nl.Link) error {
 	}
 	for _, v := range n.FloodVTEPs {
 		wantFlood[v] = true
+	}
+	for v, mac := range hostRemote(p, n) {
+		wantDst[mac] = v
 	}
 	have, err := d.k.FDB(vx.Index)
 	if err != nil {
@@ -380,6 +405,15 @@ func (d *Datapath) neighs(p plan.Plan, n plan.Network, br nl.Link) error {
 			}
 		}
 	}
+	for v, mac := range hostRemote(p, n) {
+		want[v] = mac
+	}
+	return d.syncNeighs(br, want)
+}
+
+// syncNeighs makes a device's permanent neighbour entries the wanted
+// ones; the kernel's dynamic entries are left alone.
+func (d *Datapath) syncNeighs(br nl.Link, want map[netip.Addr]string) error {
 	have, err := d.k.Neighs(br.Index)
 	if err != nil {
 		return err

@@ -105,9 +105,19 @@ func kernelState(t *testing.T, ns string) string {
 			}
 		}
 	}
+	for _, l := range strings.Split(testns.Run(t, ns, "ip", "route", "show", "table", "all", "proto", "83"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, "route "+l)
+		}
+	}
+	for _, l := range strings.Split(testns.Run(t, ns, "ip", "rule", "show", "pref", "2500"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, "rule "+l)
+		}
+	}
 	if out, err := testns.Try(ns, "nft", "list", "table", "inet", "skiff"); err == nil {
 		for _, l := range strings.Split(out, "\n") {
-			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasSuffix(l, "masquerade") || strings.HasPrefix(l, "type ") {
+			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasSuffix(l, "masquerade") || strings.HasSuffix(l, "notrack") || strings.HasPrefix(l, "type ") {
 				lines = append(lines, "nft "+l)
 			}
 		}
@@ -154,7 +164,8 @@ link skv200 vxlan mtu 1400 up=true alias="skiff:vxlan:red" vni 200 local 192.0.2
 link fv0 veth mtu 1500 up=false alias="" master br-foreign port-learning=true neigh-suppress=false
 link fv1 veth mtu 1500 up=false alias=""
 link skforeign bridge mtu 1500 up=false alias=""
-fdb fv0 02:aa:00:00:00:01 master br-foreign static`
+fdb fv0 02:aa:00:00:00:01 master br-foreign static
+rule 2500:	from all iif fv1 lookup 100`
 )
 
 // nft renders the isolation rules expected for the given bridges, of
@@ -164,6 +175,7 @@ func nft(bridges ...string) string {
 	out := "nft type filter hook forward priority filter; policy accept;"
 	for _, b := range bridges {
 		out += fmt.Sprintf("\nnft iifname %q oifname \"skb*\" oifname != %q drop", b, b)
+		out += fmt.Sprintf("\nnft iifname %q oifname \"skn*\" oifname != %q drop", b, b)
 		out += fmt.Sprintf("\nnft iifname %q oifname != \"skb*\" drop", b)
 		out += fmt.Sprintf("\nnft iifname != \"skb*\" oifname %q drop", b)
 	}
@@ -183,7 +195,7 @@ func lines(parts ...string) string {
 // throwaway namespace) and checks the exact state after each, that a second
 // Apply of the same plan makes no netlink write, and that foreign objects
 // (a bridge named like Skiff's but without its mark, another bridge with an
-// FDB entry) are never touched.
+// FDB entry, a policy rule at Skiff's priority) are never touched.
 func TestApplyTransitions(t *testing.T) {
 	ns := testns.New(t)
 	testns.Run(t, ns, "ip", "link", "add", "skforeign", "type", "bridge")
@@ -191,6 +203,7 @@ func TestApplyTransitions(t *testing.T) {
 	testns.Run(t, ns, "ip", "link", "add", "fv0", "type", "veth", "peer", "name", "fv1")
 	testns.Run(t, ns, "ip", "link", "set", "fv0", "master", "br-foreign")
 	testns.Run(t, ns, "bridge", "fdb", "add", "02:aa:00:00:00:01", "dev", "fv0", "master", "static")
+	testns.Run(t, ns, "ip", "rule", "add", "pref", "2500", "iif", "fv1", "lookup", "100")
 	k, err := nl.Open(nl.Options{NetNS: testns.Path(ns)})
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +227,33 @@ fdb skv200 00:00:00:00:00:00 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 master skb200 static
 neigh skb200 203.0.113.7 02:00:00:00:00:02`
+	// The host port of a network whose egress is not none: the pair,
+	// the node's address and MAC (from 192.0.2.1), the other nodes'
+	// host port MACs over VXLAN, remote endpoints routed through it from
+	// the node's address, other nodes routed from the bridge.
+	const redHost = `
+addr skn200 192.0.2.1/32
+fdb sknp200 06:c8:c0:00:02:01 master skb200 static
+fdb skv200 06:c8:c0:00:02:02 dst 192.0.2.2 permanent
+fdb skv200 06:c8:c0:00:02:02 master skb200 static
+fdb skv200 06:c8:c0:00:02:03 dst 192.0.2.3 permanent
+fdb skv200 06:c8:c0:00:02:03 master skb200 static
+link skn200 veth mtu 1400 up=true alias="skiff:host:red"
+link sknp200 veth mtu 1400 up=true alias="skiff:host:red" master skb200 port-learning=false neigh-suppress=true
+neigh skb200 192.0.2.2 06:c8:c0:00:02:02
+neigh skb200 192.0.2.3 06:c8:c0:00:02:03
+neigh skn200 203.0.113.7 02:00:00:00:00:02
+nft iifname "skb200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skb200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skn200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skn200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
+nft type filter hook prerouting priority raw; policy accept;
+nft iifname "skb200" @ll,0,48 0x6c8c0000201 notrack
+nft iifname "skb200" @ll,48,48 0x6c8c0000201 notrack
+route 192.0.2.2 dev skb200 table 1392509128 scope link
+route 192.0.2.3 dev skb200 table 1392509128 scope link
+route 203.0.113.7 dev skn200 scope link src 192.0.2.1
+rule 2500:	from all iif skb200 lookup 1392509128 proto 83`
 	steps := []struct {
 		name string
 		plan plan.Plan
@@ -246,14 +286,14 @@ fdb skv200 00:00:00:00:00:00 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 dst 192.0.2.3 permanent
 fdb skv200 02:00:00:00:00:02 master skb200 static
 neigh skb200 203.0.113.7 02:00:00:00:00:02`)},
-		{"egress snat: masqueraded out", planWith([]plan.Network{redSNAT}, r2), lines(foreign, redDevs, red2, `
+		{"egress snat: masqueraded out, a host port", planWith([]plan.Network{redSNAT}, r2), lines(foreign, redDevs, red2, redHost, `
 nft type filter hook forward priority filter; policy accept;
-nft iifname "skb200" oifname "skb*" oifname != "skb200" drop
 nft type nat hook postrouting priority srcnat; policy accept;
-nft iifname "skb200" oifname != "skb*" masquerade`)},
-		{"egress routed: out and in as they are", planWith([]plan.Network{redRouted}, r2), lines(foreign, redDevs, red2, `
-nft type filter hook forward priority filter; policy accept;
-nft iifname "skb200" oifname "skb*" oifname != "skb200" drop`)},
+nft iifname "skb200" oifname != "skb*" oifname != "skn*" masquerade
+nft iifname "skn200" oifname != "skb*" oifname != "skn*" masquerade`)},
+		{"egress routed: out and in as they are, a host port", planWith([]plan.Network{redRouted}, r2), lines(foreign, redDevs, red2, redHost, `
+nft type filter hook forward priority filter; policy accept;`)},
+		{"egress none again: no host port", planWith([]plan.Network{red}, r2), lines(foreign, redDevs, red2, nft("skb200"))},
 		{"everything deleted", planWith(nil), lines(foreign)},
 	}
 	for _, s := range steps {

@@ -1,0 +1,220 @@
+package software
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// Host ports: the node's own way into a network whose egress is not
+// none, so that the node's traffic (kubelet, API server, kube-proxy's
+// NodePorts, anything with hostNetwork) reaches pods on every node and
+// gets the replies, while the anycast gateway stays the pods' first hop.
+//
+// Every node holds the gateway address, so the node is known on a network
+// by its underlay address and a MAC made from it (HostMAC), carried by
+// the host end of a veth pair (skn<VNI>) whose peer (sknp<VNI>) is a port
+// of the network's bridge. On each node:
+//   - remote endpoints' addresses are routed through the host port with
+//     the underlay address as source (proto 83), so the node's packets
+//     reach them with an address that is its own;
+//   - packets routed in from the bridge (the pods' replies to a node, or
+//     a pod calling another node's address) look up the network's table
+//     first (rule iif skb<VNI>), where every other node of the network is
+//     routed into the overlay, to that node's host port MAC (static FDB
+//     and neighbour entries, as for remote endpoints);
+//   - local pods are reached, as before, straight from the bridge.
+//
+// A network with egress none gets no host port: the node cannot route
+// into it, and nftables (SetIsolation) counts the host port as its
+// network's own, so that no routed path between networks opens.
+
+// RulePriority is the priority of Skiff's policy routing rules.
+const RulePriority = 2500
+
+// HostPortName and HostPeerName name a network's host port pair.
+func HostPortName(vni uint32) string { return fmt.Sprintf("skn%d", vni) }
+
+// HostPeerName names the bridge's end of a network's host port.
+func HostPeerName(vni uint32) string { return fmt.Sprintf("sknp%d", vni) }
+
+// HostTable is the routing table of a network's routes to other nodes.
+func HostTable(vni uint32) int { return int(0x53000000 | vni) }
+
+// HostMAC is the MAC of a node's host port on a network: locally
+// administered, made of the VNI's low byte and the node's IPv4 underlay
+// address (unique among the network's nodes).
+func HostMAC(vni uint32, underlay netip.Addr) string {
+	a := underlay.As4()
+	return fmt.Sprintf("06:%02x:%02x:%02x:%02x:%02x", byte(vni), a[0], a[1], a[2], a[3])
+}
+
+// hostPorts reports whether a network gets host ports on a node.
+func hostPorts(p plan.Plan, n plan.Network) bool {
+	return (n.Egress == plan.EgressSNAT || n.Egress == plan.EgressRouted) && p.UnderlayIP.Is4()
+}
+
+// hostRemote returns the other nodes of a network that get its host
+// ports, and their MACs: the network's flood VTEPs.
+func hostRemote(p plan.Plan, n plan.Network) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	if !hostPorts(p, n) {
+		return out
+	}
+	for _, v := range n.FloodVTEPs {
+		if v.Is4() {
+			out[v] = HostMAC(n.VNI, v)
+		}
+	}
+	return out
+}
+
+// hostState is what the host ports of a plan want of the node's routing.
+type hostState struct {
+	routes map[nl.HostRoute]bool
+	rules  map[nl.HostRule]bool
+}
+
+// hostPort makes a network's host port match the plan: the pair, its
+// MAC, address, bridge port settings and static entries, and the routes
+// and rule it wants (added to st).
+func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl.Link, byName map[string]nl.Link, mtu int, st *hostState) error {
+	name, peer, mac := HostPortName(n.VNI), HostPeerName(n.VNI), HostMAC(n.VNI, p.UnderlayIP)
+	hp, err := d.ensureLink(byName, name, func(l nl.Link) bool { return l.Kind == "veth" }, func() error {
+		if err := h.AddPair(nl.Pair{Name: name, Peer: peer, MTU: mtu, MAC: mac}); err != nil {
+			return err
+		}
+		links, err := d.k.Links()
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, l := range links {
+			if l.Name == name || l.Name == peer {
+				errs = append(errs, d.k.SetAlias(l.Index, aliasPrefix+"host:"+n.Name))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return err
+	}
+	pp, ok := byName[peer]
+	if !ok || !Owned(pp) {
+		return fmt.Errorf("%s has no peer %s of Skiff's", name, peer)
+	}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	if hp.MAC != mac {
+		add(d.k.SetMAC(hp.Index, mac))
+	}
+	for _, l := range []nl.Link{hp, pp} {
+		if l.MTU != mtu {
+			add(d.k.SetMTU(l.Index, mtu))
+		}
+	}
+	if pp.Master != br.Index {
+		add(d.k.SetMaster(pp.Index, br.Index))
+	}
+	add(d.portFlags(pp.Index, nl.PortFlags{Learning: false, NeighSuppress: true}))
+	for _, l := range []nl.Link{hp, pp} {
+		if !l.Up {
+			add(d.k.SetUp(l.Index))
+		}
+	}
+	// The node's underlay address on its host port: what masquerade
+	// picks for traffic routed out of it (a NodePort's remote backend).
+	own := netip.PrefixFrom(p.UnderlayIP, 32)
+	addrs, err := d.k.Addrs(hp.Index)
+	add(err)
+	haveOwn := false
+	for _, a := range addrs {
+		if a == own {
+			haveOwn = true
+		} else {
+			add(d.k.DeleteAddr(hp.Index, a))
+		}
+	}
+	if !haveOwn {
+		add(d.k.AddAddr(hp.Index, own))
+	}
+	// The bridge sends frames for the host port's MAC to its port
+	// (learning is off on it).
+	fdb, err := d.k.FDB(pp.Index)
+	add(err)
+	if !containsFDB(fdb, mac) {
+		add(d.k.SetFDB(nl.FDB{LinkIndex: pp.Index, MAC: mac, Master: true, Static: true}))
+	}
+	// Remote endpoints through the host port, from the node's address,
+	// with static neighbours (no ARP).
+	want := map[netip.Addr]string{}
+	for _, r := range p.Remote {
+		if r.Network != n.Name {
+			continue
+		}
+		for _, ip := range r.IPs {
+			if ip.Addr().Is4() {
+				want[ip.Addr()] = r.MAC
+				st.routes[nl.HostRoute{Dst: netip.PrefixFrom(ip.Addr(), 32), LinkIndex: hp.Index, Src: p.UnderlayIP}] = true
+			}
+		}
+	}
+	add(d.syncNeighs(hp, want))
+	// Other nodes, for what is routed in from the bridge.
+	table := HostTable(n.VNI)
+	for v := range hostRemote(p, n) {
+		st.routes[nl.HostRoute{Dst: netip.PrefixFrom(v, 32), LinkIndex: br.Index, Table: table}] = true
+	}
+	st.rules[nl.HostRule{IIF: br.Name, Table: table, Priority: RulePriority}] = true
+	return errors.Join(errs...)
+}
+
+func containsFDB(es []nl.FDB, mac string) bool {
+	for _, e := range es {
+		if e.MAC == mac && e.Master && e.Static {
+			return true
+		}
+	}
+	return false
+}
+
+// syncRouting makes Skiff's routes and rules the wanted ones.
+func syncRouting(h nl.HostNet, st hostState) error {
+	var errs []error
+	have, err := h.Routes()
+	if err != nil {
+		return err
+	}
+	haveSet := map[nl.HostRoute]bool{}
+	for _, r := range have {
+		haveSet[r] = true
+		if !st.routes[r] {
+			errs = append(errs, h.DeleteRoute(r))
+		}
+	}
+	for r := range st.routes {
+		if !haveSet[r] {
+			errs = append(errs, h.ReplaceRoute(r))
+		}
+	}
+	rules, err := h.Rules(RulePriority)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	haveRule := map[nl.HostRule]bool{}
+	for _, r := range rules {
+		haveRule[r] = true
+		if !st.rules[r] {
+			errs = append(errs, h.DeleteRule(r))
+		}
+	}
+	for r := range st.rules {
+		if !haveRule[r] {
+			errs = append(errs, h.AddRule(r))
+		}
+	}
+	return errors.Join(errs...)
+}
