@@ -114,6 +114,10 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 	if datapath.IsVMPort(requestKind(r)) {
 		return a.createPort(ctx, r)
 	}
+	if why := dpuAway(a.current().DPU, time.Now()); why != "" {
+		// Fail fast: nothing would plumb the endpoint's representor.
+		return nil, &localapi.Error{Code: localapi.CodeUnavailable, Message: "create endpoint: " + why}
+	}
 	ctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
 	want := &skiffv1.Endpoint{Name: r.Name, Network: r.Network, Node: a.cfg.Node, Kind: requestKind(r), Labels: r.Labels, Owner: r.Owner, Namespace: r.Namespace}
@@ -255,6 +259,8 @@ func (a *Agent) Status() localapi.Status {
 		s.Reason = "not connected to the controller " + a.cfg.Controller
 	case a.healthy != nil:
 		s.Reason = "datapath: " + a.healthy.Error()
+	case dpuAway(a.plan.DPU, time.Now()) != "":
+		s.Reason = dpuAway(a.plan.DPU, time.Now())
 	default:
 		s.Ready = true
 	}
@@ -292,6 +298,9 @@ func (a *Agent) waitReady(ctx context.Context, endpoint string) error {
 		a.mu.Unlock()
 		if ok, _ := a.dp.Ready(endpoint); ok {
 			return nil
+		}
+		if err := a.dpuProblem(endpoint); err != nil {
+			return err
 		}
 		select {
 		case <-ch:
