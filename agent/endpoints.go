@@ -104,6 +104,11 @@ func requestKind(r localapi.CreateRequest) string {
 // this node's plan holds it, and answered when the datapath reports it
 // attached. Whatever fails undoes what was done.
 func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi.CreateResponse, error) {
+	if why := dpuAway(a.current().DPU, time.Now()); why != "" {
+		// Fail fast, before anything is asked or done: nothing would
+		// plumb the endpoint's representor.
+		return nil, &localapi.Error{Code: localapi.CodeUnavailable, Message: "create endpoint: " + why}
+	}
 	r, err := a.resolveDevice(ctx, r)
 	if err != nil {
 		return nil, err
@@ -113,10 +118,6 @@ func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi
 	}
 	if datapath.IsVMPort(requestKind(r)) {
 		return a.createPort(ctx, r)
-	}
-	if why := dpuAway(a.current().DPU, time.Now()); why != "" {
-		// Fail fast: nothing would plumb the endpoint's representor.
-		return nil, &localapi.Error{Code: localapi.CodeUnavailable, Message: "create endpoint: " + why}
 	}
 	ctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
