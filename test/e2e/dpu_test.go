@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/internal/testns"
 )
 
@@ -61,7 +62,8 @@ func vfConf(network, socket string, vf int) string {
 
 func TestDPUMode(t *testing.T) {
 	const vfs = 4
-	hostTable, dpuTable := vfTable(t, "vf", vfs), vfTable(t, "rep", vfs)
+	// The host has one VF more than the DPU has representors for.
+	hostTable, dpuTable := vfTable(t, "vf", vfs+1), vfTable(t, "rep", vfs)
 	c := newClusterArgs(t, map[string][]string{
 		"h1": {"--mode", "dpu-host", "--dpu", "d1", "--vf-table", hostTable},
 		"d1": {"--mode", "dpu", "--vf-table", dpuTable},
@@ -70,6 +72,8 @@ func TestDPUMode(t *testing.T) {
 	for i := range vfs {
 		testns.Run(t, h1.ns, "ip", "link", "add", fmt.Sprintf("vf%d", i), "type", "veth", "peer", "name", fmt.Sprintf("rep%d", i), "netns", d1.ns)
 	}
+	// ... whose stand-in has its peer in the host (no representor).
+	testns.Run(t, h1.ns, "ip", "link", "add", fmt.Sprintf("vf%d", vfs), "type", "veth", "peer", "name", "nrep")
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	eventually(t, func() error {
@@ -110,6 +114,9 @@ func TestDPUMode(t *testing.T) {
 		t.Fatal("vf0 is still in the host's namespace after the ADD")
 	}
 	testns.Run(t, pa, "ip", "link", "show", "eth0") // the VF, renamed, in the pod
+	if out := c.mustCtl("get", "endpoints"); !strings.Contains(out, cni.EndpointName("pod-a", "eth0")) {
+		t.Fatalf("skiffctl does not list pod-a's endpoint by its name (the checks of endpoints left behind below rely on it):\n%s", out)
+	}
 	if out := testns.Run(t, d1.ns, "ip", "-o", "link", "show", "master", "skb100"); !strings.Contains(out, "skiff:rep ep=") {
 		t.Fatalf("the DPU did not put the adopted representor on the network's bridge:\n%s", out)
 	}
@@ -119,6 +126,23 @@ func TestDPUMode(t *testing.T) {
 	eventually(t, func() error {
 		if !connects(pa, ipb, "8080") {
 			return fmt.Errorf("no TCP from the host's pod to %s:8080", ipb)
+		}
+		return nil
+	})
+
+	// A VF the DPU has no representor for: the DPU refuses it, the ADD
+	// fails with its reason, the VF goes back home, no endpoint stays.
+	px := testns.New(t)
+	start = time.Now()
+	_, err := add("pod-x", px, vfConf("blue", h1.socket, vfs))
+	t.Logf("CNI ADD of a VF the DPU has no representor for failed in %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil || !strings.Contains(unquoted(err), fmt.Sprintf("no representor for VF %d of PF %s on DPU d1", vfs, dpuHostPF)) {
+		t.Fatalf("ADD of a VF without representor: %v", err)
+	}
+	testns.Run(t, h1.ns, "ip", "link", "show", fmt.Sprintf("vf%d", vfs))
+	eventually(t, func() error {
+		if out := c.mustCtl("get", "endpoints"); strings.Contains(out, cni.EndpointName("pod-x", "eth0")) {
+			return fmt.Errorf("the refused endpoint stayed:\n%s", out)
 		}
 		return nil
 	})
@@ -139,7 +163,7 @@ func TestDPUMode(t *testing.T) {
 	t.Logf("DPU agent killed -> the host's STATUS says so: %v", time.Since(stopped).Round(time.Millisecond))
 	pc := testns.New(t)
 	start = time.Now()
-	_, err := add("pod-c", pc, vfConf("blue", h1.socket, 1))
+	_, err = add("pod-c", pc, vfConf("blue", h1.socket, 1))
 	took := time.Since(start)
 	t.Logf("CNI ADD on the dpu-host node with its DPU's agent stopped failed in %v: %v", took.Round(time.Millisecond), err)
 	if err == nil || !strings.Contains(unquoted(err), `DPU "d1" is not connected`) || !strings.Contains(unquoted(err), "away for") {
@@ -149,7 +173,7 @@ func TestDPUMode(t *testing.T) {
 		t.Fatalf("ADD with the DPU away took %v, want under a second", took)
 	}
 	testns.Run(t, h1.ns, "ip", "link", "show", "vf1") // nothing half-made: the VF stayed home
-	if out := c.mustCtl("get", "endpoints"); strings.Contains(out, "pod-c") {
+	if out := c.mustCtl("get", "endpoints"); strings.Contains(out, cni.EndpointName("pod-c", "eth0")) {
 		t.Fatalf("an endpoint was created for the refused ADD:\n%s", out)
 	}
 	testns.Run(t, pa, "ping", "-c", "2", "-W", "2", ipb)
@@ -160,6 +184,19 @@ func TestDPUMode(t *testing.T) {
 	// The DPU agent is back: new pods work, old ones still do.
 	c.startAgent("d1")
 	eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", cniConf("blue", h1.socket, "1.1.0")); return err })
+	// Its restart changed nothing that matched: no representor adopted
+	// again, the running pod's still on the bridge.
+	eventually(t, func() error {
+		b, _ := os.ReadFile(d1.log)
+		if !strings.Contains(string(b), "datapath applied") {
+			return fmt.Errorf("the restarted DPU agent has not applied yet")
+		}
+		if strings.Contains(string(b), "representor adopted") {
+			return fmt.Errorf("the restarted DPU agent adopted again:\n%s", b)
+		}
+		return nil
+	})
+	testns.Run(t, pa, "ping", "-c", "1", "-W", "2", ipb)
 	ipc := mustAdd("pod-c", pc, vfConf("blue", h1.socket, 1))
 	testns.Run(t, pc, "ping", "-c", "2", "-W", "2", ipb)
 	testns.Run(t, pa, "ping", "-c", "1", "-W", "2", ipc)
