@@ -86,6 +86,7 @@ type Planner struct {
 	members  map[string]map[string]int      // network -> node -> local endpoint count
 	byNode   map[string]map[string]struct{} // datapath node -> endpoint names (a host's are its DPU's)
 	byHost   map[string]map[string]struct{} // dpu-host node -> its endpoint names
+	hostsOf  map[string]map[string]struct{} // DPU node -> the hosts naming it
 	status   map[string]NodeStatus          // node -> its agent's session
 	ready    map[string]EndpointReady       // endpoint -> its DPU's report
 	plans    map[string]*plan.Plan
@@ -129,6 +130,7 @@ func (p *Planner) reset() {
 	p.byNode = map[string]map[string]struct{}{}
 	p.byHost = map[string]map[string]struct{}{}
 	p.status = map[string]NodeStatus{}
+	p.hostsOf = map[string]map[string]struct{}{}
 	p.ready = map[string]EndpointReady{}
 	p.plans = map[string]*plan.Plan{}
 	p.dlog = map[string][]plan.Delta{}
@@ -203,7 +205,7 @@ func (p *Planner) Load(rev int64, s State) {
 		p.putSubnet(sn)
 	}
 	for _, n := range s.Nodes {
-		p.nodes[n.Name] = n
+		p.setNode(n.Name, n, false)
 	}
 	for n, since := range s.Connected {
 		p.status[n] = NodeStatus{Node: n, Connected: true, Since: since}

@@ -92,11 +92,31 @@ func (p *Planner) applyStatus(s NodeStatus, t touchSet) {
 // touchHostsOf marks the header of the hosts whose DPU is node. Caller
 // holds mu.
 func (p *Planner) touchHostsOf(node string, t touchSet) {
-	for name, n := range p.nodes {
-		if hostDPU(n) == node {
-			p.planOf(name)
-			t.node(name).header = true
+	for name := range p.hostsOf[node] {
+		p.planOf(name)
+		t.node(name).header = true
+	}
+}
+
+// setNode records node n (deleted: the zero Node of that name), keeping
+// the index of hosts by DPU. Caller holds mu.
+func (p *Planner) setNode(name string, n plan.Node, deleted bool) {
+	if d := hostDPU(p.nodes[name]); d != "" {
+		delete(p.hostsOf[d], name)
+		if len(p.hostsOf[d]) == 0 {
+			delete(p.hostsOf, d)
 		}
+	}
+	if deleted {
+		delete(p.nodes, name)
+		return
+	}
+	p.nodes[name] = n
+	if d := hostDPU(n); d != "" {
+		if p.hostsOf[d] == nil {
+			p.hostsOf[d] = map[string]struct{}{}
+		}
+		p.hostsOf[d][name] = struct{}{}
 	}
 }
 

@@ -78,10 +78,8 @@ func (p *Planner) lastChange(r *Recent, node string, pl *plan.Plan) int64 {
 		return p.loadRev
 	}
 	last := max(r.Floor, r.nodes[node], r.policy)
-	for name, n := range p.nodes {
-		if hostDPU(n) == node {
-			last = max(last, r.nodes[name]) // its host's pairing
-		}
+	for name := range p.hostsOf[node] {
+		last = max(last, r.nodes[name]) // its host's pairing
 	}
 	if len(pl.Policies) > 0 || len(pl.Groups) > 0 {
 		last = max(last, r.endpoint)

@@ -173,11 +173,7 @@ func (p *Planner) apply(c Change, t touchSet) {
 				p.apply(Change{Delete: true, Endpoint: &e}, t)
 			}
 		}
-		if c.Delete {
-			delete(p.nodes, name)
-		} else {
-			p.nodes[name] = *c.Node
-		}
+		p.setNode(name, after, c.Delete)
 		for _, e := range moved {
 			p.apply(Change{Endpoint: &e}, t)
 		}
