@@ -25,7 +25,7 @@ func vfPCI(i int) string { return fmt.Sprintf("0000:03:00.%d", i+2) }
 
 // vfTable writes a --vf-table file for n VFs, netdev prefix "vf" (host)
 // or "rep" (DPU).
-func vfTable(t *testing.T, prefix string, n int) string {
+func vfTable(t testing.TB, prefix string, n int) string {
 	t.Helper()
 	type entry struct {
 		PF     string `json:"pf"`
