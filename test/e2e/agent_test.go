@@ -37,11 +37,12 @@ type node struct {
 const ctrlAddr = "192.0.2.254:7400"
 
 func newCluster(t testing.TB, names ...string) *cluster {
-	return newClusterArgs(t, nil, names...)
+	return newClusterArgs(t, nil, nil, names...)
 }
 
-// newClusterArgs is newCluster with more flags for some nodes' agents.
-func newClusterArgs(t testing.TB, args map[string][]string, names ...string) *cluster {
+// newClusterArgs is newCluster with more flags for some nodes' agents;
+// the agents of the nodes in later are not started (startAgent does).
+func newClusterArgs(t testing.TB, args map[string][]string, later []string, names ...string) *cluster {
 	testns.Require(t)
 	c := &cluster{t: t, ul: testns.New(t), data: t.TempDir(), nodes: map[string]*node{}}
 	testns.UnderlayBridge(t, c.ul, "ul0", "192.0.2.254/24")
@@ -59,7 +60,9 @@ func newClusterArgs(t testing.TB, args map[string][]string, names ...string) *cl
 	}
 	c.startController()
 	for _, n := range names {
-		c.startAgent(n)
+		if !slices.Contains(later, n) {
+			c.startAgent(n)
+		}
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {

@@ -28,7 +28,7 @@ func benchCNIDPUHost(b *testing.B) {
 	c := newClusterArgs(b, map[string][]string{
 		"h1": {"--mode", "dpu-host", "--dpu", "d1", "--vf-table", hostTable},
 		"d1": {"--mode", "dpu", "--vf-table", dpuTable},
-	}, "h1", "d1", "n2")
+	}, nil, "h1", "d1", "n2")
 	h1, d1, n2 := c.nodes["h1"], c.nodes["d1"], c.nodes["n2"]
 	for i := range pods {
 		testns.Run(b, h1.ns, "ip", "link", "add", fmt.Sprintf("vf%d", i), "type", "veth", "peer", "name", fmt.Sprintf("rep%d", i), "netns", d1.ns)

@@ -67,7 +67,7 @@ func TestDPUMode(t *testing.T) {
 	c := newClusterArgs(t, map[string][]string{
 		"h1": {"--mode", "dpu-host", "--dpu", "d1", "--vf-table", hostTable},
 		"d1": {"--mode", "dpu", "--vf-table", dpuTable},
-	}, "h1", "d1", "n2")
+	}, nil, "h1", "d1", "n2")
 	h1, d1, n2 := c.nodes["h1"], c.nodes["d1"], c.nodes["n2"]
 	for i := range vfs {
 		testns.Run(t, h1.ns, "ip", "link", "add", fmt.Sprintf("vf%d", i), "type", "veth", "peer", "name", fmt.Sprintf("rep%d", i), "netns", d1.ns)
@@ -225,15 +225,16 @@ func TestDPUPairingErrors(t *testing.T) {
 		"d1": {"--mode", "dpu", "--vf-table", vfTable(t, "rep", 2)},
 		"h2": {"--mode", "dpu-host", "--dpu", "d1", "--vf-table", table},
 		"h3": {"--mode", "dpu-host", "--dpu", "ghost", "--vf-table", table},
-	}, "h1", "d1", "h2", "h3")
+	}, []string{"h2"}, "h1", "d1", "h2", "h3")
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	eventually(t, func() error {
 		_, err := cniRun("STATUS", "", "", "", cniConf("blue", c.nodes["h1"].socket, "1.1.0"))
 		return err
 	})
-	// h2 claims h1's DPU: its registration is refused, naming the field
-	// and the holder.
+	// h2 claims h1's DPU (once h1 holds it): its registration is
+	// refused, naming the field and the holder.
+	c.startAgent("h2")
 	eventually(t, func() error {
 		b, _ := os.ReadFile(c.nodes["h2"].log)
 		if !strings.Contains(string(b), `dpu: node \"d1\" is already the DPU of host \"h1\"`) {
