@@ -52,8 +52,11 @@ type Links interface {
 
 // Options configure a Datapath.
 type Options struct {
-	VFs    VFs   // required
-	Links  Links // nl.Netdevs when nil
+	VFs   VFs   // required
+	Links Links // nl.Netdevs when nil
+	// HostNS is the namespace VFs live in when no pod holds them (a
+	// path; "" is the caller's, the host's on a node).
+	HostNS string
 	Logger *slog.Logger
 }
 
@@ -61,6 +64,7 @@ type Options struct {
 type Datapath struct {
 	vfs   VFs
 	links Links
+	host  string
 	log   *slog.Logger
 
 	mu     sync.Mutex
@@ -70,7 +74,7 @@ type Datapath struct {
 
 // New returns a dpu-host datapath.
 func New(o Options) *Datapath {
-	d := &Datapath{vfs: o.VFs, links: o.Links, log: o.Logger, why: map[string]string{}}
+	d := &Datapath{vfs: o.VFs, links: o.Links, host: o.HostNS, log: o.Logger, why: map[string]string{}}
 	if d.links == nil {
 		d.links = nl.Netdevs{}
 	}
@@ -157,7 +161,7 @@ func (d *Datapath) Plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: %w", e.Name, err)
 	}
 	out.HostIf = home
-	l, err := d.links.Get("", home)
+	l, err := d.links.Get(d.host, home)
 	if err != nil {
 		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: VF %d of %s (netdev %s) is not in the host namespace: %w", e.Name, e.VFIndex, e.PF, home, err)
 	}
@@ -178,9 +182,9 @@ func (d *Datapath) Plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 	steps := []struct {
 		do, undo func() error
 	}{
-		{func() error { return d.links.SetDown("", home) }, nil},
-		{func() error { return d.links.SetAlias("", home, mark(e.Name, home)) }, func() error { return d.links.SetAlias("", home, "") }},
-		{func() error { return d.links.Move("", home, req.NetNS) }, func() error { return d.links.Move(req.NetNS, home, "") }},
+		{func() error { return d.links.SetDown(d.host, home) }, nil},
+		{func() error { return d.links.SetAlias(d.host, home, mark(e.Name, home)) }, func() error { return d.links.SetAlias(d.host, home, "") }},
+		{func() error { return d.links.Move(d.host, home, req.NetNS) }, func() error { return d.links.Move(req.NetNS, home, d.host) }},
 		{func() error { return d.links.Rename(req.NetNS, home, req.IfName) }, func() error { return d.links.Rename(req.NetNS, req.IfName, home) }},
 		{func() error { return d.links.Configure(req.NetNS, req.IfName, cfg) }, nil},
 	}
@@ -214,26 +218,26 @@ func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error
 			if err := d.count(d.links.Rename(req.NetNS, l.Name, home)); err != nil {
 				return fmt.Errorf("dpu-host datapath: endpoint %s: %w", name, err)
 			}
-			if err := d.count(d.links.Move(req.NetNS, home, "")); err != nil {
+			if err := d.count(d.links.Move(req.NetNS, home, d.host)); err != nil {
 				return fmt.Errorf("dpu-host datapath: endpoint %s: VF %s back home: %w", name, home, err)
 			}
-			return d.count(d.links.SetAlias("", home, ""))
+			return d.count(d.links.SetAlias(d.host, home, ""))
 		}
 	}
 	// Back in the host already (the kernel returns a VF whose namespace
 	// was destroyed): clear its mark.
-	devs, err := d.links.List("")
+	devs, err := d.links.List(d.host)
 	if err != nil {
 		return fmt.Errorf("dpu-host datapath: endpoint %s: %w", name, err)
 	}
 	for _, l := range devs {
 		if ep, home, ok := parseMark(l.Alias); ok && ep == name {
 			if l.Name != home {
-				if err := d.count(d.links.Rename("", l.Name, home)); err != nil {
+				if err := d.count(d.links.Rename(d.host, l.Name, home)); err != nil {
 					return err
 				}
 			}
-			return d.count(d.links.SetAlias("", home, ""))
+			return d.count(d.links.SetAlias(d.host, home, ""))
 		}
 	}
 	return nil
