@@ -53,7 +53,10 @@ type Options struct {
 	Kernel       nl.Kernel         // required: links of the DPU's namespace
 	Links        Links             // nl.Netdevs when nil
 	Representors Representors      // required
-	Logger       *slog.Logger
+	// NetNS is the namespace Kernel works in, for Links (a path; "" is
+	// the caller's).
+	NetNS  string
+	Logger *slog.Logger
 }
 
 // Datapath is the dpu datapath. Apply, Plumb and Unplumb follow
@@ -149,12 +152,12 @@ func (d *Datapath) adopt(e plan.Endpoint, byName map[string]nl.Link) (why string
 	if ep, _, marked := parseMark(l.Alias); marked && ep != e.Name {
 		return fmt.Sprintf("the representor %s of VF %d of PF %s serves endpoint %s", rep, e.VFIndex, e.PF, ep), nil
 	}
-	if err := d.o.Links.SetAlias("", rep, mark(e.Name, rep)); err != nil {
+	if err := d.o.Links.SetAlias(d.o.NetNS, rep, mark(e.Name, rep)); err != nil {
 		return "", fmt.Errorf("dpu datapath: endpoint %s: mark representor %s: %w", e.Name, rep, err)
 	}
-	if err := d.o.Links.Rename("", rep, hn); err != nil {
+	if err := d.o.Links.Rename(d.o.NetNS, rep, hn); err != nil {
 		return "", errors.Join(fmt.Errorf("dpu datapath: endpoint %s: rename representor %s to %s: %w", e.Name, rep, hn, err),
-			d.o.Links.SetAlias("", rep, ""))
+			d.o.Links.SetAlias(d.o.NetNS, rep, ""))
 	}
 	d.o.Logger.Info("representor adopted", "endpoint", e.Name, "representor", rep, "as", hn, "host", e.Node)
 	return "", nil
@@ -168,12 +171,12 @@ func (d *Datapath) release(l nl.Link, home string) error {
 		}
 	}
 	if l.Name != home {
-		if err := d.o.Links.Rename("", l.Name, home); err != nil {
+		if err := d.o.Links.Rename(d.o.NetNS, l.Name, home); err != nil {
 			return fmt.Errorf("dpu datapath: give %s its name %s back: %w", l.Name, home, err)
 		}
 	}
 	d.o.Logger.Info("representor given back", "representor", home)
-	return d.o.Links.SetAlias("", home, "")
+	return d.o.Links.SetAlias(d.o.NetNS, home, "")
 }
 
 // Refused says why a host's endpoint cannot be attached ("": it can),
