@@ -67,6 +67,9 @@ type Datapath struct {
 	host  string
 	log   *slog.Logger
 
+	// moves serializes moving VFs (Plumb, Unplumb) with Apply's
+	// sweep, which must not take a VF mid-move for a stranded one.
+	moves  sync.Mutex
 	mu     sync.Mutex
 	why    map[string]string // endpoint -> "" when its DPU reports it attached, else why not
 	writes int
@@ -99,7 +102,10 @@ func parseMark(alias string) (endpoint, home string, ok bool) {
 func (d *Datapath) Kinds() []string { return []string{plan.KindVF} }
 
 // Apply implements datapath.Datapath: the host has nothing to forward;
-// it takes each local endpoint's readiness from its DPU's report in p.
+// it takes each local endpoint's readiness from its DPU's report in p,
+// and gives back to the host, under their names and unmarked, VFs the
+// kernel returned from destroyed pod namespaces (still marked, perhaps
+// renamed).
 func (d *Datapath) Apply(p plan.Plan) error {
 	why := map[string]string{}
 	for name, e := range p.Local {
@@ -117,7 +123,34 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	d.mu.Lock()
 	d.why = why
 	d.mu.Unlock()
-	return nil
+	return d.giveBack()
+}
+
+// giveBack renames and unmarks the marked VFs in the host namespace: in
+// the host, a VF is in no pod.
+func (d *Datapath) giveBack() error {
+	d.moves.Lock()
+	defer d.moves.Unlock()
+	devs, err := d.links.List(d.host)
+	if err != nil {
+		return fmt.Errorf("dpu-host datapath: %w", err)
+	}
+	var errs []error
+	for _, l := range devs {
+		ep, home, ok := parseMark(l.Alias)
+		if !ok {
+			continue
+		}
+		d.log.Info("giving back a VF whose pod's namespace is gone", "endpoint", ep, "vf", home, "as", l.Name)
+		if l.Name != home {
+			if err := d.count(d.links.Rename(d.host, l.Name, home)); err != nil {
+				errs = append(errs, fmt.Errorf("dpu-host datapath: VF %s back to its name %s: %w", l.Name, home, err))
+				continue
+			}
+		}
+		errs = append(errs, d.count(d.links.SetAlias(d.host, home, "")))
+	}
+	return errors.Join(errs...)
 }
 
 // Ready implements datapath.Datapath: the DPU reported the endpoint's
@@ -149,6 +182,8 @@ func (d *Datapath) Plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 	for _, g := range out.Gateways {
 		cfg.Routes = append(cfg.Routes, nl.LinkRoute{Gw: g})
 	}
+	d.moves.Lock()
+	defer d.moves.Unlock()
 	if l, err := d.links.Get(req.NetNS, req.IfName); err == nil {
 		if ep, home, ok := parseMark(l.Alias); ok && ep == e.Name {
 			out.HostIf = home
@@ -204,6 +239,8 @@ func (d *Datapath) Plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 // under its name, its mark cleared. A VF in no namespace in reach (its
 // pod's is gone) is not an error.
 func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error {
+	d.moves.Lock()
+	defer d.moves.Unlock()
 	name := req.Endpoint.Name
 	if req.NetNS != "" {
 		devs, err := d.links.List(req.NetNS)

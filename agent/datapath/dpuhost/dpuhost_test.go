@@ -91,3 +91,26 @@ func TestPlumbUnplumb(t *testing.T) {
 		t.Errorf("vf0 still marked: %s", out)
 	}
 }
+
+// A VF the kernel returned to the host from a destroyed pod namespace
+// (marked, under the pod's interface name) is given back by Apply under
+// its name, unmarked; nothing else in the host is touched.
+func TestApplyGivesBackStrandedVFs(t *testing.T) {
+	testns.Require(t)
+	host := testns.New(t)
+	testns.Run(t, host, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "other")
+	testns.Run(t, host, "ip", "link", "set", "eth0", "alias", "skiff:dpuvf ep=pod-a home=vf3")
+	testns.Run(t, host, "ip", "link", "set", "other", "alias", "not skiff's")
+	d := New(Options{VFs: &vftable.Table{}, HostNS: testns.Path(host)})
+	for range 2 {
+		if err := d.Apply(plan.New("h1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := testns.Run(t, host, "ip", "-o", "link", "show", "vf3"); strings.Contains(out, "skiff:") {
+		t.Errorf("vf3 still marked: %s", out)
+	}
+	if out := testns.Run(t, host, "ip", "-o", "link", "show", "other"); !strings.Contains(out, "not skiff's") {
+		t.Errorf("a link that is not Skiff's was touched: %s", out)
+	}
+}
