@@ -107,21 +107,21 @@ func (a *Agent) kickDPU() {
 // after every reconnection, until ctx ends; a failed report is sent again
 // a second later.
 func (a *Agent) reportDPU(ctx context.Context) {
-	reportOnSignal(ctx, a.dpuSig, func(ctx context.Context) (bool, error) {
+	reportOnSignal(ctx, a.dpuSig, func(ctx context.Context) error {
 		a.dpuMu.Lock()
 		req := &skiffv1.ReportDPUEndpointsRequest{Node: a.cfg.Node, Endpoints: a.dpuRep}
 		known := a.dpuRep != nil || a.dpuSent
 		a.dpuMu.Unlock()
 		if !known {
-			return false, nil
+			return nil
 		}
 		if _, err := a.client.ReportDPUEndpoints(ctx, req); err != nil {
 			a.log.Debug("reporting the host's endpoints; retrying", "endpoints", len(req.Endpoints), "err", err)
-			return true, err
+			return err
 		}
 		a.dpuMu.Lock()
 		a.dpuSent = true
 		a.dpuMu.Unlock()
-		return true, nil
+		return nil
 	})
 }

@@ -171,7 +171,7 @@ func leaseOf(e plan.Endpoint, p plan.Plan) (dhcp.Lease, bool) {
 // they change and after every reconnection, until ctx ends; a failed
 // report is sent again a second later.
 func (a *Agent) reportPorts(ctx context.Context) {
-	reportOnSignal(ctx, a.portsSig, func(ctx context.Context) (bool, error) {
+	reportOnSignal(ctx, a.portsSig, func(ctx context.Context) error {
 		a.portMu.Lock()
 		known := a.portsKnown
 		req := &skiffv1.ReportPortsRequest{Node: a.cfg.Node}
@@ -184,20 +184,19 @@ func (a *Agent) reportPorts(ctx context.Context) {
 		}
 		a.portMu.Unlock()
 		if !known {
-			return false, nil // nothing reconciled yet: an empty report would erase statuses
+			return nil // nothing reconciled yet: an empty report would erase statuses
 		}
 		_, err := a.client.ReportPorts(ctx, req)
 		if err != nil {
 			a.log.Debug("reporting VM ports; retrying", "ports", len(req.Ports), "err", err)
 		}
-		return true, err
+		return err
 	})
 }
 
 // reportOnSignal calls send on every signal until ctx ends, with a
-// context of 5 s; a send that fails is tried again a second later. send
-// says whether it sent anything.
-func reportOnSignal(ctx context.Context, sig <-chan struct{}, send func(ctx context.Context) (bool, error)) {
+// context of 5 s; a send that fails is tried again a second later.
+func reportOnSignal(ctx context.Context, sig <-chan struct{}, send func(ctx context.Context) error) {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -209,7 +208,7 @@ func reportOnSignal(ctx context.Context, sig <-chan struct{}, send func(ctx cont
 		case <-retry.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := send(rctx)
+		err := send(rctx)
 		cancel()
 		if err != nil {
 			retry.Reset(time.Second)
