@@ -21,7 +21,8 @@ import (
 // through a --vf-table file (agent/datapath/vftable) instead of sysfs.
 const dpuHostPF = "0000:03:00.0"
 
-func vfPCI(i int) string { return fmt.Sprintf("0000:03:00.%d", i+2) }
+// vfPCI is VF i's (made-up) PCI address: functions 0-7 of devices 1, 2...
+func vfPCI(i int) string { return fmt.Sprintf("0000:03:%02x.%d", 1+i/8, i%8) }
 
 // vfTable writes a --vf-table file for n VFs, netdev prefix "vf" (host)
 // or "rep" (DPU).
