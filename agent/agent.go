@@ -61,9 +61,16 @@ type Config struct {
 	LocalAPITLS localapi.TLS
 	UnderlayIP  string
 	StateDir    string
-	// Mode is auto, software or offload (see ChooseMode); the caller
-	// chooses the datapath from it.
-	Mode        string
+	// Mode is auto, software, offload, dpu or dpu-host (see
+	// ChooseMode); the caller chooses the datapath from it.
+	Mode string
+	// DPU is, in mode dpu-host, the node whose agent (mode dpu) plumbs
+	// this host's VFs' representors (required there, refused elsewhere).
+	DPU string
+	// VFTable, in modes dpu and dpu-host, replaces sysfs discovery of
+	// VFs and representors by a file (agent/datapath/vftable): for
+	// benches without SR-IOV. The caller reads it.
+	VFTable     string
 	MetricsAddr string // empty: no metrics server
 	// TLS: CA of the controller's certificate, and this node's client
 	// certificate (common name node:NAME). All empty: plaintext. The
@@ -188,6 +195,12 @@ type Agent struct {
 	pendOp       sync.RWMutex // creates (read) against the pending loop's deletes (write)
 	pendingGauge prometheus.Gauge
 
+	// Mode dpu: what was last reported of the host's endpoints (dpu.go).
+	dpuMu   sync.Mutex
+	dpuRep  []*skiffv1.DPUEndpointReport
+	dpuSent bool
+	dpuSig  chan struct{}
+
 	reg       *prometheus.Registry
 	revision  prometheus.Gauge
 	connected prometheus.Gauge
@@ -210,9 +223,15 @@ func (c Config) validate() (netip.Addr, error) {
 		return netip.Addr{}, errors.New("--state-dir is required")
 	}
 	switch c.Mode {
-	case "", ModeAuto, ModeSoftware, ModeOffload:
+	case "", ModeAuto, ModeSoftware, ModeOffload, ModeDPU, ModeDPUHost:
 	default:
-		return netip.Addr{}, fmt.Errorf("--mode: %q is not auto, software or offload", c.Mode)
+		return netip.Addr{}, fmt.Errorf("--mode: %q is not auto, software, offload, dpu or dpu-host", c.Mode)
+	}
+	switch {
+	case c.Mode == ModeDPUHost && c.DPU == "":
+		return netip.Addr{}, errors.New("--dpu: required in mode dpu-host (the node name of this host's DPU)")
+	case c.Mode != ModeDPUHost && c.DPU != "":
+		return netip.Addr{}, fmt.Errorf("--dpu: only in mode dpu-host, not %q", c.Mode)
 	}
 	if c.LocalAPI != "" && !c.LocalAPITLS.Set() {
 		return netip.Addr{}, errors.New("--local-api-listen: needs --local-api-tls-cert, --local-api-tls-key and --local-api-client-ca (the TCP local API is mTLS only)")
@@ -279,7 +298,8 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 		under: under, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
 		discover: d.Discover, vfByPCI: d.VFByPCI, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
 		rediscover: make(chan struct{}, 1), ports: map[string]*vmPort{}, portsSig: make(chan struct{}, 1), dhcp: d.DHCP,
-		pendSig: make(chan struct{}, 1), cniSig: make(chan struct{}, 1), certSig: make(chan struct{}, 1)}
+		pendSig: make(chan struct{}, 1), cniSig: make(chan struct{}, 1), certSig: make(chan struct{}, 1),
+		dpuSig: make(chan struct{}, 1)}
 	a.metrics()
 	if a.pend, err = loadPending(cfg.StateDir); err != nil {
 		// The endpoints stay in the controller until an adapter's garbage
@@ -349,6 +369,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.reportEvents(ctx) })
 	wg.Go(func() { a.reportCounters(ctx, cfg.StatsInterval) })
 	wg.Go(func() { a.reportPorts(ctx) })
+	wg.Go(func() { a.reportDPU(ctx) })
 	wg.Go(func() { a.watch(ctx) })
 	wg.Go(func() { a.session(ctx) })
 	wg.Go(func() { a.reconcileLoop(ctx) })
@@ -374,7 +395,7 @@ func (a *Agent) nodeObject() *skiffv1.Node {
 		caps = Capabilities(nil, "")
 	}
 	return &skiffv1.Node{Name: a.cfg.Node, UnderlayIp: a.under.String(), Mode: mode, AgentVersion: Version,
-		Capabilities: proto.Clone(caps).(*skiffv1.NodeCapabilities)}
+		Capabilities: proto.Clone(caps).(*skiffv1.NodeCapabilities), Dpu: a.cfg.DPU}
 }
 
 func (a *Agent) current() plan.Plan {
@@ -499,6 +520,7 @@ func (a *Agent) reconcile() {
 	err := a.dp.Apply(p)
 	a.releasePorts(p)
 	a.portsApplied(p)
+	a.dpuApplied(p)
 	a.applySecs.Observe(time.Since(start).Seconds())
 	a.mu.Lock()
 	a.healthy = err

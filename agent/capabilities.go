@@ -32,6 +32,7 @@ const (
 	ModeSoftware = "software"
 	ModeOffload  = "offload"
 	ModeDPU      = "dpu"
+	ModeDPUHost  = "dpu-host"
 )
 
 // Capabilities turns what eswitch discovery found into the capabilities the
@@ -150,8 +151,13 @@ func ChooseMode(flag string, caps *skiffv1.NodeCapabilities) (string, error) {
 				describePFs(caps))
 		}
 		return ModeOffload, nil
+	case ModeDPU, ModeDPUHost:
+		// A DPU's agent runs the software datapath where its Arm side
+		// has no eswitch in switchdev mode (the host-kernel test
+		// bench), the offload one where it has.
+		return flag, nil
 	}
-	return "", fmt.Errorf("--mode: %q is not auto, software or offload", flag)
+	return "", fmt.Errorf("--mode: %q is not auto, software, offload, dpu or dpu-host", flag)
 }
 
 func describePFs(caps *skiffv1.NodeCapabilities) string {

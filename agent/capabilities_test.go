@@ -246,7 +246,9 @@ func TestChooseMode(t *testing.T) {
 		{flag: "offload", caps: offload, want: "offload"},
 		{flag: "offload", caps: software, wantErr: []string{"--mode offload", "no eswitch in switchdev mode", "ens2f0: legacy"}},
 		{flag: "offload", caps: &skiffv1.NodeCapabilities{Modes: []string{"software"}}, wantErr: []string{"--mode offload", "no SR-IOV PF found"}},
-		{flag: "dpu", caps: dpu, wantErr: []string{`--mode: "dpu" is not auto, software or offload`}},
+		{flag: "dpu", caps: dpu, want: "dpu"},
+		{flag: "dpu-host", caps: software, want: "dpu-host"},
+		{flag: "bluefield", caps: dpu, wantErr: []string{`--mode: "bluefield" is not auto, software, offload, dpu or dpu-host`}},
 		{flag: "Software", caps: software, wantErr: []string{"--mode"}},
 	} {
 		t.Run(tc.flag+"/"+strings.Join(tc.caps.GetModes(), "+"), func(t *testing.T) {

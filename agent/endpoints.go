@@ -104,6 +104,11 @@ func requestKind(r localapi.CreateRequest) string {
 // this node's plan holds it, and answered when the datapath reports it
 // attached. Whatever fails undoes what was done.
 func (a *Agent) Create(ctx context.Context, r localapi.CreateRequest) (*localapi.CreateResponse, error) {
+	if why := dpuAway(a.current().DPU, time.Now()); why != "" {
+		// Fail fast, before anything is asked or done: nothing would
+		// plumb the endpoint's representor.
+		return nil, &localapi.Error{Code: localapi.CodeUnavailable, Message: "create endpoint: " + why}
+	}
 	r, err := a.resolveDevice(ctx, r)
 	if err != nil {
 		return nil, err
@@ -255,6 +260,8 @@ func (a *Agent) Status() localapi.Status {
 		s.Reason = "not connected to the controller " + a.cfg.Controller
 	case a.healthy != nil:
 		s.Reason = "datapath: " + a.healthy.Error()
+	case dpuAway(a.plan.DPU, time.Now()) != "":
+		s.Reason = dpuAway(a.plan.DPU, time.Now())
 	default:
 		s.Ready = true
 	}
@@ -292,6 +299,9 @@ func (a *Agent) waitReady(ctx context.Context, endpoint string) error {
 		a.mu.Unlock()
 		if ok, _ := a.dp.Ready(endpoint); ok {
 			return nil
+		}
+		if err := a.dpuProblem(endpoint); err != nil {
+			return err
 		}
 		select {
 		case <-ch:

@@ -203,16 +203,7 @@ func leaseOf(e plan.Endpoint, p plan.Plan) (dhcp.Lease, bool) {
 // they change and after every reconnection, until ctx ends; a failed
 // report is sent again a second later.
 func (a *Agent) reportPorts(ctx context.Context) {
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.portsSig:
-		case <-retry.C:
-		}
+	reportOnSignal(ctx, a.portsSig, func(ctx context.Context) error {
 		a.portMu.Lock()
 		known := a.portsKnown
 		req := &skiffv1.ReportPortsRequest{Node: a.cfg.Node}
@@ -225,13 +216,33 @@ func (a *Agent) reportPorts(ctx context.Context) {
 		}
 		a.portMu.Unlock()
 		if !known {
-			continue // nothing reconciled yet: an empty report would erase statuses
+			return nil // nothing reconciled yet: an empty report would erase statuses
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := a.client.ReportPorts(rctx, req)
-		cancel()
+		_, err := a.client.ReportPorts(ctx, req)
 		if err != nil {
 			a.log.Debug("reporting VM ports; retrying", "ports", len(req.Ports), "err", err)
+		}
+		return err
+	})
+}
+
+// reportOnSignal calls send on every signal until ctx ends, with a
+// context of 5 s; a send that fails is tried again a second later.
+func reportOnSignal(ctx context.Context, sig <-chan struct{}, send func(ctx context.Context) error) {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+		case <-retry.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := send(rctx)
+		cancel()
+		if err != nil {
 			retry.Reset(time.Second)
 		}
 	}

@@ -138,6 +138,7 @@ func (a *Agent) stream(ctx context.Context) error {
 			connected = true
 			a.setConnected(true)
 			a.kickPorts() // the controller may have missed reports while apart
+			a.kickDPU()
 		}
 	}
 }

@@ -54,7 +54,15 @@ func plannerState(st *store.State, log *slog.Logger) planner.State {
 	for _, n := range st.Namespaces {
 		out.Namespaces = append(out.Namespaces, planner.NamespaceLabels{Name: n.Name, Labels: n.Labels})
 	}
+	out.Connected = st.Connected
+	for _, r := range st.DPUReady {
+		out.DPUReady = append(out.DPUReady, endpointReady(r))
+	}
 	return out
+}
+
+func endpointReady(r *skiffv1.DPUEndpointReport) planner.EndpointReady {
+	return planner.EndpointReady{Endpoint: r.GetEndpoint(), Ready: r.GetReady(), Reason: r.GetReason(), Error: r.GetError()}
 }
 
 // storedPolicy parses a stored policy's document.
@@ -107,6 +115,15 @@ func plannerChanges(evs []store.Event, log *slog.Logger) []planner.Change {
 			c.Policy = &pol
 		case e.Namespace != nil:
 			c.Namespace = &planner.NamespaceLabels{Name: e.Namespace.Name, Labels: e.Namespace.Labels}
+		case e.Status != nil:
+			since := e.Status.Since
+			if !e.Status.Connected {
+				since = time.Now() // seen away now
+			}
+			c.Status = &planner.NodeStatus{Node: e.Status.Node, Connected: e.Status.Connected, Since: since}
+		case e.DPUReady != nil:
+			r := endpointReady(e.DPUReady)
+			c.DPUReady = &r
 		default:
 			continue
 		}

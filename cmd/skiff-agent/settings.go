@@ -42,6 +42,12 @@ func applySettings(f *pflag.FlagSet, cfg *agent.Config, file string, installCNI 
 	if !f.Changed("mode") {
 		cfg.Mode = s.Mode
 	}
+	if dpu, ok := s.DPUs[cfg.Node]; ok && !f.Changed("dpu") {
+		cfg.DPU = dpu
+		if !f.Changed("mode") {
+			cfg.Mode = agent.ModeDPUHost
+		}
+	}
 	if installCNI {
 		exe, err := os.Executable()
 		if err != nil {

@@ -8,7 +8,10 @@ import (
 
 	"github.com/skiff-sdn/skiff/agent"
 	"github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/agent/datapath/dpu"
+	"github.com/skiff-sdn/skiff/agent/datapath/dpuhost"
 	"github.com/skiff-sdn/skiff/agent/datapath/software"
+	"github.com/skiff-sdn/skiff/agent/datapath/vftable"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	offloaddp "github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
@@ -27,11 +30,56 @@ func setup(ctx context.Context, cfg agent.Config, log *slog.Logger) (agent.Deps,
 	}
 	log.Info("node capabilities", "role", caps.GetRole(), "pfs", len(caps.GetPfs()), "modes", strings.Join(caps.GetModes(), ","), "kernel", caps.GetKernel())
 	log.Info("datapath", "mode", mode)
+	if mode == agent.ModeDPU || mode == agent.ModeDPUHost {
+		return setupDPU(cfg, mode, disc, discover, log)
+	}
 	dp, err := openDatapath(mode, disc, cfg.SysRoot, log)
 	if err != nil {
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
 	}
 	return agent.Deps{Datapath: dp, Mode: mode, Discover: discover, VFByPCI: agent.VFByPCIFrom(disc), Logger: log}, nil
+}
+
+// setupDPU opens the datapath of mode dpu (the software datapath
+// wrapped to adopt the host's VF representors) or dpu-host (VFs into
+// pods); VFs and representors come from sysfs, or from --vf-table.
+func setupDPU(cfg agent.Config, mode string, disc *eswitch.Discoverer, discover func(context.Context) *skiffv1.NodeCapabilities, log *slog.Logger) (agent.Deps, error) {
+	var table *vftable.Table
+	if cfg.VFTable != "" {
+		t, err := vftable.Load(cfg.VFTable)
+		if err != nil {
+			return agent.Deps{}, fmt.Errorf("agent: --vf-table: %w", err)
+		}
+		table = t
+	}
+	deps := agent.Deps{Mode: mode, Discover: discover, Logger: log}
+	if mode == agent.ModeDPUHost {
+		var vfs dpuhost.VFs = dpuhost.SysfsVFs{Discoverer: disc}
+		if table != nil {
+			vfs = table
+		}
+		deps.Datapath = dpuhost.New(dpuhost.Options{VFs: vfs, Logger: log})
+		deps.VFByPCI = func(ctx context.Context, pci string) (agent.LocalVF, error) {
+			pf, idx, err := vfs.ByPCI(ctx, pci)
+			return agent.LocalVF{PF: pf, PFDevice: pf, Index: idx}, err
+		}
+		return deps, nil
+	}
+	var reps dpu.Representors = dpu.EswitchRepresentors{Discoverer: disc}
+	if table != nil {
+		reps = table
+	}
+	inner, err := openDatapath(agent.ModeSoftware, disc, cfg.SysRoot, log)
+	if err != nil {
+		return agent.Deps{}, fmt.Errorf("agent: %w", err)
+	}
+	k, err := nl.Open(nl.Options{})
+	if err != nil {
+		inner.Close()
+		return agent.Deps{}, fmt.Errorf("agent: %w", err)
+	}
+	deps.Datapath = dpu.New(dpu.Options{Node: cfg.Node, Inner: inner, Kernel: k, Representors: reps, Logger: log})
+	return deps, nil
 }
 
 func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, log *slog.Logger) (datapath.Datapath, error) {

@@ -225,3 +225,22 @@ func New(st *store.Store, plans PlanSource, log *slog.Logger, statusTTL time.Dur
 		Agent:      &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL},
 	}
 }
+
+// ReportDPUEndpoints implements skiffv1.AgentServiceServer: a DPU node
+// speaks for its host's endpoints; what it reports reaches the host in
+// its plan.
+func (a *Agent) ReportDPUEndpoints(ctx context.Context, r *skiffv1.ReportDPUEndpointsRequest) (*skiffv1.ReportDPUEndpointsResponse, error) {
+	if err := authorizeNode(ctx, r.GetNode()); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateName("node", r.GetNode()); err != nil {
+		return nil, grpcError("report DPU endpoints", err)
+	}
+	if len(r.GetEndpoints()) > 10000 {
+		return nil, status.Errorf(codes.InvalidArgument, "endpoints: at most 10000 per report, got %d", len(r.GetEndpoints()))
+	}
+	if err := a.store.SetDPUEndpoints(ctx, r.GetNode(), r.GetEndpoints()); err != nil {
+		return nil, grpcError("report DPU endpoints", err)
+	}
+	return &skiffv1.ReportDPUEndpointsResponse{}, nil
+}

@@ -246,7 +246,7 @@ func (m *Management) Watch(r *skiffv1.WatchRequest, srv skiffv1.ManagementServic
 				we.Type = skiffv1.WatchEvent_TYPE_DELETE
 			}
 			switch {
-			case e.Policy != nil || e.Namespace != nil:
+			case e.Policy != nil || e.Namespace != nil || e.DPUReady != nil:
 				continue
 			case e.Status != nil:
 				// The agent came or went: the node, with its status.

@@ -13,8 +13,9 @@
 //     Skiff refuses gets a Warning Event naming the field and the reason.
 //   - Nodes: a deleted Node frees its endpoints (DeleteEndpoints); its
 //     InternalIP is checked against its agent's underlay address; its
-//     NetworkUnavailable condition follows its agent's connection, pushed
-//     by the controller's node watch.
+//     NetworkUnavailable condition follows its agent's connection (and,
+//     for a dpu-host, its DPU's agent's), pushed by the controller's node
+//     watch.
 //
 // Informers keep only what the adapter reads (transform.go), so its memory
 // follows the number of pods by a small constant. Several controller

@@ -153,6 +153,24 @@ func TestNodeMapping(t *testing.T) {
 			t.Errorf("registered %v connected %v: %+v", c.registered, c.connected, got)
 		}
 	}
+	up := networkCondition(true, true, now)
+	for _, c := range []struct {
+		dpu                   string
+		registered, connected bool
+		status                corev1.ConditionStatus
+		reason, msg           string
+	}{{"", false, false, corev1.ConditionFalse, ReasonAgentConnected, ""},
+		{"d1", true, true, corev1.ConditionFalse, ReasonAgentConnected, ""},
+		{"d1", true, false, corev1.ConditionTrue, ReasonDPUNotConnected, `DPU "d1" is not connected`},
+		{"d1", false, false, corev1.ConditionTrue, ReasonDPUNotConnected, `DPU "d1" has never registered`}} {
+		got := withDPU(up, c.dpu, c.registered, c.connected)
+		if got.Status != c.status || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) {
+			t.Errorf("DPU %q registered %v connected %v: %+v", c.dpu, c.registered, c.connected, got)
+		}
+	}
+	if got := withDPU(networkCondition(true, false, now), "d1", true, true); got.Reason != ReasonAgentNotConnected {
+		t.Errorf("a host whose own agent is away: %+v", got)
+	}
 	b, err := conditionPatch(networkCondition(true, true, now))
 	want := `{"status":{"conditions":[{"type":"NetworkUnavailable","status":"False","lastHeartbeatTime":"2026-01-02T03:04:05Z","lastTransitionTime":"2026-01-02T03:04:05Z","reason":"SkiffAgentConnected","message":"skiff-agent is connected to the controller"}]}}`
 	if err != nil || string(b) != want {

@@ -25,18 +25,22 @@ import (
 // a Warning Event. The Node's NetworkUnavailable condition is True while
 // its agent holds no session with the controller (it never registered,
 // stopped, or lost its lease) and False while it does; the controller's
-// node watch pushes every change.
+// node watch pushes every change. A host in mode dpu-host is also
+// NetworkUnavailable while its DPU's agent is not connected (its pods
+// cannot be plumbed then).
 
 // Condition reasons.
 const (
 	ReasonAgentConnected    = "SkiffAgentConnected"
 	ReasonAgentNotConnected = "SkiffAgentNotConnected"
+	ReasonDPUNotConnected   = "SkiffDPUNotConnected"
 )
 
 // skiffNode is what the adapter knows of a node's Skiff registration.
 type skiffNode struct {
 	underlay  string
 	connected bool
+	dpu       string // a dpu-host's DPU node
 }
 
 func nodeChanged(old, new any) bool {
@@ -93,6 +97,20 @@ func networkCondition(registered, connected bool, now time.Time) corev1.NodeCond
 	return c
 }
 
+// withDPU is a dpu-host's condition c given its DPU's agent: True while
+// that agent is not connected, even when the host's own is.
+func withDPU(c corev1.NodeCondition, dpu string, registered, connected bool) corev1.NodeCondition {
+	if dpu == "" || connected || c.Status != corev1.ConditionFalse {
+		return c
+	}
+	c.Status, c.Reason = corev1.ConditionTrue, ReasonDPUNotConnected
+	c.Message = fmt.Sprintf("the skiff-agent of this node's DPU %q is not connected to the controller", dpu)
+	if !registered {
+		c.Message = fmt.Sprintf("this node's DPU %q has never registered with the controller", dpu)
+	}
+	return c
+}
+
 // conditionPatch is the strategic merge patch that sets one condition of
 // a Node's status (conditions merge by type).
 func conditionPatch(c corev1.NodeCondition) ([]byte, error) {
@@ -111,10 +129,19 @@ func (t *term) setSkiffNode(n *skiffv1.Node, deleted bool) {
 	if deleted {
 		delete(t.skiffNodes, n.GetName())
 	} else {
-		t.skiffNodes[n.GetName()] = skiffNode{underlay: n.GetUnderlayIp(), connected: n.GetConnected()}
+		t.skiffNodes[n.GetName()] = skiffNode{underlay: n.GetUnderlayIp(), connected: n.GetConnected(), dpu: n.GetDpu()}
+	}
+	var hosts []string
+	for name, sk := range t.skiffNodes {
+		if sk.dpu == n.GetName() {
+			hosts = append(hosts, name)
+		}
 	}
 	t.mu.Unlock()
 	t.nodeQ.Add(n.GetName())
+	for _, h := range hosts {
+		t.nodeQ.Add(h) // its DPU came or went
+	}
 }
 
 // loadSkiffNodes reads the registered nodes before the node workers run.
@@ -163,6 +190,7 @@ func (t *term) watchSkiffNodes(ctx context.Context) {
 func (t *term) syncNode(ctx context.Context, key string) error {
 	t.mu.Lock()
 	sk, registered := t.skiffNodes[key]
+	dpu, dpuRegistered := t.skiffNodes[sk.dpu]
 	gone := t.goneNodes[key]
 	t.mu.Unlock()
 	n, err := t.nodes.Get(key)
@@ -179,7 +207,7 @@ func (t *term) syncNode(ctx context.Context, key string) error {
 	delete(t.goneNodes, key)
 	t.mu.Unlock()
 	t.checkUnderlay(n, sk.underlay, registered)
-	want := networkCondition(registered, sk.connected, time.Now())
+	want := withDPU(networkCondition(registered, sk.connected, time.Now()), sk.dpu, dpuRegistered, dpu.connected)
 	if conditionOf(n) == want.Status {
 		return nil
 	}

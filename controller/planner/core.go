@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/skiff-sdn/skiff/controller/policy"
 	"github.com/skiff-sdn/skiff/internal/plan"
@@ -36,6 +37,11 @@ type State struct {
 	Nodes      []plan.Node
 	Policies   []policy.Policy
 	Namespaces []NamespaceLabels
+	// Connected: the nodes whose agent holds a plan stream, with the
+	// time it connected. DPUReady: DPUs' reports on their hosts'
+	// endpoints.
+	Connected map[string]time.Time
+	DPUReady  []EndpointReady
 }
 
 // Change is one object change. Exactly one object is set; on Delete only its
@@ -48,6 +54,8 @@ type Change struct {
 	Node      *plan.Node
 	Policy    *policy.Policy   // on Delete, Namespace and Name are used
 	Namespace *NamespaceLabels // on Delete, Name is used
+	Status    *NodeStatus      // a node's agent came or went
+	DPUReady  *EndpointReady   // on Delete, Endpoint is used
 }
 
 // Options configure a planner.
@@ -76,7 +84,11 @@ type Planner struct {
 	nodes    map[string]plan.Node
 	byNet    map[string]map[string]struct{} // network -> endpoint names
 	members  map[string]map[string]int      // network -> node -> local endpoint count
-	byNode   map[string]map[string]struct{} // node -> endpoint names
+	byNode   map[string]map[string]struct{} // datapath node -> endpoint names (a host's are its DPU's)
+	byHost   map[string]map[string]struct{} // dpu-host node -> its endpoint names
+	hostsOf  map[string]map[string]struct{} // DPU node -> the hosts naming it
+	status   map[string]NodeStatus          // node -> its agent's session
+	ready    map[string]EndpointReady       // endpoint -> its DPU's report
 	plans    map[string]*plan.Plan
 	dlog     map[string][]plan.Delta
 	// Policies by "namespace/name", namespace labels, and the last
@@ -116,6 +128,10 @@ func (p *Planner) reset() {
 	p.byNet = map[string]map[string]struct{}{}
 	p.members = map[string]map[string]int{}
 	p.byNode = map[string]map[string]struct{}{}
+	p.byHost = map[string]map[string]struct{}{}
+	p.status = map[string]NodeStatus{}
+	p.hostsOf = map[string]map[string]struct{}{}
+	p.ready = map[string]EndpointReady{}
 	p.plans = map[string]*plan.Plan{}
 	p.dlog = map[string][]plan.Delta{}
 	p.pidx = policy.NewIndex()
@@ -189,7 +205,13 @@ func (p *Planner) Load(rev int64, s State) {
 		p.putSubnet(sn)
 	}
 	for _, n := range s.Nodes {
-		p.nodes[n.Name] = n
+		p.setNode(n.Name, n, false)
+	}
+	for n, since := range s.Connected {
+		p.status[n] = NodeStatus{Node: n, Connected: true, Since: since}
+	}
+	for _, r := range s.DPUReady {
+		p.ready[r.Endpoint] = r
 	}
 	for _, e := range s.Endpoints {
 		p.putEndpoint(e)
@@ -209,6 +231,7 @@ func (p *Planner) Load(rev int64, s State) {
 	}
 	for _, e := range p.eps {
 		p.planOf(e.Node)
+		p.planOf(p.dpNode(e.Node))
 	}
 	for name, pl := range p.plans {
 		p.fill(name, pl)
@@ -237,6 +260,14 @@ func (p *Planner) Load(rev int64, s State) {
 func (p *Planner) fill(node string, pl *plan.Plan) {
 	if n, ok := p.nodes[node]; ok {
 		pl.UnderlayIP = n.UnderlayIP
+	}
+	pl.DPU = p.dpuStatus(node)
+	for name := range p.byHost[node] {
+		e := p.eps[name]
+		pl.Local[name] = p.hostLocal(e)
+		if n, ok := p.wantNetwork(node, e.Network); ok {
+			pl.Networks[e.Network] = n
+		}
 	}
 	for netName, m := range p.members {
 		if m[node] == 0 {

@@ -189,6 +189,20 @@ func applyState(s State, cs []Change) State {
 			if !c.Delete {
 				s.Namespaces = append(s.Namespaces, *c.Namespace)
 			}
+		case c.Status != nil:
+			s.Connected = maps.Clone(s.Connected)
+			if s.Connected == nil {
+				s.Connected = map[string]time.Time{}
+			}
+			delete(s.Connected, c.Status.Node)
+			if c.Status.Connected {
+				s.Connected[c.Status.Node] = c.Status.Since
+			}
+		case c.DPUReady != nil:
+			s.DPUReady = slices.DeleteFunc(slices.Clone(s.DPUReady), func(r EndpointReady) bool { return r.Endpoint == c.DPUReady.Endpoint })
+			if !c.Delete {
+				s.DPUReady = append(s.DPUReady, *c.DPUReady)
+			}
 		}
 	}
 	return s
@@ -229,7 +243,22 @@ func TestRandomChangesMatchFullBuild(t *testing.T) {
 	}
 	for i := range 3000 {
 		var c Change
-		switch k := r.IntN(11); {
+		switch k := r.IntN(13); {
+		case k == 11:
+			// A node's agent comes or goes. (A node away has no Since
+			// in a full build: the planner saw it go.)
+			up := r.IntN(2) == 0
+			st := NodeStatus{Node: nodes[r.IntN(5)], Connected: up}
+			if up {
+				st.Since = time.Unix(int64(i), 0)
+			}
+			c = Change{Status: &st}
+		case k == 12:
+			rd := EndpointReady{Endpoint: fmt.Sprintf("e%d", r.IntN(15)), Ready: r.IntN(2) == 0}
+			if !rd.Ready {
+				rd.Reason = "not yet"
+			}
+			c = Change{DPUReady: &rd, Delete: r.IntN(3) == 0}
 		case k == 10:
 			if r.IntN(3) == 0 {
 				n := NamespaceLabels{Name: []string{"p", "q"}[r.IntN(2)], Labels: map[string]string{"env": []string{"prod", "dev"}[r.IntN(2)]}}
@@ -250,6 +279,15 @@ func TestRandomChangesMatchFullBuild(t *testing.T) {
 			c = Change{Endpoint: &e, Delete: r.IntN(3) == 0}
 		case k < 8:
 			n := node(nodes[r.IntN(5)], byte(r.IntN(4)+1)) // shared VTEPs happen
+			switch r.IntN(4) {
+			case 0: // a host and its DPU (a or b, never itself)
+				n.Mode, n.DPU = plan.ModeDPUHost, []string{"a", "b"}[r.IntN(2)]
+				if n.DPU == n.Name {
+					n.DPU = "c"
+				}
+			case 1:
+				n.Mode = plan.ModeDPU
+			}
 			c = Change{Node: &n, Delete: r.IntN(4) == 0}
 		case k < 9:
 			n := plan.Network{Name: nets[r.IntN(3)], VNI: uint32(r.IntN(5) + 1), MTU: uint32(1400 + r.IntN(3))}
@@ -271,7 +309,7 @@ func TestRandomChangesMatchFullBuild(t *testing.T) {
 		for _, n := range nodes {
 			b := Build(state, n)
 			if cur := p.Plan(n); !cur.Equal(b) {
-				t.Fatalf("step %d (%+v): %s incremental\n%+v\nfull\n%+v", i, c, n, cur, b)
+				t.Fatalf("step %d (%+v %+v): %s incremental\n%+v\nfull\n%+v", i, c, c.Node, n, cur, b)
 			}
 			if !held[n].Equal(b) {
 				t.Fatalf("step %d: %s plan rebuilt from deltas\n%s\nwant\n%s", i, n, summary(held[n]), summary(b))

@@ -30,11 +30,18 @@ func (p *Planner) putEndpoint(e plan.Endpoint) {
 	if p.members[e.Network] == nil {
 		p.members[e.Network] = map[string]int{}
 	}
-	p.members[e.Network][e.Node]++
-	if p.byNode[e.Node] == nil {
-		p.byNode[e.Node] = map[string]struct{}{}
+	dp := p.dpNode(e.Node)
+	p.members[e.Network][dp]++
+	if p.byNode[dp] == nil {
+		p.byNode[dp] = map[string]struct{}{}
 	}
-	p.byNode[e.Node][e.Name] = struct{}{}
+	p.byNode[dp][e.Name] = struct{}{}
+	if dp != e.Node {
+		if p.byHost[e.Node] == nil {
+			p.byHost[e.Node] = map[string]struct{}{}
+		}
+		p.byHost[e.Node][e.Name] = struct{}{}
+	}
 }
 
 // dropEndpoint removes e from the indexes; the policy index keeps it when
@@ -45,17 +52,22 @@ func (p *Planner) dropEndpoint(e plan.Endpoint, replaced bool) {
 	if !replaced {
 		p.pidx.DeleteEndpoint(e.Name)
 	}
-	delete(p.byNode[e.Node], e.Name)
-	if len(p.byNode[e.Node]) == 0 {
-		delete(p.byNode, e.Node)
+	dp := p.dpNode(e.Node)
+	delete(p.byNode[dp], e.Name)
+	if len(p.byNode[dp]) == 0 {
+		delete(p.byNode, dp)
+	}
+	delete(p.byHost[e.Node], e.Name)
+	if len(p.byHost[e.Node]) == 0 {
+		delete(p.byHost, e.Node)
 	}
 	delete(p.byNet[e.Network], e.Name)
 	if len(p.byNet[e.Network]) == 0 {
 		delete(p.byNet, e.Network)
 	}
 	if m := p.members[e.Network]; m != nil {
-		if m[e.Node]--; m[e.Node] <= 0 {
-			delete(m, e.Node)
+		if m[dp]--; m[dp] <= 0 {
+			delete(m, dp)
 		}
 		if len(m) == 0 {
 			delete(p.members, e.Network)
@@ -73,6 +85,19 @@ func (p *Planner) member(node, network string) bool { return p.members[network][
 // wantNetwork is network as node should have it.
 func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 	base, ok := p.networks[network]
+	if ok && p.isHost(node) {
+		// A host's network: what its pods need (subnets, MTU), no
+		// flood list (its DPU's VTEP floods).
+		if !p.hostMember(node, network) {
+			return plan.Network{}, false
+		}
+		n := base
+		n.Subnets = nil
+		for _, name := range slices.Sorted(maps.Keys(p.subnets[network])) {
+			n.Subnets = append(n.Subnets, p.subnets[network][name])
+		}
+		return n, true
+	}
 	if !ok || !p.member(node, network) {
 		return plan.Network{}, false
 	}
@@ -100,7 +125,10 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 
 func (p *Planner) wantLocal(node, ep string) (plan.Endpoint, bool) {
 	e, ok := p.eps[ep]
-	return e, ok && e.Node == node
+	if ok && e.Node == node && p.isHost(node) {
+		return p.hostLocal(e), true
+	}
+	return e, ok && p.dpNode(e.Node) == node
 }
 
 func (p *Planner) wantRemote(node, ep string) (plan.Remote, bool) {
@@ -108,13 +136,13 @@ func (p *Planner) wantRemote(node, ep string) (plan.Remote, bool) {
 		return p.externalRemote(node, ep)
 	}
 	e, ok := p.eps[ep]
-	if !ok || e.Node == node || !p.member(node, e.Network) {
+	if !ok || e.Node == node || p.dpNode(e.Node) == node || p.isHost(node) || !p.member(node, e.Network) {
 		return plan.Remote{}, false
 	}
 	if _, ok := p.networks[e.Network]; !ok {
 		return plan.Remote{}, false
 	}
-	vtep, ok := p.registered(e.Node)
+	vtep, ok := p.registered(p.dpNode(e.Node))
 	if !ok {
 		return plan.Remote{}, false
 	}

@@ -152,7 +152,7 @@ func (p *Planner) syncPolicy(t touchSet) {
 	nodes := map[string]bool{}
 	for _, name := range eps {
 		if e, ok := p.eps[name]; ok {
-			nodes[e.Node] = true
+			nodes[p.dpNode(e.Node)] = true
 		}
 		if n, ok := p.epNode[name]; ok {
 			nodes[n] = true

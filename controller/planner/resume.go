@@ -72,7 +72,15 @@ func (p *Planner) SetRecent(loadRev int64, r Recent) bool {
 // other nodes on them (remote VTEPs), policies and namespaces, and when the
 // plan holds policies, any endpoint. Caller holds mu.
 func (p *Planner) lastChange(r *Recent, node string, pl *plan.Plan) int64 {
+	if p.isHost(node) {
+		// A host's plan also follows its DPU's sessions and reports,
+		// which Recent does not count: never quiet.
+		return p.loadRev
+	}
 	last := max(r.Floor, r.nodes[node], r.policy)
+	for name := range p.hostsOf[node] {
+		last = max(last, r.nodes[name]) // its host's pairing
+	}
 	if len(pl.Policies) > 0 || len(pl.Groups) > 0 {
 		last = max(last, r.endpoint)
 	}

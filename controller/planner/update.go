@@ -44,7 +44,7 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 	policyRelevant := false
 	for _, c := range changes {
 		p.apply(c, t)
-		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil
+		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil || c.Node != nil
 	}
 	p.applyExternal(t)
 	if policyRelevant {
@@ -62,6 +62,10 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 
 func (p *Planner) apply(c Change, t touchSet) {
 	switch {
+	case c.Status != nil:
+		p.applyStatus(*c.Status, t)
+	case c.DPUReady != nil:
+		p.applyReady(*c.DPUReady, c.Delete, t)
 	case c.Policy != nil:
 		if c.Delete {
 			p.pidx.DeletePolicy(c.Policy.Key())
@@ -99,9 +103,14 @@ func (p *Planner) apply(c Change, t touchSet) {
 			p.putEndpoint(*c.Endpoint)
 		}
 		for o := range owners {
-			p.planOf(o)
-			x := t.node(o)
-			x.eps[name] = true
+			for _, n := range []string{o, p.dpNode(o)} {
+				p.planOf(n)
+				x := t.node(n)
+				x.eps[name] = true
+				for w := range nets {
+					x.networks[w] = true
+				}
+			}
 		}
 		for w := range nets {
 			after := p.memberSet(w)
@@ -131,7 +140,7 @@ func (p *Planner) apply(c Change, t touchSet) {
 			n.Subnets, n.FloodVTEPs = nil, nil
 			p.networks[w] = n
 		}
-		for n := range p.members[w] {
+		for n := range p.netNodes(w) {
 			x := t.node(n)
 			x.networks[w] = true
 			for ep := range p.byNet[w] {
@@ -145,18 +154,32 @@ func (p *Planner) apply(c Change, t touchSet) {
 		} else {
 			p.putSubnet(*c.Subnet)
 		}
-		for n := range p.members[w] {
+		for n := range p.netNodes(w) {
 			t.node(n).networks[w] = true
 		}
 	case c.Node != nil:
 		name := c.Node.Name
-		if c.Delete {
-			delete(p.nodes, name)
-		} else {
-			p.nodes[name] = *c.Node
+		after := plan.Node{Name: name}
+		if !c.Delete {
+			after = *c.Node
+		}
+		var moved []plan.Endpoint
+		wasHost := p.isHost(name)
+		if hostDPU(p.nodes[name]) != hostDPU(after) {
+			// Its DPU pairing changed: its endpoints move to the
+			// new datapath node.
+			moved = p.endpointsOf(name)
+			for _, e := range moved {
+				p.apply(Change{Delete: true, Endpoint: &e}, t)
+			}
+		}
+		p.setNode(name, after, c.Delete)
+		for _, e := range moved {
+			p.apply(Change{Endpoint: &e}, t)
 		}
 		p.planOf(name)
 		t.node(name).header = true
+		p.touchHostsOf(name, t)
 		for w, m := range p.members {
 			if m[name] == 0 {
 				continue
@@ -165,10 +188,17 @@ func (p *Planner) apply(c Change, t touchSet) {
 				x := t.node(n)
 				x.networks[w] = true
 				if n == name {
+					if len(moved) > 0 || wasHost != p.isHost(name) {
+						// Whether it is a host decides which of
+						// the network's endpoints it holds.
+						for ep := range p.byNet[w] {
+							x.eps[ep] = true
+						}
+					}
 					continue
 				}
 				for ep := range p.byNet[w] {
-					if p.eps[ep].Node == name {
+					if p.dpNode(p.eps[ep].Node) == name {
 						x.eps[ep] = true
 					}
 				}
@@ -197,6 +227,9 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 		want := p.nodes[node].UnderlayIP // zero when not registered
 		if want != pl.UnderlayIP {
 			d.UnderlayIP = &want
+		}
+		if st := p.dpuStatus(node); !st.Equal(pl.DPU) {
+			d.DPU = &st
 		}
 	}
 	for _, w := range slices.Sorted(maps.Keys(x.networks)) {

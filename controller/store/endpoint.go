@@ -230,6 +230,7 @@ func (s *Store) endpointDeleteOps(ctx context.Context, e *skiffv1.Endpoint) []cl
 	ops := []clientv3.Op{
 		clientv3.OpDelete(s.epKey(name)), clientv3.OpDelete(s.epNetKey(e.Network, name)),
 		clientv3.OpDelete(s.macKey(e.Network, e.Mac)), clientv3.OpDelete(s.portStatusKey(name)),
+		clientv3.OpDelete(s.dpuReadyKey(name)),
 	}
 	if e.Owner != "" {
 		ops = append(ops, clientv3.OpDelete(s.epOwnerKey(e.Owner, name)))

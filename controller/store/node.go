@@ -48,11 +48,17 @@ func (s *Store) RegisterNode(ctx context.Context, in *skiffv1.Node) (*skiffv1.No
 				return nil, errorf(AlreadyExists, "underlayIp", "%s is already the VTEP of node %q", n.UnderlayIp, owner)
 			}
 		}
+		pair, err := s.checkPairing(ctx, n, old)
+		if err != nil {
+			return nil, err
+		}
 		ops := []clientv3.Op{clientv3.OpPut(s.nodeKey(n.Name), marshal(n)), clientv3.OpPut(s.vtepKey(n.UnderlayIp), n.Name)}
 		if old != nil && old.UnderlayIp != n.UnderlayIp {
 			ops = append(ops, clientv3.OpDelete(s.vtepKey(old.UnderlayIp)))
 		}
-		put, err := s.cli.Txn(ctx).If(modRev(s.nodeKey(n.Name), curRev), modRev(s.vtepKey(n.UnderlayIp), vtRev)).Then(ops...).Commit()
+		ops = append(ops, pair.ops...)
+		cmps := append([]clientv3.Cmp{modRev(s.nodeKey(n.Name), curRev), modRev(s.vtepKey(n.UnderlayIp), vtRev)}, pair.cmps...)
+		put, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("store: register node %q: %w", n.Name, err)
 		}
@@ -136,7 +142,8 @@ func (s *Store) DeleteNode(ctx context.Context, name string) error {
 		return err
 	}
 	resp, err := s.cli.Txn(ctx).If(modRev(s.nodeKey(name), n.Revision)).
-		Then(clientv3.OpDelete(s.nodeKey(name)), clientv3.OpDelete(s.vtepKey(n.UnderlayIp)), clientv3.OpDelete(s.statusKey(name))).Commit()
+		Then(append([]clientv3.Op{clientv3.OpDelete(s.nodeKey(name)), clientv3.OpDelete(s.vtepKey(n.UnderlayIp)), clientv3.OpDelete(s.statusKey(name))},
+			s.unpairOps(n)...)...).Commit()
 	if err != nil {
 		return fmt.Errorf("store: delete node %q: %w", name, err)
 	}

@@ -183,6 +183,18 @@ func validateNode(n *skiffv1.Node) error {
 	if !contains(validModes, n.GetMode()) {
 		return invalid("mode", "%q is not one of software, offload, dpu, dpu-host", n.GetMode())
 	}
+	switch {
+	case n.GetMode() == "dpu-host" && n.GetDpu() == "":
+		return invalid("dpu", "node %q runs mode dpu-host: it must name its DPU node (skiff-agent --dpu NODE)", n.GetName())
+	case n.GetMode() != "dpu-host" && n.GetDpu() != "":
+		return invalid("dpu", "only a node in mode dpu-host names a DPU; node %q runs mode %q", n.GetName(), n.GetMode())
+	case n.GetDpu() == n.GetName() && n.GetDpu() != "":
+		return invalid("dpu", "node %q cannot be its own DPU", n.GetName())
+	case n.GetDpu() != "":
+		if err := ValidateName("dpu", n.GetDpu()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

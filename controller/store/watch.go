@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -22,6 +23,10 @@ type State struct {
 	Nodes      []*skiffv1.Node
 	Policies   []*skiffv1.Policy
 	Namespaces []*skiffv1.Namespace
+	// Connected: the nodes whose agent held a session, with the time it
+	// connected; DPUReady: the DPUs' reports on their hosts' endpoints.
+	Connected map[string]time.Time
+	DPUReady  []*skiffv1.DPUEndpointReport
 }
 
 // ErrCompacted is returned by ReadState and Watch when the requested
@@ -64,6 +69,12 @@ func (s *Store) ReadState(ctx context.Context, rev int64) (*State, error) {
 	if st.Namespaces, err = list[skiffv1.Namespace](ctx, s, s.k("namespaces")+"/", st.Revision, func(x *skiffv1.Namespace, r int64) { x.Revision = r }); err != nil {
 		return nil, wrap(err)
 	}
+	if st.DPUReady, err = list[skiffv1.DPUEndpointReport](ctx, s, s.k("dpuready")+"/", st.Revision, func(*skiffv1.DPUEndpointReport, int64) {}); err != nil {
+		return nil, wrap(err)
+	}
+	if st.Connected, err = s.connectedSince(ctx, st.Revision); err != nil {
+		return nil, wrap(err)
+	}
 	return st, nil
 }
 
@@ -91,12 +102,17 @@ type Event struct {
 	// key) or going away (its deletion: the session ended or the lease
 	// expired).
 	Status *NodeStatus
+	// DPUReady is a DPU's report on one of its host's endpoints (on a
+	// delete only its Endpoint is set).
+	DPUReady *skiffv1.DPUEndpointReport
 }
 
-// NodeStatus is whether a node's agent holds a session.
+// NodeStatus is whether a node's agent holds a session, and since when
+// it connected (zero on a deletion).
 type NodeStatus struct {
 	Node      string
 	Connected bool
+	Since     time.Time
 }
 
 // Kind names the kind of the event's object: network, subnet, endpoint,
@@ -115,6 +131,8 @@ func (e Event) Kind() string {
 		return "namespace"
 	case e.Status != nil:
 		return "status"
+	case e.DPUReady != nil:
+		return "dpuready"
 	default:
 		return "node"
 	}
@@ -179,6 +197,20 @@ func (s *Store) decodeEvent(ev *clientv3.Event) (Event, bool, error) {
 	e := Event{Revision: ev.Kv.ModRevision, Delete: ev.Type == mvccpb.DELETE}
 	if kind == "status" {
 		e.Status = &NodeStatus{Node: lastSeg(ev.Kv.Key), Connected: !e.Delete}
+		if !e.Delete {
+			e.Status.Since, _ = time.Parse(time.RFC3339Nano, string(ev.Kv.Value))
+		}
+		return e, true, nil
+	}
+	if kind == "dpuready" {
+		e.DPUReady = &skiffv1.DPUEndpointReport{Endpoint: lastSeg(ev.Kv.Key)}
+		if !e.Delete {
+			r, err := unmarshal[skiffv1.DPUEndpointReport](ev.Kv.Value)
+			if err != nil {
+				return e, false, fmt.Errorf("store: watch: key %s: %w", key, err)
+			}
+			e.DPUReady = r
+		}
 		return e, true, nil
 	}
 	body := ev.Kv.Value

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 )
 
 // Endpoint kinds.
@@ -66,6 +67,11 @@ type Endpoint struct {
 	Namespace string
 	PF        string
 	VFIndex   int // -1 when not a VF
+	// In a dpu-host node's plan only: what its DPU's agent reports of
+	// the endpoint (ready; else why not, or why it cannot be).
+	DPUReady  bool
+	DPUReason string
+	DPUError  string
 }
 
 // Remote is an endpoint on another node, as a node needs it.
@@ -82,6 +88,33 @@ type Remote struct {
 type Node struct {
 	Name       string
 	UnderlayIP netip.Addr
+	Mode       string
+	// DPU is, for a node in mode dpu-host, the node whose agent plumbs
+	// its VFs' representors.
+	DPU string
+}
+
+// Agent modes.
+const (
+	ModeSoftware = "software"
+	ModeOffload  = "offload"
+	ModeDPU      = "dpu"
+	ModeDPUHost  = "dpu-host"
+)
+
+// DPUStatus is, in a dpu-host node's plan, its DPU's agent as the
+// controller sees it. The zero value: the node is not a dpu-host.
+type DPUStatus struct {
+	Node       string
+	Registered bool
+	Connected  bool
+	// Since when connected or away; zero when never seen.
+	Since time.Time
+}
+
+// Equal reports whether two DPU statuses are the same.
+func (d DPUStatus) Equal(o DPUStatus) bool {
+	return d.Node == o.Node && d.Registered == o.Registered && d.Connected == o.Connected && d.Since.Equal(o.Since)
 }
 
 // Plan is the desired state of one node at a revision.
@@ -96,6 +129,8 @@ type Plan struct {
 	// groups their rules refer to, by name.
 	Policies map[string]EndpointPolicy
 	Groups   map[string]AddressGroup
+	// DPU is a dpu-host node's DPU (zero on other nodes).
+	DPU DPUStatus
 }
 
 // Delta turns the plan at From into the plan at Revision.
@@ -104,6 +139,7 @@ type Delta struct {
 	From       int64
 	Revision   int64
 	UnderlayIP *netip.Addr // nil: unchanged
+	DPU        *DPUStatus  // nil: unchanged
 
 	UpsertNetworks []Network
 	RemoveNetworks []string
@@ -138,7 +174,8 @@ func (n Network) Equal(o Network) bool {
 func (e Endpoint) Equal(o Endpoint) bool {
 	return e.Name == o.Name && e.Network == o.Network && e.Node == o.Node && e.Kind == o.Kind &&
 		e.MAC == o.MAC && slices.Equal(e.IPs, o.IPs) && maps.Equal(e.Labels, o.Labels) &&
-		e.Owner == o.Owner && e.Namespace == o.Namespace && e.PF == o.PF && e.VFIndex == o.VFIndex
+		e.Owner == o.Owner && e.Namespace == o.Namespace && e.PF == o.PF && e.VFIndex == o.VFIndex &&
+		e.DPUReady == o.DPUReady && e.DPUReason == o.DPUReason && e.DPUError == o.DPUError
 }
 
 // Equal reports whether two remote endpoints are the same.
@@ -177,7 +214,7 @@ func (p Plan) Clone() Plan {
 
 // Equal reports whether two plans hold the same state (revisions ignored).
 func (p Plan) Equal(o Plan) bool {
-	return p.Node == o.Node && p.UnderlayIP == o.UnderlayIP &&
+	return p.Node == o.Node && p.UnderlayIP == o.UnderlayIP && p.DPU.Equal(o.DPU) &&
 		maps.EqualFunc(p.Networks, o.Networks, Network.Equal) &&
 		maps.EqualFunc(p.Local, o.Local, Endpoint.Equal) &&
 		maps.EqualFunc(p.Remote, o.Remote, Remote.Equal) &&
@@ -187,7 +224,7 @@ func (p Plan) Equal(o Plan) bool {
 
 // Empty reports whether d changes nothing.
 func (d Delta) Empty() bool {
-	return d.UnderlayIP == nil && len(d.UpsertNetworks) == 0 && len(d.RemoveNetworks) == 0 &&
+	return d.UnderlayIP == nil && d.DPU == nil && len(d.UpsertNetworks) == 0 && len(d.RemoveNetworks) == 0 &&
 		len(d.UpsertLocal) == 0 && len(d.RemoveLocal) == 0 &&
 		len(d.UpsertRemote) == 0 && len(d.RemoveRemote) == 0 &&
 		len(d.UpsertPolicies) == 0 && len(d.RemovePolicies) == 0 &&
@@ -208,6 +245,10 @@ func Diff(old, cur Plan) Delta {
 	if old.UnderlayIP != cur.UnderlayIP {
 		ip := cur.UnderlayIP
 		d.UnderlayIP = &ip
+	}
+	if !old.DPU.Equal(cur.DPU) {
+		st := cur.DPU
+		d.DPU = &st
 	}
 	d.UpsertNetworks, d.RemoveNetworks = diffMap(old.Networks, cur.Networks, Network.Equal)
 	d.UpsertLocal, d.RemoveLocal = diffMap(old.Local, cur.Local, Endpoint.Equal)
@@ -245,6 +286,9 @@ func (p *Plan) Apply(d Delta) error {
 	}
 	if d.UnderlayIP != nil {
 		p.UnderlayIP = *d.UnderlayIP
+	}
+	if d.DPU != nil {
+		p.DPU = *d.DPU
 	}
 	for _, k := range d.RemoveNetworks {
 		delete(p.Networks, k)
@@ -292,6 +336,10 @@ func Merge(a, b Delta) (Delta, error) {
 	m := Delta{Node: a.Node, From: a.From, Revision: b.Revision, UnderlayIP: a.UnderlayIP}
 	if b.UnderlayIP != nil {
 		m.UnderlayIP = b.UnderlayIP
+	}
+	m.DPU = a.DPU
+	if b.DPU != nil {
+		m.DPU = b.DPU
 	}
 	m.UpsertNetworks, m.RemoveNetworks = mergeItems(a.UpsertNetworks, a.RemoveNetworks, b.UpsertNetworks, b.RemoveNetworks, func(n Network) string { return n.Name })
 	m.UpsertLocal, m.RemoveLocal = mergeItems(a.UpsertLocal, a.RemoveLocal, b.UpsertLocal, b.RemoveLocal, func(e Endpoint) string { return e.Name })

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/netip"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
@@ -84,7 +86,7 @@ func Endpoint(e *skiffv1.Endpoint) (plan.Endpoint, error) {
 	return plan.Endpoint{
 		Name: e.GetName(), Network: e.GetNetwork(), Node: e.GetNode(), Kind: e.GetKind(),
 		MAC: mac, IPs: ips, Labels: e.GetLabels(), Owner: e.GetOwner(), Namespace: e.GetNamespace(),
-		PF: e.GetPf(), VFIndex: vf,
+		PF: e.GetPf(), VFIndex: vf, DPUReady: e.GetDpuReady(), DPUReason: e.GetDpuReason(), DPUError: e.GetDpuError(),
 	}, nil
 }
 
@@ -93,6 +95,7 @@ func EndpointPB(e plan.Endpoint) *skiffv1.Endpoint {
 	out := &skiffv1.Endpoint{
 		Name: e.Name, Network: e.Network, Node: e.Node, Kind: e.Kind, Mac: e.MAC,
 		Ips: prefixStrings(e.IPs), Labels: e.Labels, Owner: e.Owner, Namespace: e.Namespace, Pf: e.PF,
+		DpuReady: e.DPUReady, DpuReason: e.DPUReason, DpuError: e.DPUError,
 	}
 	if e.VFIndex >= 0 {
 		v := int32(e.VFIndex)
@@ -105,12 +108,36 @@ func EndpointPB(e plan.Endpoint) *skiffv1.Endpoint {
 // address converts to one with a zero address (not registered).
 func Node(n *skiffv1.Node) plan.Node {
 	ip, _ := netip.ParseAddr(n.GetUnderlayIp())
-	return plan.Node{Name: n.GetName(), UnderlayIP: ip}
+	return plan.Node{Name: n.GetName(), UnderlayIP: ip, Mode: n.GetMode(), DPU: n.GetDpu()}
+}
+
+// DPUStatusPB converts a DPU status to protobuf (nil for the zero status).
+func DPUStatusPB(d plan.DPUStatus) *skiffv1.DPUStatus {
+	if d == (plan.DPUStatus{}) {
+		return nil
+	}
+	out := &skiffv1.DPUStatus{Node: d.Node, Registered: d.Registered, Connected: d.Connected}
+	if !d.Since.IsZero() {
+		out.Since = timestamppb.New(d.Since)
+	}
+	return out
+}
+
+// DPUStatus converts a protobuf DPU status (nil: none) to the plan model.
+func DPUStatus(d *skiffv1.DPUStatus) plan.DPUStatus {
+	if d == nil {
+		return plan.DPUStatus{}
+	}
+	out := plan.DPUStatus{Node: d.GetNode(), Registered: d.GetRegistered(), Connected: d.GetConnected()}
+	if d.Since != nil {
+		out.Since = d.GetSince().AsTime()
+	}
+	return out
 }
 
 // PlanPB converts a plan to protobuf, items sorted by name.
 func PlanPB(p plan.Plan) *skiffv1.Plan {
-	out := &skiffv1.Plan{Node: p.Node, Revision: p.Revision, UnderlayIp: addrString(p.UnderlayIP)}
+	out := &skiffv1.Plan{Node: p.Node, Revision: p.Revision, UnderlayIp: addrString(p.UnderlayIP), Dpu: DPUStatusPB(p.DPU)}
 	d := plan.Diff(plan.New(p.Node), p)
 	for _, n := range d.UpsertNetworks {
 		out.Networks = append(out.Networks, NetworkPB(n))
@@ -138,6 +165,7 @@ func Plan(p *skiffv1.Plan) (plan.Plan, error) {
 	if out.UnderlayIP, err = optAddr(p.GetUnderlayIp()); err != nil {
 		return plan.Plan{}, fmt.Errorf("plan: underlayIp: %w", err)
 	}
+	out.DPU = DPUStatus(p.GetDpu())
 	d := &skiffv1.PlanDelta{
 		Node: p.GetNode(), FromRevision: p.GetRevision(), Revision: p.GetRevision(),
 		UpsertNetworks: p.GetNetworks(), UpsertLocal: p.GetLocalEndpoints(), UpsertRemote: p.GetRemoteEndpoints(),
@@ -230,6 +258,12 @@ func DeltaPB(d plan.Delta) *skiffv1.PlanDelta {
 		s := addrString(*d.UnderlayIP)
 		out.UnderlayIp = &s
 	}
+	if d.DPU != nil {
+		out.Dpu = DPUStatusPB(*d.DPU)
+		if out.Dpu == nil {
+			out.Dpu = &skiffv1.DPUStatus{}
+		}
+	}
 	for _, n := range d.UpsertNetworks {
 		out.UpsertNetworks = append(out.UpsertNetworks, NetworkPB(n))
 	}
@@ -269,6 +303,10 @@ func Delta(d *skiffv1.PlanDelta) (plan.Delta, error) {
 			return plan.Delta{}, fmt.Errorf("delta: underlayIp: %w", err)
 		}
 		out.UnderlayIP = &a
+	}
+	if d.Dpu != nil {
+		st := DPUStatus(d.GetDpu())
+		out.DPU = &st
 	}
 	for _, n := range d.GetUpsertNetworks() {
 		pn, err := PlanNetwork(n)

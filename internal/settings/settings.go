@@ -14,10 +14,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -39,6 +41,10 @@ type Settings struct {
 	PodNetwork Network `json:"podNetwork"`
 	// CNI says where the runtime's CNI files go on a node.
 	CNI CNI `json:"cni,omitempty"`
+	// DPUs pairs hosts with their DPUs: host node name -> DPU node name.
+	// An agent whose node is a key runs mode dpu-host with that DPU
+	// (unless --mode or --dpu say otherwise).
+	DPUs map[string]string `json:"dpus,omitempty"`
 }
 
 // Network is a Skiff network and its subnets.
@@ -123,6 +129,9 @@ func (s *Settings) check() error {
 	if !contains(modes, s.Mode) {
 		return field("mode", "%q is not one of %s", s.Mode, strings.Join(modes, ", "))
 	}
+	if err := checkDPUs(s.DPUs); err != nil {
+		return err
+	}
 	n := &s.PodNetwork
 	switch {
 	case n.Name == "":
@@ -186,4 +195,28 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// checkDPUs refuses a pairing the controller would refuse: a bad name,
+// a host that is its own DPU or another's DPU, a DPU of two hosts.
+func checkDPUs(m map[string]string) error {
+	holder := map[string]string{}
+	for _, host := range slices.Sorted(maps.Keys(m)) {
+		dpu := m[host]
+		f := "dpus." + host
+		switch {
+		case !nameRE.MatchString(host):
+			return field("dpus", "%q is not a node name", host)
+		case !nameRE.MatchString(dpu):
+			return field(f, "%q is not a node name", dpu)
+		case dpu == host:
+			return field(f, "a node cannot be its own DPU")
+		case m[dpu] != "":
+			return field(f, "%q is itself a host (it names DPU %q)", dpu, m[dpu])
+		case holder[dpu] != "":
+			return field(f, "%q is already the DPU of %q; one DPU serves one host", dpu, holder[dpu])
+		}
+		holder[dpu] = host
+	}
+	return nil
 }

@@ -30,6 +30,9 @@ func TestParse(t *testing.T) {
 		s.CNI.File != "10-skiff.conflist" || s.CNI.BinDirFor("k1") != "/tmp/k/k1/cni/bin" || s.CNI.ConfDirFor("k2") != "/tmp/k/k2/cni/net.d" {
 		t.Errorf("settings %+v", s)
 	}
+	if p, err := Parse([]byte("podNetwork: {name: pods, vni: 1}\ndpus: {h1: d1, h2: d2}\n")); err != nil || p.DPUs["h2"] != "d2" {
+		t.Errorf("dpus: %+v %v", p, err)
+	}
 	d, err := Parse([]byte("podNetwork: {name: pods, vni: 1}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +61,10 @@ func TestRefused(t *testing.T) {
 		{"podNetwork: {name: pods, vni: 1}\ncni: {file: ../x.conflist}", "cni.file"},
 		{"podNetwork: {name: pods, vni: 1}\nvnii: 3", "unknown field \"vnii\""},
 		{"podNetwork: [1, 2]", "settings:"},
+		{"podNetwork: {name: pods, vni: 1}\ndpus: {h1: h1}", "dpus.h1: a node cannot be its own DPU"},
+		{"podNetwork: {name: pods, vni: 1}\ndpus: {h1: d1, h2: d1}", `dpus.h2: "d1" is already the DPU of "h1"`},
+		{"podNetwork: {name: pods, vni: 1}\ndpus: {h1: h2, h2: d2}", `dpus.h1: "h2" is itself a host`},
+		{"podNetwork: {name: pods, vni: 1}\ndpus: {h1: D1}", `dpus.h1: "D1" is not a node name`},
 	} {
 		_, err := Parse([]byte(c.doc))
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "settings: ") {

@@ -31,11 +31,18 @@ type node struct {
 	name, ns, ip, state, socket string
 	agent                       *exec.Cmd
 	log                         string
+	args                        []string // the agent's flags beyond the cluster's own
 }
 
 const ctrlAddr = "192.0.2.254:7400"
 
 func newCluster(t testing.TB, names ...string) *cluster {
+	return newClusterArgs(t, nil, nil, names...)
+}
+
+// newClusterArgs is newCluster with more flags for some nodes' agents;
+// the agents of the nodes in later are not started (startAgent does).
+func newClusterArgs(t testing.TB, args map[string][]string, later []string, names ...string) *cluster {
 	testns.Require(t)
 	c := &cluster{t: t, ul: testns.New(t), data: t.TempDir(), nodes: map[string]*node{}}
 	testns.UnderlayBridge(t, c.ul, "ul0", "192.0.2.254/24")
@@ -49,11 +56,13 @@ func newCluster(t testing.TB, names ...string) *cluster {
 		testns.Run(t, ns, "ip", "addr", "add", ip+"/24", "dev", "eth0")
 		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
 		dir := t.TempDir()
-		c.nodes[n] = &node{name: n, ns: ns, ip: ip, state: dir, socket: filepath.Join(dir, "agent.sock")}
+		c.nodes[n] = &node{name: n, ns: ns, ip: ip, state: dir, socket: filepath.Join(dir, "agent.sock"), args: args[n]}
 	}
 	c.startController()
 	for _, n := range names {
-		c.startAgent(n)
+		if !slices.Contains(later, n) {
+			c.startAgent(n)
+		}
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
@@ -93,6 +102,7 @@ func (c *cluster) startAgent(name string) {
 	n.agent = exec.Command("ip", "netns", "exec", n.ns, filepath.Join(binDir, "skiff-agent"), "--controller", ctrlAddr,
 		"--node", name, "--underlay-ip", n.ip, "--state-dir", n.state, "--socket", n.socket, "--stats-interval", "1s",
 		"--metrics-addr", n.ip+":9100", "--log-level", "debug")
+	n.agent.Args = append(n.agent.Args, n.args...)
 	n.agent.Stdout, n.agent.Stderr = logf, logf
 	if err := n.agent.Start(); err != nil {
 		c.t.Fatal(err)

@@ -78,7 +78,7 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50, 0}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54, 0}
 }
 
 // Network is a tenant L2 overlay identified by its VXLAN network identifier.
@@ -443,7 +443,13 @@ type Endpoint struct {
 	OffloadRules []*OffloadRule `protobuf:"bytes,21,rep,name=offload_rules,json=offloadRules,proto3" json:"offload_rules,omitempty"`
 	// Output only: for a VM port (kind tap or vfio), what its node's agent
 	// last reported of it.
-	Port          *PortStatus `protobuf:"bytes,22,opt,name=port,proto3" json:"port,omitempty"`
+	Port *PortStatus `protobuf:"bytes,22,opt,name=port,proto3" json:"port,omitempty"`
+	// Output only, in the plan of a dpu-host node: whether its DPU's agent
+	// reports the endpoint plumbed (its representor attached), and when
+	// not, why (dpu_error: it will not succeed by waiting).
+	DpuReady      bool   `protobuf:"varint,23,opt,name=dpu_ready,json=dpuReady,proto3" json:"dpu_ready,omitempty"`
+	DpuReason     string `protobuf:"bytes,24,opt,name=dpu_reason,json=dpuReason,proto3" json:"dpu_reason,omitempty"`
+	DpuError      string `protobuf:"bytes,25,opt,name=dpu_error,json=dpuError,proto3" json:"dpu_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,6 +601,27 @@ func (x *Endpoint) GetPort() *PortStatus {
 		return x.Port
 	}
 	return nil
+}
+
+func (x *Endpoint) GetDpuReady() bool {
+	if x != nil {
+		return x.DpuReady
+	}
+	return false
+}
+
+func (x *Endpoint) GetDpuReason() string {
+	if x != nil {
+		return x.DpuReason
+	}
+	return ""
+}
+
+func (x *Endpoint) GetDpuError() string {
+	if x != nil {
+		return x.DpuError
+	}
+	return ""
 }
 
 // PortStatus is a VM port as its node plumbed it.
@@ -1181,8 +1208,12 @@ type Node struct {
 	Revision int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Output only: whether the agent holds a live session, and when it was
 	// last heard from.
-	Connected     bool                   `protobuf:"varint,7,opt,name=connected,proto3" json:"connected,omitempty"`
-	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Connected bool                   `protobuf:"varint,7,opt,name=connected,proto3" json:"connected,omitempty"`
+	LastSeen  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// Mode dpu-host only (and required there): the node whose agent, in
+	// mode dpu, owns this host's eswitch and plumbs its VFs' representors.
+	// One DPU serves one host.
+	Dpu           string `protobuf:"bytes,9,opt,name=dpu,proto3" json:"dpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1273,6 +1304,88 @@ func (x *Node) GetLastSeen() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Node) GetDpu() string {
+	if x != nil {
+		return x.Dpu
+	}
+	return ""
+}
+
+// DPUStatus is, in a dpu-host node's plan, its DPU's agent as the
+// controller sees it.
+type DPUStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The DPU node the host names.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The DPU node has registered (in mode dpu).
+	Registered bool `protobuf:"varint,2,opt,name=registered,proto3" json:"registered,omitempty"`
+	// The DPU's agent holds a plan stream now.
+	Connected bool `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`
+	// Since when it is connected, or away (unset: it never was seen by
+	// this controller).
+	Since         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DPUStatus) Reset() {
+	*x = DPUStatus{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DPUStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DPUStatus) ProtoMessage() {}
+
+func (x *DPUStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DPUStatus.ProtoReflect.Descriptor instead.
+func (*DPUStatus) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DPUStatus) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *DPUStatus) GetRegistered() bool {
+	if x != nil {
+		return x.Registered
+	}
+	return false
+}
+
+func (x *DPUStatus) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *DPUStatus) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 // PlanNetwork is a network as one node needs it.
 type PlanNetwork struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1290,7 +1403,7 @@ type PlanNetwork struct {
 
 func (x *PlanNetwork) Reset() {
 	*x = PlanNetwork{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1415,7 @@ func (x *PlanNetwork) String() string {
 func (*PlanNetwork) ProtoMessage() {}
 
 func (x *PlanNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[12]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1428,7 @@ func (x *PlanNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanNetwork.ProtoReflect.Descriptor instead.
 func (*PlanNetwork) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{12}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlanNetwork) GetName() string {
@@ -1375,7 +1488,7 @@ type RemoteEndpoint struct {
 
 func (x *RemoteEndpoint) Reset() {
 	*x = RemoteEndpoint{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1500,7 @@ func (x *RemoteEndpoint) String() string {
 func (*RemoteEndpoint) ProtoMessage() {}
 
 func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[13]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1513,7 @@ func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteEndpoint.ProtoReflect.Descriptor instead.
 func (*RemoteEndpoint) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{13}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoteEndpoint) GetName() string {
@@ -1458,7 +1571,7 @@ type PolicyPort struct {
 
 func (x *PolicyPort) Reset() {
 	*x = PolicyPort{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1583,7 @@ func (x *PolicyPort) String() string {
 func (*PolicyPort) ProtoMessage() {}
 
 func (x *PolicyPort) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1596,7 @@ func (x *PolicyPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPort.ProtoReflect.Descriptor instead.
 func (*PolicyPort) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PolicyPort) GetProtocol() string {
@@ -1519,7 +1632,7 @@ type PolicyPeer struct {
 
 func (x *PolicyPeer) Reset() {
 	*x = PolicyPeer{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1644,7 @@ func (x *PolicyPeer) String() string {
 func (*PolicyPeer) ProtoMessage() {}
 
 func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1657,7 @@ func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPeer.ProtoReflect.Descriptor instead.
 func (*PolicyPeer) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PolicyPeer) GetGroup() string {
@@ -1580,7 +1693,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1705,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1718,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PolicyRule) GetPeers() []*PolicyPeer {
@@ -1636,7 +1749,7 @@ type EndpointPolicy struct {
 
 func (x *EndpointPolicy) Reset() {
 	*x = EndpointPolicy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1761,7 @@ func (x *EndpointPolicy) String() string {
 func (*EndpointPolicy) ProtoMessage() {}
 
 func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1774,7 @@ func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPolicy.ProtoReflect.Descriptor instead.
 func (*EndpointPolicy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EndpointPolicy) GetEndpoint() string {
@@ -1710,7 +1823,7 @@ type AddressGroup struct {
 
 func (x *AddressGroup) Reset() {
 	*x = AddressGroup{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1835,7 @@ func (x *AddressGroup) String() string {
 func (*AddressGroup) ProtoMessage() {}
 
 func (x *AddressGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1848,7 @@ func (x *AddressGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddressGroup.ProtoReflect.Descriptor instead.
 func (*AddressGroup) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddressGroup) GetName() string {
@@ -1763,13 +1876,15 @@ type Plan struct {
 	RemoteEndpoints []*RemoteEndpoint      `protobuf:"bytes,6,rep,name=remote_endpoints,json=remoteEndpoints,proto3" json:"remote_endpoints,omitempty"`
 	Policies        []*EndpointPolicy      `protobuf:"bytes,7,rep,name=policies,proto3" json:"policies,omitempty"`
 	Groups          []*AddressGroup        `protobuf:"bytes,8,rep,name=groups,proto3" json:"groups,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A dpu-host node's DPU (unset on other nodes).
+	Dpu           *DPUStatus `protobuf:"bytes,9,opt,name=dpu,proto3" json:"dpu,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1896,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1909,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Plan) GetNode() string {
@@ -1853,6 +1968,13 @@ func (x *Plan) GetGroups() []*AddressGroup {
 	return nil
 }
 
+func (x *Plan) GetDpu() *DPUStatus {
+	if x != nil {
+		return x.Dpu
+	}
+	return nil
+}
+
 // PlanDelta turns the plan at from_revision into the plan at revision.
 // Items are keyed by name: an upsert replaces the item of that name, a
 // remove deletes it.
@@ -1872,13 +1994,15 @@ type PlanDelta struct {
 	RemovePolicies []string               `protobuf:"bytes,12,rep,name=remove_policies,json=removePolicies,proto3" json:"remove_policies,omitempty"`
 	UpsertGroups   []*AddressGroup        `protobuf:"bytes,13,rep,name=upsert_groups,json=upsertGroups,proto3" json:"upsert_groups,omitempty"`
 	RemoveGroups   []string               `protobuf:"bytes,14,rep,name=remove_groups,json=removeGroups,proto3" json:"remove_groups,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when the node's DPU status changed.
+	Dpu           *DPUStatus `protobuf:"bytes,15,opt,name=dpu,proto3" json:"dpu,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanDelta) Reset() {
 	*x = PlanDelta{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2014,7 @@ func (x *PlanDelta) String() string {
 func (*PlanDelta) ProtoMessage() {}
 
 func (x *PlanDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2027,7 @@ func (x *PlanDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDelta.ProtoReflect.Descriptor instead.
 func (*PlanDelta) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PlanDelta) GetNode() string {
@@ -2004,6 +2128,13 @@ func (x *PlanDelta) GetRemoveGroups() []string {
 	return nil
 }
 
+func (x *PlanDelta) GetDpu() *DPUStatus {
+	if x != nil {
+		return x.Dpu
+	}
+	return nil
+}
+
 // PlanUpdate is one message of a plan stream: a snapshot first (unless the
 // agent resumed), then deltas.
 type PlanUpdate struct {
@@ -2019,7 +2150,7 @@ type PlanUpdate struct {
 
 func (x *PlanUpdate) Reset() {
 	*x = PlanUpdate{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2162,7 @@ func (x *PlanUpdate) String() string {
 func (*PlanUpdate) ProtoMessage() {}
 
 func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2175,7 @@ func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanUpdate.ProtoReflect.Descriptor instead.
 func (*PlanUpdate) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PlanUpdate) GetUpdate() isPlanUpdate_Update {
@@ -2097,7 +2228,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2240,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2253,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterRequest) GetNode() *Node {
@@ -2141,7 +2272,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2284,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2297,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -2187,7 +2318,7 @@ type StreamPlanRequest struct {
 
 func (x *StreamPlanRequest) Reset() {
 	*x = StreamPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2330,7 @@ func (x *StreamPlanRequest) String() string {
 func (*StreamPlanRequest) ProtoMessage() {}
 
 func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2343,7 @@ func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPlanRequest.ProtoReflect.Descriptor instead.
 func (*StreamPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StreamPlanRequest) GetNode() string {
@@ -2243,7 +2374,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2386,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2399,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeEvent) GetTime() *timestamppb.Timestamp {
@@ -2309,7 +2440,7 @@ type ReportEventsRequest struct {
 
 func (x *ReportEventsRequest) Reset() {
 	*x = ReportEventsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2452,7 @@ func (x *ReportEventsRequest) String() string {
 func (*ReportEventsRequest) ProtoMessage() {}
 
 func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2465,7 @@ func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReportEventsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReportEventsRequest) GetNode() string {
@@ -2359,7 +2490,7 @@ type ReportEventsResponse struct {
 
 func (x *ReportEventsResponse) Reset() {
 	*x = ReportEventsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2502,7 @@ func (x *ReportEventsResponse) String() string {
 func (*ReportEventsResponse) ProtoMessage() {}
 
 func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2515,7 @@ func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReportEventsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
 }
 
 type EndpointCounters struct {
@@ -2399,7 +2530,7 @@ type EndpointCounters struct {
 
 func (x *EndpointCounters) Reset() {
 	*x = EndpointCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2542,7 @@ func (x *EndpointCounters) String() string {
 func (*EndpointCounters) ProtoMessage() {}
 
 func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2555,7 @@ func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointCounters.ProtoReflect.Descriptor instead.
 func (*EndpointCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EndpointCounters) GetEndpoint() string {
@@ -2465,7 +2596,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2608,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2621,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NetworkCounters) GetNetwork() string {
@@ -2519,7 +2650,7 @@ type ReportCountersRequest struct {
 
 func (x *ReportCountersRequest) Reset() {
 	*x = ReportCountersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2662,7 @@ func (x *ReportCountersRequest) String() string {
 func (*ReportCountersRequest) ProtoMessage() {}
 
 func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2675,7 @@ func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersRequest.ProtoReflect.Descriptor instead.
 func (*ReportCountersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReportCountersRequest) GetNode() string {
@@ -2583,7 +2714,7 @@ type ReportCountersResponse struct {
 
 func (x *ReportCountersResponse) Reset() {
 	*x = ReportCountersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2726,7 @@ func (x *ReportCountersResponse) String() string {
 func (*ReportCountersResponse) ProtoMessage() {}
 
 func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2739,7 @@ func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersResponse.ProtoReflect.Descriptor instead.
 func (*ReportCountersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
 }
 
 // PortReport is one VM port's status, by endpoint name.
@@ -2622,7 +2753,7 @@ type PortReport struct {
 
 func (x *PortReport) Reset() {
 	*x = PortReport{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2765,7 @@ func (x *PortReport) String() string {
 func (*PortReport) ProtoMessage() {}
 
 func (x *PortReport) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2778,7 @@ func (x *PortReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortReport.ProtoReflect.Descriptor instead.
 func (*PortReport) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PortReport) GetEndpoint() string {
@@ -2676,7 +2807,7 @@ type ReportPortsRequest struct {
 
 func (x *ReportPortsRequest) Reset() {
 	*x = ReportPortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2688,7 +2819,7 @@ func (x *ReportPortsRequest) String() string {
 func (*ReportPortsRequest) ProtoMessage() {}
 
 func (x *ReportPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2701,7 +2832,7 @@ func (x *ReportPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPortsRequest.ProtoReflect.Descriptor instead.
 func (*ReportPortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportPortsRequest) GetNode() string {
@@ -2726,7 +2857,7 @@ type ReportPortsResponse struct {
 
 func (x *ReportPortsResponse) Reset() {
 	*x = ReportPortsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2869,7 @@ func (x *ReportPortsResponse) String() string {
 func (*ReportPortsResponse) ProtoMessage() {}
 
 func (x *ReportPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2882,170 @@ func (x *ReportPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPortsResponse.ProtoReflect.Descriptor instead.
 func (*ReportPortsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+}
+
+// DPUEndpointReport is what a DPU's agent says of one endpoint of its
+// host (an endpoint of the paired dpu-host node in the DPU's plan).
+type DPUEndpointReport struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Endpoint string                 `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Its representor is attached to its network.
+	Ready bool `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Why not yet (transient).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// It cannot be plumbed (no representor for its PF and VF index, ...).
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DPUEndpointReport) Reset() {
+	*x = DPUEndpointReport{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DPUEndpointReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DPUEndpointReport) ProtoMessage() {}
+
+func (x *DPUEndpointReport) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DPUEndpointReport.ProtoReflect.Descriptor instead.
+func (*DPUEndpointReport) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DPUEndpointReport) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *DPUEndpointReport) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *DPUEndpointReport) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DPUEndpointReport) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ReportDPUEndpointsRequest carries the status of every endpoint of the
+// DPU's host: one the report does not list loses its status.
+type ReportDPUEndpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Endpoints     []*DPUEndpointReport   `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportDPUEndpointsRequest) Reset() {
+	*x = ReportDPUEndpointsRequest{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportDPUEndpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportDPUEndpointsRequest) ProtoMessage() {}
+
+func (x *ReportDPUEndpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportDPUEndpointsRequest.ProtoReflect.Descriptor instead.
+func (*ReportDPUEndpointsRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReportDPUEndpointsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReportDPUEndpointsRequest) GetEndpoints() []*DPUEndpointReport {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+type ReportDPUEndpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportDPUEndpointsResponse) Reset() {
+	*x = ReportDPUEndpointsResponse{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportDPUEndpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportDPUEndpointsResponse) ProtoMessage() {}
+
+func (x *ReportDPUEndpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportDPUEndpointsResponse.ProtoReflect.Descriptor instead.
+func (*ReportDPUEndpointsResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
 }
 
 // RenewCertificateRequest asks for a new client certificate of the
@@ -2767,7 +3061,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3073,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3086,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RenewCertificateRequest) GetNode() string {
@@ -2819,7 +3113,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +3125,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +3138,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RenewCertificateResponse) GetCertificate() []byte {
@@ -2863,7 +3157,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3169,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3182,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetRequest) GetName() string {
@@ -2907,7 +3201,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3213,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3226,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteRequest) GetName() string {
@@ -2950,7 +3244,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3256,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3269,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
 }
 
 type ListRequest struct {
@@ -2989,7 +3283,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3295,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3308,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListRequest) GetNetwork() string {
@@ -3040,7 +3334,7 @@ type CreateNetworkRequest struct {
 
 func (x *CreateNetworkRequest) Reset() {
 	*x = CreateNetworkRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3346,7 @@ func (x *CreateNetworkRequest) String() string {
 func (*CreateNetworkRequest) ProtoMessage() {}
 
 func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3359,7 @@ func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*CreateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateNetworkRequest) GetNetwork() *Network {
@@ -3084,7 +3378,7 @@ type CreateSubnetRequest struct {
 
 func (x *CreateSubnetRequest) Reset() {
 	*x = CreateSubnetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3390,7 @@ func (x *CreateSubnetRequest) String() string {
 func (*CreateSubnetRequest) ProtoMessage() {}
 
 func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3403,7 @@ func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubnetRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubnetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateSubnetRequest) GetSubnet() *Subnet {
@@ -3128,7 +3422,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3434,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3447,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateEndpointRequest) GetEndpoint() *Endpoint {
@@ -3172,7 +3466,7 @@ type ListNetworksResponse struct {
 
 func (x *ListNetworksResponse) Reset() {
 	*x = ListNetworksResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3478,7 @@ func (x *ListNetworksResponse) String() string {
 func (*ListNetworksResponse) ProtoMessage() {}
 
 func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3491,7 @@ func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNetworksResponse.ProtoReflect.Descriptor instead.
 func (*ListNetworksResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListNetworksResponse) GetNetworks() []*Network {
@@ -3216,7 +3510,7 @@ type ListSubnetsResponse struct {
 
 func (x *ListSubnetsResponse) Reset() {
 	*x = ListSubnetsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3522,7 @@ func (x *ListSubnetsResponse) String() string {
 func (*ListSubnetsResponse) ProtoMessage() {}
 
 func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3535,7 @@ func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubnetsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubnetsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListSubnetsResponse) GetSubnets() []*Subnet {
@@ -3260,7 +3554,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3566,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3579,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -3304,7 +3598,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3610,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3623,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3348,7 +3642,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +3654,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +3667,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetPlanRequest) GetNode() string {
@@ -3399,7 +3693,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3705,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3718,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchRequest) GetKinds() []string {
@@ -3458,7 +3752,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3470,7 +3764,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3483,7 +3777,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -3587,7 +3881,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3893,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +3906,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Policy) GetNamespace() string {
@@ -3656,7 +3950,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3962,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3975,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Namespace) GetName() string {
@@ -3715,7 +4009,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +4021,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +4034,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ApplyPoliciesRequest) GetDocuments() string {
@@ -3759,7 +4053,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +4065,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +4078,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -3804,7 +4098,7 @@ type PolicyRef struct {
 
 func (x *PolicyRef) Reset() {
 	*x = PolicyRef{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +4110,7 @@ func (x *PolicyRef) String() string {
 func (*PolicyRef) ProtoMessage() {}
 
 func (x *PolicyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +4123,7 @@ func (x *PolicyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
 func (*PolicyRef) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PolicyRef) GetNamespace() string {
@@ -3856,7 +4150,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3868,7 +4162,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3881,7 +4175,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListPoliciesRequest) GetNamespace() string {
@@ -3900,7 +4194,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +4206,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4219,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -3944,7 +4238,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4250,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4263,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -4007,7 +4301,7 @@ type CreatePortRequest struct {
 
 func (x *CreatePortRequest) Reset() {
 	*x = CreatePortRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4313,7 @@ func (x *CreatePortRequest) String() string {
 func (*CreatePortRequest) ProtoMessage() {}
 
 func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4326,7 @@ func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreatePortRequest) GetVm() string {
@@ -4123,7 +4417,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4429,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4442,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListPortsRequest) GetVm() string {
@@ -4176,7 +4470,7 @@ type DeletePortsRequest struct {
 
 func (x *DeletePortsRequest) Reset() {
 	*x = DeletePortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4482,7 @@ func (x *DeletePortsRequest) String() string {
 func (*DeletePortsRequest) ProtoMessage() {}
 
 func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4495,7 @@ func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsRequest.ProtoReflect.Descriptor instead.
 func (*DeletePortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeletePortsRequest) GetName() string {
@@ -4227,7 +4521,7 @@ type DeletePortsResponse struct {
 
 func (x *DeletePortsResponse) Reset() {
 	*x = DeletePortsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4533,7 @@ func (x *DeletePortsResponse) String() string {
 func (*DeletePortsResponse) ProtoMessage() {}
 
 func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4546,7 @@ func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsResponse.ProtoReflect.Descriptor instead.
 func (*DeletePortsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeletePortsResponse) GetDeleted() []string {
@@ -4290,7 +4584,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4302,7 +4596,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4315,7 +4609,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Owner) GetName() string {
@@ -4377,7 +4671,7 @@ type ListOwnersRequest struct {
 
 func (x *ListOwnersRequest) Reset() {
 	*x = ListOwnersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4389,7 +4683,7 @@ func (x *ListOwnersRequest) String() string {
 func (*ListOwnersRequest) ProtoMessage() {}
 
 func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4402,7 +4696,7 @@ func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListOwnersRequest) GetNode() string {
@@ -4421,7 +4715,7 @@ type ListOwnersResponse struct {
 
 func (x *ListOwnersResponse) Reset() {
 	*x = ListOwnersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +4727,7 @@ func (x *ListOwnersResponse) String() string {
 func (*ListOwnersResponse) ProtoMessage() {}
 
 func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +4740,7 @@ func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ListOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListOwnersResponse) GetOwners() []*Owner {
@@ -4471,7 +4765,7 @@ type DeleteOwnerRequest struct {
 
 func (x *DeleteOwnerRequest) Reset() {
 	*x = DeleteOwnerRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4777,7 @@ func (x *DeleteOwnerRequest) String() string {
 func (*DeleteOwnerRequest) ProtoMessage() {}
 
 func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4790,7 @@ func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteOwnerRequest) GetName() string {
@@ -4530,7 +4824,7 @@ type DeleteOwnerResponse struct {
 
 func (x *DeleteOwnerResponse) Reset() {
 	*x = DeleteOwnerResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4542,7 +4836,7 @@ func (x *DeleteOwnerResponse) String() string {
 func (*DeleteOwnerResponse) ProtoMessage() {}
 
 func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4555,7 +4849,7 @@ func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteOwnerResponse) GetEndpoints() []string {
@@ -4577,7 +4871,7 @@ type DeleteEndpointsRequest struct {
 
 func (x *DeleteEndpointsRequest) Reset() {
 	*x = DeleteEndpointsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4589,7 +4883,7 @@ func (x *DeleteEndpointsRequest) String() string {
 func (*DeleteEndpointsRequest) ProtoMessage() {}
 
 func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4602,7 +4896,7 @@ func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteEndpointsRequest) GetNode() string {
@@ -4628,7 +4922,7 @@ type DeleteEndpointsResponse struct {
 
 func (x *DeleteEndpointsResponse) Reset() {
 	*x = DeleteEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4934,7 @@ func (x *DeleteEndpointsResponse) String() string {
 func (*DeleteEndpointsResponse) ProtoMessage() {}
 
 func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4947,7 @@ func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteEndpointsResponse) GetDeleted() []string {
@@ -4677,7 +4971,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4689,7 +4983,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4702,7 +4996,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ExplainPolicyRequest) GetSource() string {
@@ -4751,7 +5045,7 @@ type PolicySide struct {
 
 func (x *PolicySide) Reset() {
 	*x = PolicySide{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4763,7 +5057,7 @@ func (x *PolicySide) String() string {
 func (*PolicySide) ProtoMessage() {}
 
 func (x *PolicySide) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4776,7 +5070,7 @@ func (x *PolicySide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySide.ProtoReflect.Descriptor instead.
 func (*PolicySide) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{71}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PolicySide) GetEndpoint() string {
@@ -4826,7 +5120,7 @@ type ExplainPolicyResponse struct {
 
 func (x *ExplainPolicyResponse) Reset() {
 	*x = ExplainPolicyResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4838,7 +5132,7 @@ func (x *ExplainPolicyResponse) String() string {
 func (*ExplainPolicyResponse) ProtoMessage() {}
 
 func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4851,7 +5145,7 @@ func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{72}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ExplainPolicyResponse) GetAllowed() bool {
@@ -4910,7 +5204,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"tx_packets\x18\x04 \x01(\x04R\ttxPackets\x12\x19\n" +
 	"\btx_bytes\x18\x05 \x01(\x04R\atxBytes\x12\x1d\n" +
 	"\n" +
-	"tx_dropped\x18\x06 \x01(\x04R\ttxDropped\"\xa1\x05\n" +
+	"tx_dropped\x18\x06 \x01(\x04R\ttxDropped\"\xfa\x05\n" +
 	"\bEndpoint\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +
@@ -4929,7 +5223,11 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\rcounters_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fcountersTime\x12D\n" +
 	"\x0fpolicy_counters\x18\x14 \x03(\v2\x1b.skiff.v1.PolicyRuleCounterR\x0epolicyCounters\x12:\n" +
 	"\roffload_rules\x18\x15 \x03(\v2\x15.skiff.v1.OffloadRuleR\foffloadRules\x12(\n" +
-	"\x04port\x18\x16 \x01(\v2\x14.skiff.v1.PortStatusR\x04port\x1a9\n" +
+	"\x04port\x18\x16 \x01(\v2\x14.skiff.v1.PortStatusR\x04port\x12\x1b\n" +
+	"\tdpu_ready\x18\x17 \x01(\bR\bdpuReady\x12\x1d\n" +
+	"\n" +
+	"dpu_reason\x18\x18 \x01(\tR\tdpuReason\x12\x1b\n" +
+	"\tdpu_error\x18\x19 \x01(\tR\bdpuError\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\v\n" +
@@ -4986,7 +5284,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12,\n" +
 	"\x03pfs\x18\x02 \x03(\v2\x1a.skiff.v1.PhysicalFunctionR\x03pfs\x12\x14\n" +
 	"\x05modes\x18\x03 \x03(\tR\x05modes\x12\x16\n" +
-	"\x06kernel\x18\x04 \x01(\tR\x06kernel\"\xa7\x02\n" +
+	"\x06kernel\x18\x04 \x01(\tR\x06kernel\"\xb9\x02\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vunderlay_ip\x18\x02 \x01(\tR\n" +
@@ -4996,7 +5294,15 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\ragent_version\x18\x05 \x01(\tR\fagentVersion\x12\x1a\n" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\x12\x1c\n" +
 	"\tconnected\x18\a \x01(\bR\tconnected\x127\n" +
-	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\xaa\x01\n" +
+	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x10\n" +
+	"\x03dpu\x18\t \x01(\tR\x03dpu\"\x8f\x01\n" +
+	"\tDPUStatus\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
+	"\n" +
+	"registered\x18\x02 \x01(\bR\n" +
+	"registered\x12\x1c\n" +
+	"\tconnected\x18\x03 \x01(\bR\tconnected\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xaa\x01\n" +
 	"\vPlanNetwork\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x10\n" +
@@ -5034,7 +5340,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x06egress\x18\x05 \x03(\v2\x14.skiff.v1.PolicyRuleR\x06egress\"<\n" +
 	"\fAddressGroup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\amembers\x18\x02 \x03(\tR\amembers\"\xf2\x02\n" +
+	"\amembers\x18\x02 \x03(\tR\amembers\"\x99\x03\n" +
 	"\x04Plan\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x1f\n" +
@@ -5044,7 +5350,8 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x0flocal_endpoints\x18\x05 \x03(\v2\x12.skiff.v1.EndpointR\x0elocalEndpoints\x12C\n" +
 	"\x10remote_endpoints\x18\x06 \x03(\v2\x18.skiff.v1.RemoteEndpointR\x0fremoteEndpoints\x124\n" +
 	"\bpolicies\x18\a \x03(\v2\x18.skiff.v1.EndpointPolicyR\bpolicies\x12.\n" +
-	"\x06groups\x18\b \x03(\v2\x16.skiff.v1.AddressGroupR\x06groups\"\x8b\x05\n" +
+	"\x06groups\x18\b \x03(\v2\x16.skiff.v1.AddressGroupR\x06groups\x12%\n" +
+	"\x03dpu\x18\t \x01(\v2\x13.skiff.v1.DPUStatusR\x03dpu\"\xb2\x05\n" +
 	"\tPlanDelta\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1a\n" +
@@ -5061,7 +5368,8 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x0fupsert_policies\x18\v \x03(\v2\x18.skiff.v1.EndpointPolicyR\x0eupsertPolicies\x12'\n" +
 	"\x0fremove_policies\x18\f \x03(\tR\x0eremovePolicies\x12;\n" +
 	"\rupsert_groups\x18\r \x03(\v2\x16.skiff.v1.AddressGroupR\fupsertGroups\x12#\n" +
-	"\rremove_groups\x18\x0e \x03(\tR\fremoveGroupsB\x0e\n" +
+	"\rremove_groups\x18\x0e \x03(\tR\fremoveGroups\x12%\n" +
+	"\x03dpu\x18\x0f \x01(\v2\x13.skiff.v1.DPUStatusR\x03dpuB\x0e\n" +
 	"\f_underlay_ip\"q\n" +
 	"\n" +
 	"PlanUpdate\x12,\n" +
@@ -5105,7 +5413,16 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x12ReportPortsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12*\n" +
 	"\x05ports\x18\x02 \x03(\v2\x14.skiff.v1.PortReportR\x05ports\"\x15\n" +
-	"\x13ReportPortsResponse\"?\n" +
+	"\x13ReportPortsResponse\"s\n" +
+	"\x11DPUEndpointReport\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\bR\x05ready\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"j\n" +
+	"\x19ReportDPUEndpointsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x129\n" +
+	"\tendpoints\x18\x02 \x03(\v2\x1b.skiff.v1.DPUEndpointReportR\tendpoints\"\x1c\n" +
+	"\x1aReportDPUEndpointsResponse\"?\n" +
 	"\x17RenewCertificateRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03csr\x18\x02 \x01(\fR\x03csr\"<\n" +
@@ -5247,14 +5564,15 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x15ExplainPolicyResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12,\n" +
 	"\x06egress\x18\x02 \x01(\v2\x14.skiff.v1.PolicySideR\x06egress\x12.\n" +
-	"\aingress\x18\x03 \x01(\v2\x14.skiff.v1.PolicySideR\aingress2\xa2\x05\n" +
+	"\aingress\x18\x03 \x01(\v2\x14.skiff.v1.PolicySideR\aingress2\x83\x06\n" +
 	"\fAgentService\x12A\n" +
 	"\bRegister\x12\x19.skiff.v1.RegisterRequest\x1a\x1a.skiff.v1.RegisterResponse\x12A\n" +
 	"\n" +
 	"StreamPlan\x12\x1b.skiff.v1.StreamPlanRequest\x1a\x14.skiff.v1.PlanUpdate0\x01\x12M\n" +
 	"\fReportEvents\x12\x1d.skiff.v1.ReportEventsRequest\x1a\x1e.skiff.v1.ReportEventsResponse\x12S\n" +
 	"\x0eReportCounters\x12\x1f.skiff.v1.ReportCountersRequest\x1a .skiff.v1.ReportCountersResponse\x12J\n" +
-	"\vReportPorts\x12\x1c.skiff.v1.ReportPortsRequest\x1a\x1d.skiff.v1.ReportPortsResponse\x12E\n" +
+	"\vReportPorts\x12\x1c.skiff.v1.ReportPortsRequest\x1a\x1d.skiff.v1.ReportPortsResponse\x12_\n" +
+	"\x12ReportDPUEndpoints\x12#.skiff.v1.ReportDPUEndpointsRequest\x1a$.skiff.v1.ReportDPUEndpointsResponse\x12E\n" +
 	"\x0eCreateEndpoint\x12\x1f.skiff.v1.CreateEndpointRequest\x1a\x12.skiff.v1.Endpoint\x12C\n" +
 	"\x0eDeleteEndpoint\x12\x17.skiff.v1.DeleteRequest\x1a\x18.skiff.v1.DeleteResponse\x125\n" +
 	"\n" +
@@ -5311,240 +5629,250 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_skiff_v1_skiff_proto_goTypes = []any{
-	(WatchEvent_Type)(0),             // 0: skiff.v1.WatchEvent.Type
-	(*Network)(nil),                  // 1: skiff.v1.Network
-	(*IPRange)(nil),                  // 2: skiff.v1.IPRange
-	(*Subnet)(nil),                   // 3: skiff.v1.Subnet
-	(*Counters)(nil),                 // 4: skiff.v1.Counters
-	(*Endpoint)(nil),                 // 5: skiff.v1.Endpoint
-	(*PortStatus)(nil),               // 6: skiff.v1.PortStatus
-	(*OffloadRule)(nil),              // 7: skiff.v1.OffloadRule
-	(*PolicyRuleCounter)(nil),        // 8: skiff.v1.PolicyRuleCounter
-	(*VirtualFunction)(nil),          // 9: skiff.v1.VirtualFunction
-	(*PhysicalFunction)(nil),         // 10: skiff.v1.PhysicalFunction
-	(*NodeCapabilities)(nil),         // 11: skiff.v1.NodeCapabilities
-	(*Node)(nil),                     // 12: skiff.v1.Node
-	(*PlanNetwork)(nil),              // 13: skiff.v1.PlanNetwork
-	(*RemoteEndpoint)(nil),           // 14: skiff.v1.RemoteEndpoint
-	(*PolicyPort)(nil),               // 15: skiff.v1.PolicyPort
-	(*PolicyPeer)(nil),               // 16: skiff.v1.PolicyPeer
-	(*PolicyRule)(nil),               // 17: skiff.v1.PolicyRule
-	(*EndpointPolicy)(nil),           // 18: skiff.v1.EndpointPolicy
-	(*AddressGroup)(nil),             // 19: skiff.v1.AddressGroup
-	(*Plan)(nil),                     // 20: skiff.v1.Plan
-	(*PlanDelta)(nil),                // 21: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),               // 22: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),          // 23: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),         // 24: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),        // 25: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),                // 26: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),      // 27: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),     // 28: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),         // 29: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),          // 30: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),    // 31: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil),   // 32: skiff.v1.ReportCountersResponse
-	(*PortReport)(nil),               // 33: skiff.v1.PortReport
-	(*ReportPortsRequest)(nil),       // 34: skiff.v1.ReportPortsRequest
-	(*ReportPortsResponse)(nil),      // 35: skiff.v1.ReportPortsResponse
-	(*RenewCertificateRequest)(nil),  // 36: skiff.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil), // 37: skiff.v1.RenewCertificateResponse
-	(*GetRequest)(nil),               // 38: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),            // 39: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 40: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),              // 41: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),     // 42: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),      // 43: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),    // 44: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),     // 45: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),      // 46: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),    // 47: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),        // 48: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),           // 49: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),             // 50: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),               // 51: skiff.v1.WatchEvent
-	(*Policy)(nil),                   // 52: skiff.v1.Policy
-	(*Namespace)(nil),                // 53: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),     // 54: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),    // 55: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),                // 56: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),      // 57: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 58: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil),   // 59: skiff.v1.ListNamespacesResponse
-	(*CreatePortRequest)(nil),        // 60: skiff.v1.CreatePortRequest
-	(*ListPortsRequest)(nil),         // 61: skiff.v1.ListPortsRequest
-	(*DeletePortsRequest)(nil),       // 62: skiff.v1.DeletePortsRequest
-	(*DeletePortsResponse)(nil),      // 63: skiff.v1.DeletePortsResponse
-	(*Owner)(nil),                    // 64: skiff.v1.Owner
-	(*ListOwnersRequest)(nil),        // 65: skiff.v1.ListOwnersRequest
-	(*ListOwnersResponse)(nil),       // 66: skiff.v1.ListOwnersResponse
-	(*DeleteOwnerRequest)(nil),       // 67: skiff.v1.DeleteOwnerRequest
-	(*DeleteOwnerResponse)(nil),      // 68: skiff.v1.DeleteOwnerResponse
-	(*DeleteEndpointsRequest)(nil),   // 69: skiff.v1.DeleteEndpointsRequest
-	(*DeleteEndpointsResponse)(nil),  // 70: skiff.v1.DeleteEndpointsResponse
-	(*ExplainPolicyRequest)(nil),     // 71: skiff.v1.ExplainPolicyRequest
-	(*PolicySide)(nil),               // 72: skiff.v1.PolicySide
-	(*ExplainPolicyResponse)(nil),    // 73: skiff.v1.ExplainPolicyResponse
-	nil,                              // 74: skiff.v1.Endpoint.LabelsEntry
-	nil,                              // 75: skiff.v1.Namespace.LabelsEntry
-	nil,                              // 76: skiff.v1.CreatePortRequest.LabelsEntry
-	nil,                              // 77: skiff.v1.Owner.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 78: google.protobuf.Timestamp
+	(WatchEvent_Type)(0),               // 0: skiff.v1.WatchEvent.Type
+	(*Network)(nil),                    // 1: skiff.v1.Network
+	(*IPRange)(nil),                    // 2: skiff.v1.IPRange
+	(*Subnet)(nil),                     // 3: skiff.v1.Subnet
+	(*Counters)(nil),                   // 4: skiff.v1.Counters
+	(*Endpoint)(nil),                   // 5: skiff.v1.Endpoint
+	(*PortStatus)(nil),                 // 6: skiff.v1.PortStatus
+	(*OffloadRule)(nil),                // 7: skiff.v1.OffloadRule
+	(*PolicyRuleCounter)(nil),          // 8: skiff.v1.PolicyRuleCounter
+	(*VirtualFunction)(nil),            // 9: skiff.v1.VirtualFunction
+	(*PhysicalFunction)(nil),           // 10: skiff.v1.PhysicalFunction
+	(*NodeCapabilities)(nil),           // 11: skiff.v1.NodeCapabilities
+	(*Node)(nil),                       // 12: skiff.v1.Node
+	(*DPUStatus)(nil),                  // 13: skiff.v1.DPUStatus
+	(*PlanNetwork)(nil),                // 14: skiff.v1.PlanNetwork
+	(*RemoteEndpoint)(nil),             // 15: skiff.v1.RemoteEndpoint
+	(*PolicyPort)(nil),                 // 16: skiff.v1.PolicyPort
+	(*PolicyPeer)(nil),                 // 17: skiff.v1.PolicyPeer
+	(*PolicyRule)(nil),                 // 18: skiff.v1.PolicyRule
+	(*EndpointPolicy)(nil),             // 19: skiff.v1.EndpointPolicy
+	(*AddressGroup)(nil),               // 20: skiff.v1.AddressGroup
+	(*Plan)(nil),                       // 21: skiff.v1.Plan
+	(*PlanDelta)(nil),                  // 22: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),                 // 23: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),            // 24: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),           // 25: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),          // 26: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),                  // 27: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),        // 28: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),       // 29: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),           // 30: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),            // 31: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),      // 32: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil),     // 33: skiff.v1.ReportCountersResponse
+	(*PortReport)(nil),                 // 34: skiff.v1.PortReport
+	(*ReportPortsRequest)(nil),         // 35: skiff.v1.ReportPortsRequest
+	(*ReportPortsResponse)(nil),        // 36: skiff.v1.ReportPortsResponse
+	(*DPUEndpointReport)(nil),          // 37: skiff.v1.DPUEndpointReport
+	(*ReportDPUEndpointsRequest)(nil),  // 38: skiff.v1.ReportDPUEndpointsRequest
+	(*ReportDPUEndpointsResponse)(nil), // 39: skiff.v1.ReportDPUEndpointsResponse
+	(*RenewCertificateRequest)(nil),    // 40: skiff.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 41: skiff.v1.RenewCertificateResponse
+	(*GetRequest)(nil),                 // 42: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),              // 43: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 44: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),                // 45: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),       // 46: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),        // 47: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),      // 48: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),       // 49: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),        // 50: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),      // 51: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),          // 52: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),             // 53: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),               // 54: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 55: skiff.v1.WatchEvent
+	(*Policy)(nil),                     // 56: skiff.v1.Policy
+	(*Namespace)(nil),                  // 57: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),       // 58: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),      // 59: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),                  // 60: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),        // 61: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),       // 62: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil),     // 63: skiff.v1.ListNamespacesResponse
+	(*CreatePortRequest)(nil),          // 64: skiff.v1.CreatePortRequest
+	(*ListPortsRequest)(nil),           // 65: skiff.v1.ListPortsRequest
+	(*DeletePortsRequest)(nil),         // 66: skiff.v1.DeletePortsRequest
+	(*DeletePortsResponse)(nil),        // 67: skiff.v1.DeletePortsResponse
+	(*Owner)(nil),                      // 68: skiff.v1.Owner
+	(*ListOwnersRequest)(nil),          // 69: skiff.v1.ListOwnersRequest
+	(*ListOwnersResponse)(nil),         // 70: skiff.v1.ListOwnersResponse
+	(*DeleteOwnerRequest)(nil),         // 71: skiff.v1.DeleteOwnerRequest
+	(*DeleteOwnerResponse)(nil),        // 72: skiff.v1.DeleteOwnerResponse
+	(*DeleteEndpointsRequest)(nil),     // 73: skiff.v1.DeleteEndpointsRequest
+	(*DeleteEndpointsResponse)(nil),    // 74: skiff.v1.DeleteEndpointsResponse
+	(*ExplainPolicyRequest)(nil),       // 75: skiff.v1.ExplainPolicyRequest
+	(*PolicySide)(nil),                 // 76: skiff.v1.PolicySide
+	(*ExplainPolicyResponse)(nil),      // 77: skiff.v1.ExplainPolicyResponse
+	nil,                                // 78: skiff.v1.Endpoint.LabelsEntry
+	nil,                                // 79: skiff.v1.Namespace.LabelsEntry
+	nil,                                // 80: skiff.v1.CreatePortRequest.LabelsEntry
+	nil,                                // 81: skiff.v1.Owner.LabelsEntry
+	(*timestamppb.Timestamp)(nil),      // 82: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,   // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	74,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	78,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,   // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	78,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	82,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
 	8,   // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
 	7,   // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
 	6,   // 6: skiff.v1.Endpoint.port:type_name -> skiff.v1.PortStatus
-	78,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
+	82,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
 	9,   // 8: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
 	10,  // 9: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
 	11,  // 10: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	78,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	3,   // 12: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
-	16,  // 13: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
-	15,  // 14: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
-	17,  // 15: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
-	17,  // 16: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
-	13,  // 17: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
-	5,   // 18: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
-	14,  // 19: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
-	18,  // 20: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
-	19,  // 21: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
-	13,  // 22: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
-	5,   // 23: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
-	14,  // 24: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
-	18,  // 25: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
-	19,  // 26: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
-	20,  // 27: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
-	21,  // 28: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
-	12,  // 29: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
-	12,  // 30: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	78,  // 31: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
-	26,  // 32: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
-	4,   // 33: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
-	7,   // 34: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
-	8,   // 35: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
-	4,   // 36: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	78,  // 37: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
-	29,  // 38: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
-	30,  // 39: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
-	6,   // 40: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
-	33,  // 41: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
-	1,   // 42: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
-	3,   // 43: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
-	5,   // 44: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
-	1,   // 45: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
-	3,   // 46: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
-	5,   // 47: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
-	12,  // 48: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
-	0,   // 49: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
-	1,   // 50: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
-	3,   // 51: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
-	5,   // 52: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
-	12,  // 53: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	75,  // 54: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	52,  // 55: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	52,  // 56: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	53,  // 57: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	76,  // 58: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
-	77,  // 59: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
-	78,  // 60: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
-	64,  // 61: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
-	72,  // 62: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
-	72,  // 63: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
-	23,  // 64: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	25,  // 65: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	27,  // 66: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	31,  // 67: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	34,  // 68: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
-	44,  // 69: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	39,  // 70: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	38,  // 71: skiff.v1.AgentService.GetNetwork:input_type -> skiff.v1.GetRequest
-	36,  // 72: skiff.v1.AgentService.RenewCertificate:input_type -> skiff.v1.RenewCertificateRequest
-	42,  // 73: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	38,  // 74: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	41,  // 75: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	39,  // 76: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	43,  // 77: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	38,  // 78: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	41,  // 79: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	39,  // 80: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	44,  // 81: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	38,  // 82: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	41,  // 83: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	39,  // 84: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	69,  // 85: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
-	38,  // 86: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	41,  // 87: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	39,  // 88: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	64,  // 89: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
-	38,  // 90: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
-	65,  // 91: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
-	67,  // 92: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
-	54,  // 93: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	57,  // 94: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	56,  // 95: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	71,  // 96: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
-	53,  // 97: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	41,  // 98: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	39,  // 99: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
-	60,  // 100: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
-	61,  // 101: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
-	62,  // 102: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
-	49,  // 103: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	50,  // 104: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	24,  // 105: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	22,  // 106: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	28,  // 107: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	32,  // 108: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	35,  // 109: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
-	5,   // 110: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	40,  // 111: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,   // 112: skiff.v1.AgentService.GetNetwork:output_type -> skiff.v1.Network
-	37,  // 113: skiff.v1.AgentService.RenewCertificate:output_type -> skiff.v1.RenewCertificateResponse
-	1,   // 114: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,   // 115: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	45,  // 116: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	40,  // 117: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,   // 118: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,   // 119: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	46,  // 120: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	40,  // 121: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,   // 122: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,   // 123: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	47,  // 124: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	40,  // 125: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	70,  // 126: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
-	12,  // 127: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	48,  // 128: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	40,  // 129: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	64,  // 130: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
-	64,  // 131: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
-	66,  // 132: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
-	68,  // 133: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
-	55,  // 134: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	58,  // 135: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	40,  // 136: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	73,  // 137: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
-	53,  // 138: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	59,  // 139: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	40,  // 140: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
-	5,   // 141: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
-	47,  // 142: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
-	63,  // 143: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
-	20,  // 144: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	51,  // 145: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	105, // [105:146] is the sub-list for method output_type
-	64,  // [64:105] is the sub-list for method input_type
-	64,  // [64:64] is the sub-list for extension type_name
-	64,  // [64:64] is the sub-list for extension extendee
-	0,   // [0:64] is the sub-list for field type_name
+	82,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	82,  // 12: skiff.v1.DPUStatus.since:type_name -> google.protobuf.Timestamp
+	3,   // 13: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
+	17,  // 14: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
+	16,  // 15: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
+	18,  // 16: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
+	18,  // 17: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
+	14,  // 18: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
+	5,   // 19: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
+	15,  // 20: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
+	19,  // 21: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
+	20,  // 22: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
+	13,  // 23: skiff.v1.Plan.dpu:type_name -> skiff.v1.DPUStatus
+	14,  // 24: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
+	5,   // 25: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
+	15,  // 26: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
+	19,  // 27: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
+	20,  // 28: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
+	13,  // 29: skiff.v1.PlanDelta.dpu:type_name -> skiff.v1.DPUStatus
+	21,  // 30: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
+	22,  // 31: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
+	12,  // 32: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
+	12,  // 33: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
+	82,  // 34: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	27,  // 35: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
+	4,   // 36: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
+	7,   // 37: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
+	8,   // 38: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
+	4,   // 39: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
+	82,  // 40: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	30,  // 41: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
+	31,  // 42: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
+	6,   // 43: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
+	34,  // 44: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
+	37,  // 45: skiff.v1.ReportDPUEndpointsRequest.endpoints:type_name -> skiff.v1.DPUEndpointReport
+	1,   // 46: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
+	3,   // 47: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
+	5,   // 48: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
+	1,   // 49: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
+	3,   // 50: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
+	5,   // 51: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
+	12,  // 52: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
+	0,   // 53: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
+	1,   // 54: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
+	3,   // 55: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
+	5,   // 56: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
+	12,  // 57: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
+	79,  // 58: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	56,  // 59: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	56,  // 60: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	57,  // 61: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	80,  // 62: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
+	81,  // 63: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
+	82,  // 64: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
+	68,  // 65: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
+	76,  // 66: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
+	76,  // 67: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
+	24,  // 68: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	26,  // 69: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	28,  // 70: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	32,  // 71: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	35,  // 72: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
+	38,  // 73: skiff.v1.AgentService.ReportDPUEndpoints:input_type -> skiff.v1.ReportDPUEndpointsRequest
+	48,  // 74: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	43,  // 75: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	42,  // 76: skiff.v1.AgentService.GetNetwork:input_type -> skiff.v1.GetRequest
+	40,  // 77: skiff.v1.AgentService.RenewCertificate:input_type -> skiff.v1.RenewCertificateRequest
+	46,  // 78: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	42,  // 79: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	45,  // 80: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	43,  // 81: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	47,  // 82: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	42,  // 83: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	45,  // 84: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	43,  // 85: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	48,  // 86: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	42,  // 87: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	45,  // 88: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	43,  // 89: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	73,  // 90: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
+	42,  // 91: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	45,  // 92: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	43,  // 93: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	68,  // 94: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
+	42,  // 95: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
+	69,  // 96: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
+	71,  // 97: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
+	58,  // 98: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	61,  // 99: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	60,  // 100: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	75,  // 101: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
+	57,  // 102: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	45,  // 103: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	43,  // 104: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
+	64,  // 105: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
+	65,  // 106: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
+	66,  // 107: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
+	53,  // 108: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	54,  // 109: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	25,  // 110: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	23,  // 111: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	29,  // 112: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	33,  // 113: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	36,  // 114: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
+	39,  // 115: skiff.v1.AgentService.ReportDPUEndpoints:output_type -> skiff.v1.ReportDPUEndpointsResponse
+	5,   // 116: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	44,  // 117: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,   // 118: skiff.v1.AgentService.GetNetwork:output_type -> skiff.v1.Network
+	41,  // 119: skiff.v1.AgentService.RenewCertificate:output_type -> skiff.v1.RenewCertificateResponse
+	1,   // 120: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,   // 121: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	49,  // 122: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	44,  // 123: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,   // 124: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,   // 125: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	50,  // 126: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	44,  // 127: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,   // 128: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,   // 129: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	51,  // 130: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	44,  // 131: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	74,  // 132: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
+	12,  // 133: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	52,  // 134: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	44,  // 135: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	68,  // 136: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
+	68,  // 137: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
+	70,  // 138: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
+	72,  // 139: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
+	59,  // 140: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	62,  // 141: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	44,  // 142: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	77,  // 143: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	57,  // 144: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	63,  // 145: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	44,  // 146: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
+	5,   // 147: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
+	51,  // 148: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
+	67,  // 149: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
+	21,  // 150: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	55,  // 151: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	110, // [110:152] is the sub-list for method output_type
+	68,  // [68:110] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -5553,25 +5881,25 @@ func file_skiff_v1_skiff_proto_init() {
 		return
 	}
 	file_skiff_v1_skiff_proto_msgTypes[4].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[20].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[21].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[21].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[22].OneofWrappers = []any{
 		(*PlanUpdate_Snapshot)(nil),
 		(*PlanUpdate_Delta)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[50].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[54].OneofWrappers = []any{
 		(*WatchEvent_Network)(nil),
 		(*WatchEvent_Subnet)(nil),
 		(*WatchEvent_Endpoint)(nil),
 		(*WatchEvent_Node)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[59].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[63].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   77,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -29,15 +29,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Register_FullMethodName         = "/skiff.v1.AgentService/Register"
-	AgentService_StreamPlan_FullMethodName       = "/skiff.v1.AgentService/StreamPlan"
-	AgentService_ReportEvents_FullMethodName     = "/skiff.v1.AgentService/ReportEvents"
-	AgentService_ReportCounters_FullMethodName   = "/skiff.v1.AgentService/ReportCounters"
-	AgentService_ReportPorts_FullMethodName      = "/skiff.v1.AgentService/ReportPorts"
-	AgentService_CreateEndpoint_FullMethodName   = "/skiff.v1.AgentService/CreateEndpoint"
-	AgentService_DeleteEndpoint_FullMethodName   = "/skiff.v1.AgentService/DeleteEndpoint"
-	AgentService_GetNetwork_FullMethodName       = "/skiff.v1.AgentService/GetNetwork"
-	AgentService_RenewCertificate_FullMethodName = "/skiff.v1.AgentService/RenewCertificate"
+	AgentService_Register_FullMethodName           = "/skiff.v1.AgentService/Register"
+	AgentService_StreamPlan_FullMethodName         = "/skiff.v1.AgentService/StreamPlan"
+	AgentService_ReportEvents_FullMethodName       = "/skiff.v1.AgentService/ReportEvents"
+	AgentService_ReportCounters_FullMethodName     = "/skiff.v1.AgentService/ReportCounters"
+	AgentService_ReportPorts_FullMethodName        = "/skiff.v1.AgentService/ReportPorts"
+	AgentService_ReportDPUEndpoints_FullMethodName = "/skiff.v1.AgentService/ReportDPUEndpoints"
+	AgentService_CreateEndpoint_FullMethodName     = "/skiff.v1.AgentService/CreateEndpoint"
+	AgentService_DeleteEndpoint_FullMethodName     = "/skiff.v1.AgentService/DeleteEndpoint"
+	AgentService_GetNetwork_FullMethodName         = "/skiff.v1.AgentService/GetNetwork"
+	AgentService_RenewCertificate_FullMethodName   = "/skiff.v1.AgentService/RenewCertificate"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -56,6 +57,10 @@ type AgentServiceClient interface {
 	// ReportPorts records the status of the node's VM ports; reports about
 	// endpoints that are not the node's, or no longer exist, are dropped.
 	ReportPorts(ctx context.Context, in *ReportPortsRequest, opts ...grpc.CallOption) (*ReportPortsResponse, error)
+	// ReportDPUEndpoints records, for a node in mode dpu, the status of
+	// its host's endpoints; it reaches the host in its plan (Endpoint
+	// dpu_ready). Reports about endpoints of other nodes are dropped.
+	ReportDPUEndpoints(ctx context.Context, in *ReportDPUEndpointsRequest, opts ...grpc.CallOption) (*ReportDPUEndpointsResponse, error)
 	// CreateEndpoint and DeleteEndpoint are the agent's local API calls
 	// forwarded to the controller; the endpoint's node is the caller's node.
 	CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*Endpoint, error)
@@ -137,6 +142,16 @@ func (c *agentServiceClient) ReportPorts(ctx context.Context, in *ReportPortsReq
 	return out, nil
 }
 
+func (c *agentServiceClient) ReportDPUEndpoints(ctx context.Context, in *ReportDPUEndpointsRequest, opts ...grpc.CallOption) (*ReportDPUEndpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportDPUEndpointsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReportDPUEndpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) CreateEndpoint(ctx context.Context, in *CreateEndpointRequest, opts ...grpc.CallOption) (*Endpoint, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Endpoint)
@@ -193,6 +208,10 @@ type AgentServiceServer interface {
 	// ReportPorts records the status of the node's VM ports; reports about
 	// endpoints that are not the node's, or no longer exist, are dropped.
 	ReportPorts(context.Context, *ReportPortsRequest) (*ReportPortsResponse, error)
+	// ReportDPUEndpoints records, for a node in mode dpu, the status of
+	// its host's endpoints; it reaches the host in its plan (Endpoint
+	// dpu_ready). Reports about endpoints of other nodes are dropped.
+	ReportDPUEndpoints(context.Context, *ReportDPUEndpointsRequest) (*ReportDPUEndpointsResponse, error)
 	// CreateEndpoint and DeleteEndpoint are the agent's local API calls
 	// forwarded to the controller; the endpoint's node is the caller's node.
 	CreateEndpoint(context.Context, *CreateEndpointRequest) (*Endpoint, error)
@@ -229,6 +248,9 @@ func (UnimplementedAgentServiceServer) ReportCounters(context.Context, *ReportCo
 }
 func (UnimplementedAgentServiceServer) ReportPorts(context.Context, *ReportPortsRequest) (*ReportPortsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportPorts not implemented")
+}
+func (UnimplementedAgentServiceServer) ReportDPUEndpoints(context.Context, *ReportDPUEndpointsRequest) (*ReportDPUEndpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportDPUEndpoints not implemented")
 }
 func (UnimplementedAgentServiceServer) CreateEndpoint(context.Context, *CreateEndpointRequest) (*Endpoint, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateEndpoint not implemented")
@@ -346,6 +368,24 @@ func _AgentService_ReportPorts_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ReportDPUEndpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportDPUEndpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReportDPUEndpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReportDPUEndpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReportDPUEndpoints(ctx, req.(*ReportDPUEndpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_CreateEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateEndpointRequest)
 	if err := dec(in); err != nil {
@@ -440,6 +480,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportPorts",
 			Handler:    _AgentService_ReportPorts_Handler,
+		},
+		{
+			MethodName: "ReportDPUEndpoints",
+			Handler:    _AgentService_ReportDPUEndpoints_Handler,
 		},
 		{
 			MethodName: "CreateEndpoint",
