@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"log/slog"
+	"runtime"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -43,6 +45,12 @@ type Agent struct {
 	// signNode signs a node's renewed client certificate; nil when the
 	// controller holds no CA.
 	signNode func(node string, csrPEM []byte) ([]byte, error)
+	// snapshots bounds the snapshots being built at once: a plan
+	// materialized, converted and encoded is tens of MB on a network that
+	// spans every node, and a thousand agents connecting at once would
+	// otherwise build them all together. Once sent, only the encoded
+	// bytes wait for the agent to read them.
+	snapshots chan struct{}
 }
 
 // GetNetwork implements skiffv1.AgentServiceServer: any node may read a
@@ -136,6 +144,16 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 			a.log.Warn("node status", "node", node, "err", err)
 		}
 	}()
+	release := func() {}
+	if have == 0 && a.snapshots != nil {
+		select {
+		case a.snapshots <- struct{}{}:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		release = sync.OnceFunc(func() { <-a.snapshots })
+		defer release()
+	}
 	sub, err := a.plans.Subscribe(ctx, node, have)
 	if err != nil {
 		return grpcError("stream plan", err)
@@ -162,6 +180,7 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 		if err := srv.Send(u); err != nil {
 			return err
 		}
+		release()
 	}
 }
 
@@ -222,6 +241,7 @@ func New(st *store.Store, plans PlanSource, log *slog.Logger, statusTTL time.Dur
 	c := &counters{}
 	return Servers{
 		Management: &Management{store: st, plans: plans, counters: c, log: log},
-		Agent:      &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL},
+		Agent: &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL,
+			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0))},
 	}
 }

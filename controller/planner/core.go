@@ -77,7 +77,8 @@ type Planner struct {
 	byNet    map[string]map[string]struct{} // network -> endpoint names
 	members  map[string]map[string]int      // network -> node -> local endpoint count
 	byNode   map[string]map[string]struct{} // node -> endpoint names
-	plans    map[string]*plan.Plan
+	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
+	shared   remotes                        // remote endpoints, one record each
 	dlog     map[string][]plan.Delta
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
@@ -117,6 +118,7 @@ func (p *Planner) reset() {
 	p.members = map[string]map[string]int{}
 	p.byNode = map[string]map[string]struct{}{}
 	p.plans = map[string]*plan.Plan{}
+	p.shared = newRemotes()
 	p.dlog = map[string][]plan.Delta{}
 	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
@@ -146,7 +148,7 @@ func (p *Planner) Plan(node string) plan.Plan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pl := p.plans[node]; pl != nil {
-		return pl.Clone()
+		return p.view(node, pl)
 	}
 	np := plan.New(node)
 	np.Revision = p.loadRev
@@ -179,7 +181,13 @@ func Build(s State, node string) plan.Plan {
 func (p *Planner) Load(rev int64, s State) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := p.plans
+	// The plans of open streams as they were, to send the difference.
+	old := map[string]plan.Plan{}
+	for name, subs := range p.subs {
+		if pl := p.plans[name]; pl != nil && len(subs) > 0 {
+			old[name] = p.view(name, pl)
+		}
+	}
 	p.reset()
 	for _, n := range s.Networks {
 		n.Subnets, n.FloodVTEPs = nil, nil
@@ -193,6 +201,10 @@ func (p *Planner) Load(rev int64, s State) {
 	}
 	for _, e := range s.Endpoints {
 		p.putEndpoint(e)
+	}
+	for name := range p.eps {
+		r, ok := p.sharedRemote(name)
+		p.shared.put(name, r, ok)
 	}
 	p.pidx.Batch(func() {
 		for _, n := range s.Namespaces {
@@ -218,13 +230,11 @@ func (p *Planner) Load(rev int64, s State) {
 		if len(subs) == 0 {
 			continue
 		}
-		prev := old[name]
-		cur := p.planOf(name)
-		if prev == nil {
-			e := plan.New(name)
-			prev = &e
+		prev, ok := old[name]
+		if !ok {
+			prev = plan.New(name)
 		}
-		d := plan.Diff(*prev, *cur)
+		d := plan.Diff(prev, p.view(name, p.planOf(name)))
 		d.From = prev.Revision
 		for s := range subs {
 			s.push(d)
@@ -245,11 +255,7 @@ func (p *Planner) fill(node string, pl *plan.Plan) {
 		if n, ok := p.wantNetwork(node, netName); ok {
 			pl.Networks[netName] = n
 		}
-		for ep := range p.byNet[netName] {
-			if r, ok := p.wantRemote(node, ep); ok {
-				pl.Remote[ep] = r
-			}
-		}
+		// Skiff's own remote endpoints are the shared records (remotes.go).
 		p.fillExternal(node, netName, pl)
 	}
 	for name := range p.byNode[node] {

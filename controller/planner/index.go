@@ -111,20 +111,5 @@ func (p *Planner) wantRemote(node, ep string) (plan.Remote, bool) {
 	if !ok || e.Node == node || !p.member(node, e.Network) {
 		return plan.Remote{}, false
 	}
-	if _, ok := p.networks[e.Network]; !ok {
-		return plan.Remote{}, false
-	}
-	vtep, ok := p.registered(e.Node)
-	if !ok {
-		return plan.Remote{}, false
-	}
-	return plan.Remote{Name: e.Name, Network: e.Network, Node: e.Node, VTEP: vtep, MAC: e.MAC, IPs: e.IPs}, true
-}
-
-func (p *Planner) memberSet(network string) map[string]bool {
-	out := map[string]bool{}
-	for n := range p.members[network] {
-		out[n] = true
-	}
-	return out
+	return p.sharedRemote(ep)
 }

@@ -51,11 +51,16 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 		p.syncPolicy(t)
 	}
 	var out []plan.Delta
+	eps := map[string]bool{}
 	for _, node := range slices.Sorted(maps.Keys(t)) {
 		if d, ok := p.reconcile(node, t[node], rev); ok {
 			out = append(out, d)
 		}
+		maps.Copy(eps, t[node].eps)
 	}
+	// Every node holding a record that changed was reconciled against the
+	// record as it was; now the records follow the objects.
+	p.syncShared(eps)
 	p.setRev(rev)
 	return out
 }
@@ -88,9 +93,13 @@ func (p *Planner) apply(c Change, t touchSet) {
 		} else if c.Delete {
 			return
 		}
-		before := map[string]map[string]bool{}
+		// Membership of the owners before: only theirs can change.
+		was := map[string]map[string]bool{}
 		for w := range nets {
-			before[w] = p.memberSet(w)
+			was[w] = map[string]bool{}
+			for o := range owners {
+				was[w][o] = p.member(o, w)
+			}
 		}
 		if hadOld {
 			p.dropEndpoint(old, !c.Delete)
@@ -104,21 +113,30 @@ func (p *Planner) apply(c Change, t touchSet) {
 			x.eps[name] = true
 		}
 		for w := range nets {
-			after := p.memberSet(w)
-			for n := range union(before[w], after) {
+			joined := map[string]bool{} // owners whose membership changed
+			for o := range owners {
+				if was[w][o] != p.member(o, w) {
+					joined[o] = true
+				}
+			}
+			// Every member before or after holds the endpoint or not; the
+			// network items (flood lists) change only with the members.
+			touch := func(n string) {
 				x := t.node(n)
 				x.eps[name] = true
-				x.networks[w] = true
-				if before[w][n] != after[n] {
-					for ep := range p.byNet[w] {
-						x.eps[ep] = true
-					}
-					// Items of the network that were removed from the index.
-					for ep, r := range p.planOf(n).Remote {
-						if r.Network == w {
-							x.eps[ep] = true
-						}
-					}
+				if len(joined) > 0 {
+					x.networks[w] = true
+				}
+				if joined[n] {
+					p.touchNetworkItems(n, w, x)
+				}
+			}
+			for n := range p.members[w] {
+				touch(n)
+			}
+			for o := range owners {
+				if was[w][o] && !p.member(o, w) {
+					touch(o)
 				}
 			}
 		}
@@ -135,6 +153,9 @@ func (p *Planner) apply(c Change, t touchSet) {
 			x := t.node(n)
 			x.networks[w] = true
 			for ep := range p.byNet[w] {
+				x.eps[ep] = true
+			}
+			for ep := range p.shared.byNet[w] {
 				x.eps[ep] = true
 			}
 		}
@@ -177,15 +198,21 @@ func (p *Planner) apply(c Change, t touchSet) {
 	}
 }
 
-func union(a, b map[string]bool) map[string]bool {
-	out := maps.Clone(a)
-	if out == nil {
-		out = map[string]bool{}
+// touchNetworkItems marks every remote endpoint of network w that node
+// should or does hold: node joined or left w. Caller holds mu.
+func (p *Planner) touchNetworkItems(node, w string, x *touched) {
+	for ep := range p.byNet[w] {
+		x.eps[ep] = true
 	}
-	for k := range b {
-		out[k] = true
+	// Items of the network that were removed from the index.
+	for ep := range p.shared.byNet[w] {
+		x.eps[ep] = true
 	}
-	return out
+	for ep, r := range p.planOf(node).Remote {
+		if r.Network == w {
+			x.eps[ep] = true
+		}
+	}
 }
 
 // reconcile brings the touched keys of node's plan to what they should be
@@ -219,7 +246,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 			d.RemoveLocal = append(d.RemoveLocal, ep)
 		}
 		wr, okR := p.wantRemote(node, ep)
-		hr, hadR := pl.Remote[ep]
+		hr, hadR := p.hasRemote(node, pl, ep)
 		switch {
 		case okR && (!hadR || !hr.Equal(wr)):
 			d.UpsertRemote = append(d.UpsertRemote, wr)
@@ -233,7 +260,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 	if d.Empty() {
 		return plan.Delta{}, false
 	}
-	if err := pl.Apply(d); err != nil {
+	if err := pl.Apply(stored(d)); err != nil {
 		p.log.Error("planner: internal delta did not apply", "node", node, "err", err)
 		return plan.Delta{}, false
 	}
