@@ -51,6 +51,7 @@ type Agent struct {
 	// otherwise build them all together. Once sent, only the encoded
 	// bytes wait for the agent to read them.
 	snapshots chan struct{}
+	remotes   *remoteCache
 }
 
 // GetNetwork implements skiffv1.AgentServiceServer: any node may read a
@@ -171,7 +172,7 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 		}
 		var u *skiffv1.PlanUpdate
 		if snap != nil {
-			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Snapshot{Snapshot: planpb.PlanPB(*snap)}}
+			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Snapshot{Snapshot: a.remotes.planPB(*snap)}}
 			a.log.Debug("plan snapshot sent", "node", node, "revision", snap.Revision)
 		} else {
 			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Delta{Delta: planpb.DeltaPB(*delta)}}
@@ -242,6 +243,6 @@ func New(st *store.Store, plans PlanSource, log *slog.Logger, statusTTL time.Dur
 	return Servers{
 		Management: &Management{store: st, plans: plans, counters: c, log: log},
 		Agent: &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL,
-			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0))},
+			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), remotes: newRemoteCache(1 << 18)},
 	}
 }
