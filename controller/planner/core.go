@@ -79,6 +79,7 @@ type Planner struct {
 	byNode   map[string]map[string]struct{} // node -> endpoint names
 	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
 	shared   remotes                        // remote endpoints, one record each
+	vtepMemo map[string][]netip.Addr        // network -> members' VTEPs (memberVTEPs)
 	dlog     map[string][]plan.Delta
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
@@ -126,6 +127,7 @@ func (p *Planner) reset() {
 	p.groupNodes = map[string]map[string]struct{}{}
 	p.netGroups = map[string]map[string][]netip.Addr{}
 	p.quiet, p.recentFloor = nil, 0
+	p.forget()
 }
 
 // Revision returns the store revision the planner has applied.

@@ -50,6 +50,7 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 	if policyRelevant {
 		p.syncPolicy(t)
 	}
+	p.forget() // the objects changed
 	var out []plan.Delta
 	eps := map[string]bool{}
 	for _, node := range slices.Sorted(maps.Keys(t)) {
