@@ -240,9 +240,10 @@ type Servers struct {
 // after its controller dies without closing the stream.
 func New(st *store.Store, plans PlanSource, log *slog.Logger, statusTTL time.Duration) Servers {
 	c := &counters{}
+	remotes := newRemoteCache(1 << 18)
 	return Servers{
-		Management: &Management{store: st, plans: plans, counters: c, log: log},
+		Management: &Management{store: st, plans: plans, counters: c, log: log, remotes: remotes},
 		Agent: &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL,
-			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), remotes: newRemoteCache(1 << 18)},
+			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), remotes: remotes},
 	}
 }
