@@ -80,7 +80,7 @@ type Planner struct {
 	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
 	shared   remotes                        // remote endpoints, one record each
 	vtepMemo map[string][]netip.Addr        // network -> members' VTEPs (memberVTEPs)
-	dlog     map[string][]plan.Delta
+	dlog     map[string]deltaLog
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
 	pidx       *policy.Index
@@ -120,7 +120,7 @@ func (p *Planner) reset() {
 	p.byNode = map[string]map[string]struct{}{}
 	p.plans = map[string]*plan.Plan{}
 	p.shared = newRemotes()
-	p.dlog = map[string][]plan.Delta{}
+	p.dlog = map[string]deltaLog{}
 	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
 	p.epNode = map[string]string{}

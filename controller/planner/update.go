@@ -269,17 +269,21 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 	return d, true
 }
 
+// deltaLog is one node's bounded delta log, with the items it holds.
+type deltaLog struct {
+	deltas []plan.Delta
+	items  int
+}
+
 // record appends d to its node's bounded log and wakes the node's
 // subscribers. Caller holds mu.
 func (p *Planner) record(d plan.Delta) {
-	l := append(p.dlog[d.Node], d)
-	items := 0
-	for _, x := range l {
-		items += x.Size()
-	}
-	for len(l) > 0 && (len(l) > p.opts.LogDeltas || items > p.opts.LogItems) {
-		items -= l[0].Size()
-		l = l[1:]
+	l := p.dlog[d.Node]
+	l.deltas = append(l.deltas, d)
+	l.items += d.Size()
+	for len(l.deltas) > 0 && (len(l.deltas) > p.opts.LogDeltas || l.items > p.opts.LogItems) {
+		l.items -= l.deltas[0].Size()
+		l.deltas = l.deltas[1:]
 	}
 	p.dlog[d.Node] = l
 	for s := range p.subs[d.Node] {
@@ -290,7 +294,7 @@ func (p *Planner) record(d plan.Delta) {
 // fromLog merges the logged deltas from have to the current revision of
 // node. Caller holds mu.
 func (p *Planner) fromLog(node string, have int64) (plan.Delta, bool) {
-	l := p.dlog[node]
+	l := p.dlog[node].deltas
 	i := slices.IndexFunc(l, func(d plan.Delta) bool { return d.From == have })
 	if i < 0 {
 		return plan.Delta{}, false
