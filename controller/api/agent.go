@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"log/slog"
+	"runtime"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -43,6 +45,13 @@ type Agent struct {
 	// signNode signs a node's renewed client certificate; nil when the
 	// controller holds no CA.
 	signNode func(node string, csrPEM []byte) ([]byte, error)
+	// snapshots bounds the snapshots being built at once: a plan
+	// materialized, converted and encoded is tens of MB on a network that
+	// spans every node, and a thousand agents connecting at once would
+	// otherwise build them all together. Once sent, only the encoded
+	// bytes wait for the agent to read them.
+	snapshots chan struct{}
+	remotes   *remoteCache
 }
 
 // GetNetwork implements skiffv1.AgentServiceServer: any node may read a
@@ -136,6 +145,16 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 			a.log.Warn("node status", "node", node, "err", err)
 		}
 	}()
+	release := func() {}
+	if have == 0 && a.snapshots != nil {
+		select {
+		case a.snapshots <- struct{}{}:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		release = sync.OnceFunc(func() { <-a.snapshots })
+		defer release()
+	}
 	sub, err := a.plans.Subscribe(ctx, node, have)
 	if err != nil {
 		return grpcError("stream plan", err)
@@ -153,7 +172,7 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 		}
 		var u *skiffv1.PlanUpdate
 		if snap != nil {
-			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Snapshot{Snapshot: planpb.PlanPB(*snap)}}
+			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Snapshot{Snapshot: a.remotes.planPB(*snap)}}
 			a.log.Debug("plan snapshot sent", "node", node, "revision", snap.Revision)
 		} else {
 			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Delta{Delta: planpb.DeltaPB(*delta)}}
@@ -162,6 +181,7 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 		if err := srv.Send(u); err != nil {
 			return err
 		}
+		release()
 	}
 }
 
@@ -220,9 +240,11 @@ type Servers struct {
 // after its controller dies without closing the stream.
 func New(st *store.Store, plans PlanSource, log *slog.Logger, statusTTL time.Duration) Servers {
 	c := &counters{}
+	remotes := newRemoteCache(1 << 18)
 	return Servers{
-		Management: &Management{store: st, plans: plans, counters: c, log: log},
-		Agent:      &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL},
+		Management: &Management{store: st, plans: plans, counters: c, log: log, remotes: remotes},
+		Agent: &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL,
+			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), remotes: remotes},
 	}
 }
 

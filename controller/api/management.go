@@ -9,7 +9,6 @@ import (
 
 	"github.com/skiff-sdn/skiff/controller/store"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/planpb"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -26,6 +25,7 @@ type Management struct {
 	plans    Plans
 	counters *counters
 	log      *slog.Logger
+	remotes  *remoteCache // shared with Agent
 }
 
 func (m *Management) guard(ctx context.Context) error { return authorizeAdmin(ctx) }
@@ -212,7 +212,7 @@ func (m *Management) GetPlan(ctx context.Context, r *skiffv1.GetPlanRequest) (*s
 	if err := store.ValidateName("node", r.GetNode()); err != nil {
 		return nil, grpcError("get plan", err)
 	}
-	return planpb.PlanPB(m.plans.Plan(r.GetNode())), nil
+	return m.remotes.planPB(m.plans.Plan(r.GetNode())), nil
 }
 
 func (m *Management) Watch(r *skiffv1.WatchRequest, srv skiffv1.ManagementService_WatchServer) error {

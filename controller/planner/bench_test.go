@@ -54,8 +54,8 @@ func BenchmarkFullBuild(b *testing.B) {
 		p.Load(1, s)
 	}
 	b.StopTimer()
-	for _, pl := range p.plans {
-		items += len(pl.Local) + len(pl.Remote) + len(pl.Networks)
+	for name, pl := range p.plans {
+		items += len(pl.Local) + len(p.view(name, pl).Remote) + len(pl.Networks)
 	}
 	runtime.GC()
 	var after runtime.MemStats
@@ -162,4 +162,66 @@ func BenchmarkPolicyLabelChange(b *testing.B) {
 	}
 	b.ReportMetric(float64(touched), "nodes-touched")
 	b.ReportMetric(float64(groups), "group-upserts")
+}
+
+// wideState is the cluster-wide network: one network on 1,000 nodes with
+// 30 endpoints each, so every plan holds 29,970 remote endpoints.
+func wideState() State {
+	s := State{Networks: []plan.Network{{Name: "pods", VNI: 1, MTU: 1450}}}
+	for i := range 1000 {
+		name := fmt.Sprintf("node-%d", i)
+		s.Nodes = append(s.Nodes, plan.Node{Name: name, UnderlayIP: netip.AddrFrom4([4]byte{192, 0, byte(2 + i/250), byte(i % 250)})})
+		for j := range 30 {
+			s.Endpoints = append(s.Endpoints, plan.Endpoint{
+				Name: fmt.Sprintf("ep-%d-%d", i, j), Network: "pods", Node: name, Kind: plan.KindVeth,
+				MAC: fmt.Sprintf("02:00:%02x:%02x:%02x:00", i>>8, i&0xff, j),
+				IPs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(i >> 2), byte(j + 30*(i&3))}), 16)}, VFIndex: -1,
+			})
+		}
+	}
+	return s
+}
+
+// BenchmarkWide loads the cluster-wide network (the planner's heap is
+// reported by load), then measures one node's whole plan (what a snapshot
+// or GetPlan materializes) and one endpoint added and deleted (1,000
+// deltas each).
+func BenchmarkWide(b *testing.B) {
+	s := wideState()
+	var p *Planner
+	b.Run("load", func(b *testing.B) {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for b.Loop() {
+			p = New(slog.New(slog.DiscardHandler), Options{})
+			p.Load(1, s)
+		}
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "planner-heap-MiB")
+	})
+	b.Run("plan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if pl := p.Plan("node-7"); len(pl.Remote) != 29970 {
+				b.Fatalf("%d remote endpoints", len(pl.Remote))
+			}
+		}
+	})
+	e := s.Endpoints[0]
+	e.Name, e.MAC = "new", "02:ff:00:00:00:01"
+	rev := int64(1)
+	b.Run("endpoint-add-delete", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			rev++
+			if n := len(p.Update(rev, []Change{{Endpoint: &e}})); n != 1000 {
+				b.Fatalf("%d deltas", n)
+			}
+			rev++
+			p.Update(rev, []Change{{Endpoint: &e, Delete: true}})
+		}
+	})
 }

@@ -89,8 +89,10 @@ type Planner struct {
 	hostsOf  map[string]map[string]struct{} // DPU node -> the hosts naming it
 	status   map[string]NodeStatus          // node -> its agent's session
 	ready    map[string]EndpointReady       // endpoint -> its DPU's report
-	plans    map[string]*plan.Plan
-	dlog     map[string][]plan.Delta
+	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
+	shared   remotes                        // remote endpoints, one record each
+	vtepMemo map[string][]netip.Addr        // network -> members' VTEPs (memberVTEPs)
+	dlog     map[string]deltaLog
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
 	pidx       *policy.Index
@@ -133,13 +135,15 @@ func (p *Planner) reset() {
 	p.hostsOf = map[string]map[string]struct{}{}
 	p.ready = map[string]EndpointReady{}
 	p.plans = map[string]*plan.Plan{}
-	p.dlog = map[string][]plan.Delta{}
+	p.shared = newRemotes()
+	p.dlog = map[string]deltaLog{}
 	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
 	p.epNode = map[string]string{}
 	p.groupNodes = map[string]map[string]struct{}{}
 	p.netGroups = map[string]map[string][]netip.Addr{}
 	p.quiet, p.recentFloor = nil, 0
+	p.forget()
 }
 
 // Revision returns the store revision the planner has applied.
@@ -162,7 +166,7 @@ func (p *Planner) Plan(node string) plan.Plan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pl := p.plans[node]; pl != nil {
-		return pl.Clone()
+		return p.view(node, pl)
 	}
 	np := plan.New(node)
 	np.Revision = p.loadRev
@@ -195,7 +199,13 @@ func Build(s State, node string) plan.Plan {
 func (p *Planner) Load(rev int64, s State) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := p.plans
+	// The plans of open streams as they were, to send the difference.
+	old := map[string]plan.Plan{}
+	for name, subs := range p.subs {
+		if pl := p.plans[name]; pl != nil && len(subs) > 0 {
+			old[name] = p.view(name, pl)
+		}
+	}
 	p.reset()
 	for _, n := range s.Networks {
 		n.Subnets, n.FloodVTEPs = nil, nil
@@ -216,6 +226,11 @@ func (p *Planner) Load(rev int64, s State) {
 	for _, e := range s.Endpoints {
 		p.putEndpoint(e)
 	}
+	all := make(map[string]bool, len(p.eps))
+	for name := range p.eps {
+		all[name] = true
+	}
+	p.syncShared(all)
 	p.pidx.Batch(func() {
 		for _, n := range s.Namespaces {
 			p.pidx.SetNamespace(n.Name, n.Labels)
@@ -241,13 +256,11 @@ func (p *Planner) Load(rev int64, s State) {
 		if len(subs) == 0 {
 			continue
 		}
-		prev := old[name]
-		cur := p.planOf(name)
-		if prev == nil {
-			e := plan.New(name)
-			prev = &e
+		prev, ok := old[name]
+		if !ok {
+			prev = plan.New(name)
 		}
-		d := plan.Diff(*prev, *cur)
+		d := plan.Diff(prev, p.view(name, p.planOf(name)))
 		d.From = prev.Revision
 		for s := range subs {
 			s.push(d)
@@ -276,11 +289,7 @@ func (p *Planner) fill(node string, pl *plan.Plan) {
 		if n, ok := p.wantNetwork(node, netName); ok {
 			pl.Networks[netName] = n
 		}
-		for ep := range p.byNet[netName] {
-			if r, ok := p.wantRemote(node, ep); ok {
-				pl.Remote[ep] = r
-			}
-		}
+		// Skiff's own remote endpoints are the shared records (remotes.go).
 		p.fillExternal(node, netName, pl)
 	}
 	for name := range p.byNode[node] {

@@ -45,6 +45,7 @@ func (p *Planner) SetExternal(routes []External) []plan.Delta {
 	if len(t) == 0 {
 		return nil
 	}
+	p.forget()
 	p.touchExternal(t)
 	var out []plan.Delta
 	for _, node := range slices.Sorted(maps.Keys(t)) {

@@ -107,21 +107,46 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 		n.Subnets = append(n.Subnets, p.subnets[network][name])
 	}
 	own, _ := p.registered(node)
-	seen := map[netip.Addr]bool{}
 	n.FloodVTEPs = nil
-	for other := range p.members[network] {
-		if other == node {
-			continue
-		}
-		if ip, ok := p.registered(other); ok && ip != own && !seen[ip] {
-			seen[ip] = true
+	for _, ip := range p.memberVTEPs(network) {
+		if ip != own {
 			n.FloodVTEPs = append(n.FloodVTEPs, ip)
 		}
 	}
-	p.externalFlood(node, &n)
-	slices.SortFunc(n.FloodVTEPs, func(a, b netip.Addr) int { return a.Compare(b) })
+	if len(p.ext.flood[n.VNI]) > 0 {
+		p.externalFlood(node, &n)
+		slices.SortFunc(n.FloodVTEPs, func(a, b netip.Addr) int { return a.Compare(b) })
+	}
 	return n, true
 }
+
+// memberVTEPs is the sorted set of the registered members' VTEPs of
+// network, computed once per network while the objects do not change
+// (every node of a network that spans the cluster asks for it after a
+// member joins). Caller holds mu; every change to the objects clears the
+// memo (forget).
+func (p *Planner) memberVTEPs(network string) []netip.Addr {
+	if vteps, ok := p.vtepMemo[network]; ok {
+		return vteps
+	}
+	seen := map[netip.Addr]bool{}
+	var vteps []netip.Addr
+	for other := range p.members[network] {
+		if ip, ok := p.registered(other); ok && !seen[ip] {
+			seen[ip] = true
+			vteps = append(vteps, ip)
+		}
+	}
+	slices.SortFunc(vteps, func(a, b netip.Addr) int { return a.Compare(b) })
+	if p.vtepMemo == nil {
+		p.vtepMemo = map[string][]netip.Addr{}
+	}
+	p.vtepMemo[network] = vteps
+	return vteps
+}
+
+// forget clears what is memoized from the objects. Caller holds mu.
+func (p *Planner) forget() { p.vtepMemo = nil }
 
 func (p *Planner) wantLocal(node, ep string) (plan.Endpoint, bool) {
 	e, ok := p.eps[ep]
@@ -139,14 +164,7 @@ func (p *Planner) wantRemote(node, ep string) (plan.Remote, bool) {
 	if !ok || e.Node == node || p.dpNode(e.Node) == node || p.isHost(node) || !p.member(node, e.Network) {
 		return plan.Remote{}, false
 	}
-	if _, ok := p.networks[e.Network]; !ok {
-		return plan.Remote{}, false
-	}
-	vtep, ok := p.registered(p.dpNode(e.Node))
-	if !ok {
-		return plan.Remote{}, false
-	}
-	return plan.Remote{Name: e.Name, Network: e.Network, Node: e.Node, VTEP: vtep, MAC: e.MAC, IPs: e.IPs}, true
+	return p.sharedRemote(ep)
 }
 
 func (p *Planner) memberSet(network string) map[string]bool {

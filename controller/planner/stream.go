@@ -68,7 +68,7 @@ func (p *Planner) Subscribe(ctx context.Context, node string, have int64) (*Subs
 		p.subs[node] = map[*Subscription]struct{}{}
 	}
 	p.subs[node][s] = struct{}{}
-	base := cur.Clone()
+	base := p.view(node, cur)
 	// from: have, or the load revision when the plan did not change
 	// between the two (resume.go); the delta still starts at have.
 	from := p.resumeFrom(node, have)

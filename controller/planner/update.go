@@ -50,12 +50,18 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 	if policyRelevant {
 		p.syncPolicy(t)
 	}
+	p.forget() // the objects changed
 	var out []plan.Delta
+	eps := map[string]bool{}
 	for _, node := range slices.Sorted(maps.Keys(t)) {
 		if d, ok := p.reconcile(node, t[node], rev); ok {
 			out = append(out, d)
 		}
+		maps.Copy(eps, t[node].eps)
 	}
+	// Every node holding a record that changed was reconciled against the
+	// record as it was; now the records follow the objects.
+	p.syncShared(eps)
 	p.setRev(rev)
 	return out
 }
@@ -92,9 +98,17 @@ func (p *Planner) apply(c Change, t touchSet) {
 		} else if c.Delete {
 			return
 		}
-		before := map[string]map[string]bool{}
+		// A dpu-host's endpoint makes its DPU a member of its network.
+		for o := range maps.Clone(owners) {
+			owners[p.dpNode(o)] = true
+		}
+		// Membership of the owners before: only theirs can change.
+		was := map[string]map[string]bool{}
 		for w := range nets {
-			before[w] = p.memberSet(w)
+			was[w] = map[string]bool{}
+			for o := range owners {
+				was[w][o] = p.member(o, w)
+			}
 		}
 		if hadOld {
 			p.dropEndpoint(old, !c.Delete)
@@ -113,21 +127,30 @@ func (p *Planner) apply(c Change, t touchSet) {
 			}
 		}
 		for w := range nets {
-			after := p.memberSet(w)
-			for n := range union(before[w], after) {
+			joined := map[string]bool{} // owners whose membership changed
+			for o := range owners {
+				if was[w][o] != p.member(o, w) {
+					joined[o] = true
+				}
+			}
+			// Every member before or after holds the endpoint or not; the
+			// network items (flood lists) change only with the members.
+			touch := func(n string) {
 				x := t.node(n)
 				x.eps[name] = true
-				x.networks[w] = true
-				if before[w][n] != after[n] {
-					for ep := range p.byNet[w] {
-						x.eps[ep] = true
-					}
-					// Items of the network that were removed from the index.
-					for ep, r := range p.planOf(n).Remote {
-						if r.Network == w {
-							x.eps[ep] = true
-						}
-					}
+				if len(joined) > 0 {
+					x.networks[w] = true
+				}
+				if joined[n] {
+					p.touchNetworkItems(n, w, x)
+				}
+			}
+			for n := range p.members[w] {
+				touch(n)
+			}
+			for o := range owners {
+				if was[w][o] && !p.member(o, w) {
+					touch(o)
 				}
 			}
 		}
@@ -144,6 +167,9 @@ func (p *Planner) apply(c Change, t touchSet) {
 			x := t.node(n)
 			x.networks[w] = true
 			for ep := range p.byNet[w] {
+				x.eps[ep] = true
+			}
+			for ep := range p.shared.byNet[w] {
 				x.eps[ep] = true
 			}
 		}
@@ -207,15 +233,21 @@ func (p *Planner) apply(c Change, t touchSet) {
 	}
 }
 
-func union(a, b map[string]bool) map[string]bool {
-	out := maps.Clone(a)
-	if out == nil {
-		out = map[string]bool{}
+// touchNetworkItems marks every remote endpoint of network w that node
+// should or does hold: node joined or left w. Caller holds mu.
+func (p *Planner) touchNetworkItems(node, w string, x *touched) {
+	for ep := range p.byNet[w] {
+		x.eps[ep] = true
 	}
-	for k := range b {
-		out[k] = true
+	// Items of the network that were removed from the index.
+	for ep := range p.shared.byNet[w] {
+		x.eps[ep] = true
 	}
-	return out
+	for ep, r := range p.planOf(node).Remote {
+		if r.Network == w {
+			x.eps[ep] = true
+		}
+	}
 }
 
 // reconcile brings the touched keys of node's plan to what they should be
@@ -252,7 +284,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 			d.RemoveLocal = append(d.RemoveLocal, ep)
 		}
 		wr, okR := p.wantRemote(node, ep)
-		hr, hadR := pl.Remote[ep]
+		hr, hadR := p.hasRemote(node, pl, ep)
 		switch {
 		case okR && (!hadR || !hr.Equal(wr)):
 			d.UpsertRemote = append(d.UpsertRemote, wr)
@@ -266,7 +298,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 	if d.Empty() {
 		return plan.Delta{}, false
 	}
-	if err := pl.Apply(d); err != nil {
+	if err := pl.Apply(stored(d)); err != nil {
 		p.log.Error("planner: internal delta did not apply", "node", node, "err", err)
 		return plan.Delta{}, false
 	}
@@ -274,17 +306,21 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 	return d, true
 }
 
+// deltaLog is one node's bounded delta log, with the items it holds.
+type deltaLog struct {
+	deltas []plan.Delta
+	items  int
+}
+
 // record appends d to its node's bounded log and wakes the node's
 // subscribers. Caller holds mu.
 func (p *Planner) record(d plan.Delta) {
-	l := append(p.dlog[d.Node], d)
-	items := 0
-	for _, x := range l {
-		items += x.Size()
-	}
-	for len(l) > 0 && (len(l) > p.opts.LogDeltas || items > p.opts.LogItems) {
-		items -= l[0].Size()
-		l = l[1:]
+	l := p.dlog[d.Node]
+	l.deltas = append(l.deltas, d)
+	l.items += d.Size()
+	for len(l.deltas) > 0 && (len(l.deltas) > p.opts.LogDeltas || l.items > p.opts.LogItems) {
+		l.items -= l.deltas[0].Size()
+		l.deltas = l.deltas[1:]
 	}
 	p.dlog[d.Node] = l
 	for s := range p.subs[d.Node] {
@@ -295,7 +331,7 @@ func (p *Planner) record(d plan.Delta) {
 // fromLog merges the logged deltas from have to the current revision of
 // node. Caller holds mu.
 func (p *Planner) fromLog(node string, have int64) (plan.Delta, bool) {
-	l := p.dlog[node]
+	l := p.dlog[node].deltas
 	i := slices.IndexFunc(l, func(d plan.Delta) bool { return d.From == have })
 	if i < 0 {
 		return plan.Delta{}, false

@@ -136,7 +136,11 @@ func DPUStatus(d *skiffv1.DPUStatus) plan.DPUStatus {
 }
 
 // PlanPB converts a plan to protobuf, items sorted by name.
-func PlanPB(p plan.Plan) *skiffv1.Plan {
+func PlanPB(p plan.Plan) *skiffv1.Plan { return PlanPBWith(p, RemotePB) }
+
+// PlanPBWith is PlanPB converting remote endpoints with remote (which may
+// return messages shared with other plans: they must not be changed).
+func PlanPBWith(p plan.Plan, remote func(plan.Remote) *skiffv1.RemoteEndpoint) *skiffv1.Plan {
 	out := &skiffv1.Plan{Node: p.Node, Revision: p.Revision, UnderlayIp: addrString(p.UnderlayIP), Dpu: DPUStatusPB(p.DPU)}
 	d := plan.Diff(plan.New(p.Node), p)
 	for _, n := range d.UpsertNetworks {
@@ -145,8 +149,9 @@ func PlanPB(p plan.Plan) *skiffv1.Plan {
 	for _, e := range d.UpsertLocal {
 		out.LocalEndpoints = append(out.LocalEndpoints, EndpointPB(e))
 	}
+	out.RemoteEndpoints = make([]*skiffv1.RemoteEndpoint, 0, len(d.UpsertRemote))
 	for _, r := range d.UpsertRemote {
-		out.RemoteEndpoints = append(out.RemoteEndpoints, RemotePB(r))
+		out.RemoteEndpoints = append(out.RemoteEndpoints, remote(r))
 	}
 	for _, e := range d.UpsertPolicies {
 		out.Policies = append(out.Policies, PolicyPB(e))

@@ -83,7 +83,12 @@ func (e *Env) fleetNodes(nodes []string) []string {
 // InSync waits until every agent's plan equals the controller's plan for
 // its node, checking again while changes are still arriving, for up to
 // timeout. It returns an error naming a few agents that still differ.
+//
+// The timeout grows by a second per 100,000 plan items the agents hold:
+// one check reads and compares every plan (30 M items on a network that
+// spans 1,000 nodes), and the machine is shared with the controller.
 func (e *Env) InSync(ctx context.Context, timeout time.Duration) error {
+	timeout += time.Duration(e.Fleet.PlanItems()/100_000) * time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
