@@ -91,7 +91,7 @@ type Planner struct {
 	ready    map[string]EndpointReady       // endpoint -> its DPU's report
 	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
 	shared   remotes                        // remote endpoints, one record each
-	vtepMemo map[string][]netip.Addr        // network -> members' VTEPs (memberVTEPs)
+	vtepMemo map[string]vteps               // network -> members' VTEPs (memberVTEPs)
 	dlog     map[string]deltaLog
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.

@@ -107,10 +107,16 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 		n.Subnets = append(n.Subnets, p.subnets[network][name])
 	}
 	own, _ := p.registered(node)
-	n.FloodVTEPs = nil
-	for _, ip := range p.memberVTEPs(network) {
+	n.FloodVTEPs, n.HostPortVTEPs = nil, nil
+	v := p.memberVTEPs(network)
+	for _, ip := range v.all {
 		if ip != own {
 			n.FloodVTEPs = append(n.FloodVTEPs, ip)
+		}
+	}
+	for _, ip := range v.hostPorts {
+		if ip != own {
+			n.HostPortVTEPs = append(n.HostPortVTEPs, ip)
 		}
 	}
 	if len(p.ext.flood[n.VNI]) > 0 {
@@ -120,29 +126,43 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 	return n, true
 }
 
-// memberVTEPs is the sorted set of the registered members' VTEPs of
-// network, computed once per network while the objects do not change
-// (every node of a network that spans the cluster asks for it after a
-// member joins). Caller holds mu; every change to the objects clears the
-// memo (forget).
-func (p *Planner) memberVTEPs(network string) []netip.Addr {
-	if vteps, ok := p.vtepMemo[network]; ok {
-		return vteps
+// vteps are the registered members' VTEPs of a network, sorted: all of
+// them, and those of members whose datapath gives the network host ports
+// (the software datapath's: modes software and dpu).
+type vteps struct {
+	all, hostPorts []netip.Addr
+}
+
+// hasHostPorts reports whether a node's datapath gives its networks host
+// ports (agent/datapath/software).
+func hasHostPorts(n plan.Node) bool { return n.Mode == plan.ModeSoftware || n.Mode == plan.ModeDPU }
+
+// memberVTEPs is the VTEPs of network, computed once per network while
+// the objects do not change (every node of a network that spans the
+// cluster asks for it after a member joins). Caller holds mu; every
+// change to the objects clears the memo (forget).
+func (p *Planner) memberVTEPs(network string) vteps {
+	if v, ok := p.vtepMemo[network]; ok {
+		return v
 	}
-	seen := map[netip.Addr]bool{}
-	var vteps []netip.Addr
+	all, host := map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	for other := range p.members[network] {
-		if ip, ok := p.registered(other); ok && !seen[ip] {
-			seen[ip] = true
-			vteps = append(vteps, ip)
+		if ip, ok := p.registered(other); ok {
+			all[ip] = true
+			if hasHostPorts(p.nodes[other]) {
+				host[ip] = true
+			}
 		}
 	}
-	slices.SortFunc(vteps, func(a, b netip.Addr) int { return a.Compare(b) })
-	if p.vtepMemo == nil {
-		p.vtepMemo = map[string][]netip.Addr{}
+	sorted := func(m map[netip.Addr]bool) []netip.Addr {
+		return slices.SortedFunc(maps.Keys(m), func(a, b netip.Addr) int { return a.Compare(b) })
 	}
-	p.vtepMemo[network] = vteps
-	return vteps
+	v := vteps{all: sorted(all), hostPorts: sorted(host)}
+	if p.vtepMemo == nil {
+		p.vtepMemo = map[string]vteps{}
+	}
+	p.vtepMemo[network] = v
+	return v
 }
 
 // forget clears what is memoized from the objects. Caller holds mu.

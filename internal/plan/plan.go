@@ -39,6 +39,10 @@ type Network struct {
 	// FloodVTEPs are the remote VTEPs of this VNI, sorted, without the
 	// node's own.
 	FloodVTEPs []netip.Addr
+	// HostPortVTEPs are those of FloodVTEPs whose nodes have host ports
+	// on this network (Skiff nodes running the software datapath),
+	// sorted: the node routes only their addresses into the overlay.
+	HostPortVTEPs []netip.Addr
 	// Egress is what may leave the overlay for outside addresses:
 	// EgressNone, EgressSNAT or EgressRouted.
 	Egress string
@@ -167,7 +171,7 @@ func (s Subnet) Equal(o Subnet) bool {
 // Equal reports whether two networks are the same.
 func (n Network) Equal(o Network) bool {
 	return n.Name == o.Name && n.VNI == o.VNI && n.MTU == o.MTU && n.Egress == o.Egress &&
-		slices.EqualFunc(n.Subnets, o.Subnets, Subnet.Equal) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs)
+		slices.EqualFunc(n.Subnets, o.Subnets, Subnet.Equal) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs) && slices.Equal(n.HostPortVTEPs, o.HostPortVTEPs)
 }
 
 // Equal reports whether two endpoints are the same.

@@ -195,6 +195,9 @@ func NetworkPB(n plan.Network) *skiffv1.PlanNetwork {
 	for _, v := range n.FloodVTEPs {
 		out.FloodVteps = append(out.FloodVteps, v.String())
 	}
+	for _, v := range n.HostPortVTEPs {
+		out.HostPortVteps = append(out.HostPortVteps, v.String())
+	}
 	return out
 }
 
@@ -220,6 +223,13 @@ func PlanNetwork(n *skiffv1.PlanNetwork) (plan.Network, error) {
 			return plan.Network{}, fmt.Errorf("network %q: floodVteps: %w", n.GetName(), err)
 		}
 		out.FloodVTEPs = append(out.FloodVTEPs, a)
+	}
+	for _, v := range n.GetHostPortVteps() {
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return plan.Network{}, fmt.Errorf("network %q: hostPortVteps: %w", n.GetName(), err)
+		}
+		out.HostPortVTEPs = append(out.HostPortVTEPs, a)
 	}
 	return out, nil
 }

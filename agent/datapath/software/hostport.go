@@ -57,14 +57,16 @@ func hostPorts(p plan.Plan, n plan.Network) bool {
 	return (n.Egress == plan.EgressSNAT || n.Egress == plan.EgressRouted) && p.UnderlayIP.Is4()
 }
 
-// hostRemote returns the other nodes of a network that get its host
-// ports, and their MACs: the network's flood VTEPs.
+// hostRemote returns the other nodes of a network that have its host
+// ports, and their MACs: the network's HostPortVTEPs (the controller
+// leaves out offload nodes and EVPN peers, which have none: their
+// addresses are reached as before, through egress).
 func hostRemote(p plan.Plan, n plan.Network) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	if !hostPorts(p, n) {
 		return out
 	}
-	for _, v := range n.FloodVTEPs {
+	for _, v := range n.HostPortVTEPs {
 		if v.Is4() {
 			out[v] = HostMAC(n.VNI, v)
 		}

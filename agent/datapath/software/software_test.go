@@ -221,6 +221,11 @@ func TestApplyTransitions(t *testing.T) {
 	blue3.FloodVTEPs = []netip.Addr{vtep3}
 	redSNAT, redRouted := red, red
 	redSNAT.Egress, redRouted.Egress = plan.EgressSNAT, plan.EgressRouted
+	redSNAT.HostPortVTEPs, redRouted.HostPortVTEPs = red.FloodVTEPs, red.FloodVTEPs
+	// Node 3 is an offload node (no host port): its address is not
+	// routed into the overlay.
+	redRouted2 := redRouted
+	redRouted2.HostPortVTEPs = []netip.Addr{vtep2}
 	const red2 = `
 fdb skv200 00:00:00:00:00:00 dst 192.0.2.2 permanent
 fdb skv200 00:00:00:00:00:00 dst 192.0.2.3 permanent
@@ -293,6 +298,12 @@ nft iifname "skb200" oifname != "skb*" oifname != "skn*" masquerade
 nft iifname "skn200" oifname != "skb*" oifname != "skn*" masquerade`)},
 		{"egress routed: out and in as they are, a host port", planWith([]plan.Network{redRouted}, r2), lines(foreign, redDevs, red2, redHost, `
 nft type filter hook forward priority filter; policy accept;`)},
+		{"routed, node 3 without a host port", planWith([]plan.Network{redRouted2}, r2), lines(foreign, redDevs, red2, without(redHost,
+			"fdb skv200 06:c8:c0:00:02:03 dst 192.0.2.3 permanent",
+			"fdb skv200 06:c8:c0:00:02:03 master skb200 static",
+			"neigh skb200 192.0.2.3 06:c8:c0:00:02:03",
+			"route 192.0.2.3 dev skb200 table 1392509128 scope link"), `
+nft type filter hook forward priority filter; policy accept;`)},
 		{"egress none again: no host port", planWith([]plan.Network{red}, r2), lines(foreign, redDevs, red2, nft("skb200"))},
 		{"everything deleted", planWith(nil), lines(foreign)},
 	}
@@ -361,4 +372,18 @@ func TestApplyRefusesForeignNameClash(t *testing.T) {
 	if out := testns.Run(t, ns, "ip", "-d", "link", "show", "skb100"); !strings.Contains(out, "veth") || strings.Contains(out, "skiff") {
 		t.Fatalf("the foreign skb100 was changed: %s", out)
 	}
+}
+
+// without is text's lines less the lines given (each must be there).
+func without(text string, drop ...string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if !slices.Contains(drop, l) {
+			out = append(out, l)
+		}
+	}
+	if len(out) != len(strings.Split(text, "\n"))-len(drop) {
+		panic("without: a line to drop is not in the text")
+	}
+	return strings.Join(out, "\n")
 }

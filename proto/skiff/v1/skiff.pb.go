@@ -1396,7 +1396,10 @@ type PlanNetwork struct {
 	// Remote VTEPs of this VNI for flooding (head-end replication), sorted.
 	FloodVteps []string `protobuf:"bytes,5,rep,name=flood_vteps,json=floodVteps,proto3" json:"flood_vteps,omitempty"`
 	// Network.egress: none, snat or routed.
-	Egress        string `protobuf:"bytes,6,opt,name=egress,proto3" json:"egress,omitempty"`
+	Egress string `protobuf:"bytes,6,opt,name=egress,proto3" json:"egress,omitempty"`
+	// The flood VTEPs whose nodes have host ports on this network (Skiff
+	// nodes running the software datapath), sorted.
+	HostPortVteps []string `protobuf:"bytes,7,rep,name=host_port_vteps,json=hostPortVteps,proto3" json:"host_port_vteps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1471,6 +1474,13 @@ func (x *PlanNetwork) GetEgress() string {
 		return x.Egress
 	}
 	return ""
+}
+
+func (x *PlanNetwork) GetHostPortVteps() []string {
+	if x != nil {
+		return x.HostPortVteps
+	}
+	return nil
 }
 
 // RemoteEndpoint is an endpoint on another node, as a node needs it.
@@ -5302,7 +5312,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"registered\x18\x02 \x01(\bR\n" +
 	"registered\x12\x1c\n" +
 	"\tconnected\x18\x03 \x01(\bR\tconnected\x120\n" +
-	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xaa\x01\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xd2\x01\n" +
 	"\vPlanNetwork\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x10\n" +
@@ -5310,7 +5320,8 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\asubnets\x18\x04 \x03(\v2\x10.skiff.v1.SubnetR\asubnets\x12\x1f\n" +
 	"\vflood_vteps\x18\x05 \x03(\tR\n" +
 	"floodVteps\x12\x16\n" +
-	"\x06egress\x18\x06 \x01(\tR\x06egress\"\x8a\x01\n" +
+	"\x06egress\x18\x06 \x01(\tR\x06egress\x12&\n" +
+	"\x0fhost_port_vteps\x18\a \x03(\tR\rhostPortVteps\"\x8a\x01\n" +
 	"\x0eRemoteEndpoint\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +
