@@ -93,14 +93,43 @@ func TestPluginOnNetdevsim(t *testing.T) {
 	}
 	k := kubelettest.Start(t, "")
 	devInfo := filepath.Join(t.TempDir(), "dp")
+	// The stand-in's sysfs tree follows the kernel's representors only
+	// when the test links them (LinkRepresentors), after the kernel's
+	// link events: a rescan on those events may still see the old tree.
+	// Once the tree matches, the test sends the hint the events carried
+	// (on a real NIC the representor's sysfs entry exists before its
+	// link event).
+	standIn := make(chan struct{}, 1)
+	linked := func() {
+		s.LinkRepresentors(t)
+		select {
+		case standIn <- struct{}{}:
+		default:
+		}
+	}
 	run := func() func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
+		events, kernel := make(chan struct{}, 1), deviceplugin.LinkHints(ctx, log)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-kernel:
+				case <-standIn:
+				}
+				select {
+				case events <- struct{}{}:
+				default:
+				}
+			}
+		}()
 		go func() {
 			// A long rescan: the changes below must be seen through the
 			// netlink link events, or the one-second socket check.
 			done <- deviceplugin.Run(ctx, deviceplugin.Options{Pools: cfg, SysRoot: s.Root, DevRoot: t.TempDir(), PluginDir: k.Dir, KubeletSocket: k.Socket,
-				DevInfoDir: devInfo, Rescan: time.Hour, LinkEvents: deviceplugin.LinkHints(ctx, log), Logger: log})
+				DevInfoDir: devInfo, Rescan: time.Hour, LinkEvents: events, Logger: log})
 		}()
 		var once sync.Once
 		stop := func() {
@@ -132,10 +161,10 @@ func TestPluginOnNetdevsim(t *testing.T) {
 
 	// The eswitch goes back to legacy (the representors go with it).
 	guest.Run(t, "/usr/sbin/devlink", "dev", "eswitch", "set", "netdevsim/netdevsim52", "mode", "legacy")
-	s.LinkRepresentors(t)
+	linked()
 	p.WaitList(t, within, "eswitch legacy", is(allHealth(ids, "Unhealthy")))
 	guest.Run(t, "/usr/sbin/devlink", "dev", "eswitch", "set", "netdevsim/netdevsim52", "mode", "switchdev")
-	s.LinkRepresentors(t)
+	linked()
 	p.WaitList(t, within, "eswitch switchdev again", is(healthy))
 
 	// The kubelet gives VF 1 to a pod; the CNI moves it in.
