@@ -15,7 +15,10 @@ import (
 // KUBE-MARK-MASQ does), on a snat network: a pod reaches a "ClusterIP"
 // backed by a pod on the other node and one backed by itself (hairpin),
 // and a "NodePort" answers from the underlay on the backend's node and on
-// the other.
+// the other. Then NetworkPolicy applies to Service traffic as Kubernetes
+// specifies, after DNAT: with pod b admitting only app=web on 8080, pod a
+// (app=web) still reaches it through the ClusterIP's port 80, and a pod
+// labelled app=other is refused through the ClusterIP as directly.
 func TestServiceDNAT(t *testing.T) {
 	c := newCluster(t, "n1", "n2")
 	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat")
@@ -68,5 +71,39 @@ func TestServiceDNAT(t *testing.T) {
 		if !connects(c.ul, ip, "30080") {
 			t.Errorf("the NodePort on %s (backend pod b on n2) does not answer the underlay", ip)
 		}
+	}
+
+	other := testns.New(t)
+	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"pods","type":"skiff-cni","network":"pods","socket":%q,"labels":{"app":"other"}}`, c.nodes["n1"].socket)
+	if _, err := cniRun("ADD", "pod-other", testns.Path(other), "eth0", conf); err != nil {
+		t.Fatalf("ADD pod-other: %v", err)
+	}
+	if !connects(other, remoteVIP, "80") {
+		t.Fatal("before any policy, pod other does not reach the ClusterIP backed by pod b")
+	}
+	pol := filepath.Join(t.TempDir(), "web-only.yaml")
+	if err := os.WriteFile(pol, []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-only, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: web}}}]
+    ports: [{protocol: TCP, port: 8080}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.mustCtl("policy", "apply", "-f", pol)
+	eventually(t, func() error {
+		if connects(other, remoteVIP, "80") {
+			return fmt.Errorf("pod other (app=other) still reaches pod b through the ClusterIP after the policy")
+		}
+		return nil
+	})
+	if !connects(a, remoteVIP, "80") {
+		t.Error("pod a (app=web) no longer reaches pod b through the ClusterIP: the policy must match the DNATed port 8080, not the Service's 80")
+	}
+	if connects(other, bIP, "8080") {
+		t.Error("pod other reaches pod b directly despite the policy")
 	}
 }
