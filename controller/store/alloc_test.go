@@ -249,3 +249,53 @@ func TestTwoReplicasFillSubnet(t *testing.T) {
 		t.Fatalf("%d endpoints stored, %d created", len(seen), len(got))
 	}
 }
+
+// BenchmarkCreateEndpoint creates endpoints (and deletes them again, so
+// that the network's size stays put) on networks already holding 1,000 and
+// 20,000 endpoints: a creation's cost should not depend on it.
+func BenchmarkCreateEndpoint(b *testing.B) {
+	ctx := context.Background()
+	s := store.New(etcdCli, slog.New(slog.NewTextHandler(io.Discard, nil))).WithPrefix("/bench/create/")
+	for i, size := range []int{1000, 20000} {
+		net := fmt.Sprintf("net%d", size)
+		if _, err := s.CreateNetwork(ctx, &skiffv1.Network{Name: net, Vni: uint32(200 + i)}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.CreateSubnet(ctx, &skiffv1.Subnet{Name: net + "-v6", Network: net, Cidr: fmt.Sprintf("2001:db8:%x::/64", 16+i)}); err != nil {
+			b.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := w; j < size; j += 16 {
+					if _, err := s.CreateEndpoint(ctx, &skiffv1.Endpoint{Name: fmt.Sprintf("%s-%d", net, j), Network: net, Node: "n1"}); err != nil {
+						failed.Store(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err, ok := failed.Load().(error); ok {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("allocations=%d", size), func(b *testing.B) {
+			n := 0
+			for b.Loop() {
+				name := fmt.Sprintf("%s-b%d", net, n)
+				n++
+				if _, err := s.CreateEndpoint(ctx, &skiffv1.Endpoint{Name: name, Network: net, Node: "n1"}); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := s.DeleteEndpoint(ctx, name); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
