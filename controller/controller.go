@@ -101,7 +101,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var cli *clientv3.Client
+	var (
+		cli  *clientv3.Client
+		hist store.HistoryReader
+	)
 	if len(cfg.EtcdEndpoints) > 0 {
 		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -126,8 +129,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		defer srv.Close()
 		cli = srv.Client()
+		hist = srv
 	}
 	st := store.New(cli, log)
+	if hist != nil {
+		// The embedded etcd's history is read from its backend in one
+		// pass (an external etcd's through watches).
+		st = st.WithHistoryReader(hist)
+	}
 	if n, err := st.IndexOwners(ctx); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	} else if n > 0 {

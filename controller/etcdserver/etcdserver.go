@@ -4,6 +4,9 @@
 //	srv, err := etcdserver.Start(ctx, etcdserver.Config{Dir: "/var/lib/skiff/etcd"}, log)
 //	defer srv.Close()
 //	cli := srv.Client()
+//
+// History (history.go) reads the member's history from its backend in one
+// pass; store.WithHistoryReader takes it.
 package etcdserver
 
 import (

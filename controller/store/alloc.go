@@ -31,19 +31,20 @@ type networkState struct {
 
 // readNetworkState reads what allocation needs to know about a network at
 // one revision. With allocs, it also reads every allocated address (a scan
-// proportional to the network's size); without, taken is empty.
+// proportional to the network's size: the fallback of a nearly full
+// network); without, it reads no allocation at all (not even a count: etcd
+// counts a prefix by walking it) and taken is empty.
 func (s *Store) readNetworkState(ctx context.Context, net string, allocs bool) (*networkState, error) {
-	allocOp := clientv3.OpGet(s.k("ipalloc", net)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if !allocs {
-		allocOp = clientv3.OpGet(s.k("ipalloc", net)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	}
-	resp, err := s.cli.Txn(ctx).Then(
+	ops := []clientv3.Op{
 		clientv3.OpGet(s.k("snet", net)+"/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.subnetGuard(net)),
 		clientv3.OpGet(s.k("sublock", net)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.netLock(net)),
-		allocOp,
-	).Commit()
+	}
+	if allocs {
+		ops = append(ops, clientv3.OpGet(s.k("ipalloc", net)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("store: read network %q: %w", net, err)
 	}
@@ -73,16 +74,25 @@ func (s *Store) readNetworkState(ctx context.Context, net string, allocs bool) (
 		st.guardRev = kvs[0].ModRevision
 	}
 	st.locked = len(r(3).Kvs) > 0
-	for _, kv := range r(4).Kvs {
-		if a, err := netip.ParseAddr(lastSeg(kv.Key)); err == nil {
-			st.taken[a] = ""
+	if allocs {
+		for _, kv := range r(4).Kvs {
+			if a, err := netip.ParseAddr(lastSeg(kv.Key)); err == nil {
+				st.taken[a] = ""
+			}
 		}
 	}
 	return st, nil
 }
 
-// probes is how many candidate addresses per family one probe reads.
-const probes = 8
+// probes is how many candidate addresses per family one probe reads, and
+// probeRounds how many probes may find them all taken before an allocation
+// scans the network's allocations. With a subnet a fraction f full, a
+// scan happens with probability about f^(probes x probeRounds): 0.002% at
+// half full, 3% at 80% full.
+const (
+	probes      = 8
+	probeRounds = 2
+)
 
 var errProbesTaken = errors.New("store: every probed address is taken")
 

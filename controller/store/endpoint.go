@@ -51,6 +51,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 	requested := slices.Clone(e.Ips)
 	seed := fnv.New64a()
 	seed.Write([]byte(e.Name))
+	misses := 0 // probes that found every candidate taken
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		_, nrev, err := s.getNetwork(ctx, e.Network)
 		if err != nil {
@@ -59,9 +60,13 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 			}
 			return nil, err
 		}
-		// The first attempts probe a few candidate addresses (cheap at any
-		// size); later ones scan every allocation of the network.
-		scan := attempt >= 2
+		// An attempt probes a few candidate addresses, reading only their
+		// keys (its cost does not grow with the network). Only once
+		// probeRounds probes found every candidate taken (a nearly full
+		// subnet) do attempts scan every allocation of the network. A lost
+		// race (the transaction's compares) probes again with new
+		// candidates; the compares, not the probe, keep addresses unique.
+		scan := misses >= probeRounds
 		st, err := s.readNetworkState(ctx, e.Network, scan)
 		if err != nil {
 			return nil, err
@@ -92,6 +97,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 		ips, err := allocate(st, e.Network, requested, sd, !scan)
 		if err != nil {
 			if errors.Is(err, errProbesTaken) {
+				misses++
 				continue
 			}
 			return nil, err

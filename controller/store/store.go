@@ -52,6 +52,7 @@ type Store struct {
 	cli    *clientv3.Client
 	log    *slog.Logger
 	prefix string
+	hist   HistoryReader // nil: Changes reads through watches
 }
 
 // New returns a store on cli under DefaultPrefix.

@@ -19,7 +19,10 @@ import (
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
-var etcdCli *clientv3.Client
+var (
+	etcdCli *clientv3.Client
+	etcdSrv *etcdserver.Server
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "skiff-store-test")
@@ -30,7 +33,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	etcdCli = srv.Client()
+	etcdCli, etcdSrv = srv.Client(), srv
 	code := m.Run()
 	srv.Close()
 	os.RemoveAll(dir)
