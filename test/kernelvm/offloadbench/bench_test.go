@@ -228,6 +228,26 @@ func TestScale(t *testing.T) {
 	figure("repair_ms", took)
 	figure("repair_tc_msgs", dp.TCMessages()-m0)
 
+	// Profiles (only when the VM run keeps files): the steps above again.
+	apply := func() {
+		if err := dp.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	profile(t, "reapply", 50, apply)
+	profile(t, "counters", 3, func() { dp.Rules() })
+	extra := remote(endpoints + 1)
+	profile(t, "endpoint", 20, func() {
+		p.Remote[extra.Name] = extra
+		apply()
+		r := p.Remote["r00042"]
+		r.VTEP = netip.AddrFrom4([4]byte{203, 0, 113, byte(201 + int(r.VTEP.As4()[3])%2)})
+		p.Remote[r.Name] = r
+		apply()
+		delete(p.Remote, extra.Name)
+		apply()
+	})
+
 	// Reference: iproute2 installing the same representor rules with
 	// tc -batch (one process, one netlink socket) on another device: the
 	// forwarding rules in their chain and chain 0's filter to it, from

@@ -299,6 +299,18 @@ func policyBench(t *testing.T, members int) {
 		figure("group_member_leave_ms", took)
 	}
 
+	// Profile (only when the VM run keeps files): join and leave again.
+	if members == groupSizes[len(groupSizes)-1] {
+		profile(t, "group", 10, func() {
+			grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
+			pol.p.Groups["g"] = grp
+			pol.apply(t, "one member joins")
+			grp.Members = grp.Members[:len(grp.Members)-1]
+			pol.p.Groups["g"] = grp
+			pol.apply(t, "one member leaves")
+		})
+	}
+
 	// (e) Traffic to b from two members: pod a, whose representor holds
 	// only the filters a's address can match, and the node itself by its
 	// gateway address, whose packets enter by the gateway's port and meet
