@@ -300,7 +300,9 @@ func (d *Datapath) Rules() map[string][]flower.State {
 	devs, rules, states := d.devs, d.rules, d.states
 	d.mu.Unlock()
 	if len(rules) > 0 {
-		if now, err := d.prog.Read(devs, rules); err == nil {
+		// By the cookies made when they were written: nothing compiled
+		// or hashed again.
+		if now, err := d.prog.Refresh(devs, states); err == nil {
 			states = now
 		} else {
 			d.log.Warn("reading offload rules", "err", err)

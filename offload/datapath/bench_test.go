@@ -1,0 +1,59 @@
+package datapath
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+// benchPlan is offloadbench's node: one local endpoint, n remote ones.
+func benchPlan(n int) plan.Plan {
+	p := plan.New("n1")
+	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	nw := plan.Network{Name: "blue", VNI: 100, MTU: 1450}
+	for i := range 15 {
+		nw.FloodVTEPs = append(nw.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + i)}))
+	}
+	p.Networks["blue"] = nw
+	p.Local["pod"] = plan.Endpoint{Name: "pod", Network: "blue", Kind: plan.KindVeth, MAC: "02:00:00:00:00:0a",
+		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, VFIndex: -1}
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		r := plan.Remote{Name: fmt.Sprintf("r%05d", i), Network: "blue", VTEP: netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + i%100)}),
+			MAC: fmt.Sprintf("02:42:00:00:%02x:%02x", byte(i>>8), byte(i)), IPs: []netip.Prefix{netip.PrefixFrom(ip, 15)}}
+		p.Remote[r.Name] = r
+	}
+	return p
+}
+
+func BenchmarkClassifySame(b *testing.B) {
+	p := benchPlan(10000)
+	last := p.Clone()
+	for b.Loop() {
+		if c := classify(last, p); !c.same {
+			b.Fatal("not same")
+		}
+	}
+}
+
+func BenchmarkRemoteChange(b *testing.B) {
+	p := benchPlan(10000)
+	in := flower.Input{Reps: map[string]string{"pod": "rep"}, VXLAN: VXLANName}
+	q := p.Clone()
+	r := q.Remote["r00042"]
+	r.VTEP = netip.MustParseAddr("203.0.113.200")
+	q.Remote[r.Name] = r
+	for b.Loop() {
+		c := classify(p, q)
+		if _, err := flower.RemoteRules(p, in, c.remotes); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := flower.RemoteRules(q, in, c.remotes); err != nil {
+			b.Fatal(err)
+		}
+		_ = q.Clone()
+	}
+}
