@@ -21,8 +21,76 @@ type change struct {
 	joined, left []netip.Addr
 }
 
-// classify compares old and cur, each map once.
+// classify says how cur differs from old, the plan the last Apply
+// applied: by the deltas that made cur from old's revision when cur
+// keeps them (plan.Follow), looking only at what they name; else by
+// comparing each map once.
 func classify(old, cur plan.Plan) change {
+	if ds, ok := cur.Since(old.Revision); ok && old.Node == cur.Node {
+		if c, ok := classifyDeltas(old, cur, ds); ok {
+			return c
+		}
+	}
+	return compare(old, cur)
+}
+
+// classifyDeltas is classify by the deltas ds; false when they change
+// more than remote endpoints and groups (compare decides).
+func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
+	remotes, groups := map[string]bool{}, map[string]bool{}
+	for _, d := range ds {
+		if d.UnderlayIP != nil || len(d.UpsertNetworks)+len(d.RemoveNetworks)+len(d.UpsertLocal)+len(d.RemoveLocal)+
+			len(d.UpsertPolicies)+len(d.RemovePolicies) > 0 {
+			return change{}, false
+		}
+		for _, r := range d.UpsertRemote {
+			remotes[r.Name] = true
+		}
+		for _, n := range d.RemoveRemote {
+			remotes[n] = true
+		}
+		for _, g := range d.UpsertGroups {
+			groups[g.Name] = true
+		}
+		for _, n := range d.RemoveGroups {
+			groups[n] = true
+		}
+	}
+	var c change
+	for n := range remotes {
+		o, was := old.Remote[n]
+		r, is := cur.Remote[n]
+		if was != is || (is && !o.Equal(r)) {
+			c.remotes = append(c.remotes, n)
+		}
+	}
+	slices.Sort(c.remotes)
+	var changed []string
+	for n := range groups {
+		o, was := old.Groups[n]
+		g, is := cur.Groups[n]
+		if was != is || (is && !o.Equal(g)) {
+			changed = append(changed, n)
+		}
+	}
+	switch {
+	case len(changed) == 0:
+		c.same = len(c.remotes) == 0
+	case len(c.remotes) > 0:
+		c.remotes = nil // both: no incremental way
+	case len(changed) == 1:
+		o, was := old.Groups[changed[0]]
+		g, is := cur.Groups[changed[0]]
+		if was && is && len(o.Members) > 0 && len(g.Members) > 0 {
+			c.group = changed[0]
+			c.joined, c.left = memberDiff(o.Members, g.Members)
+		}
+	}
+	return c, true
+}
+
+// compare is classify by comparing old and cur, each map once.
+func compare(old, cur plan.Plan) change {
 	var c change
 	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP ||
 		!maps.EqualFunc(old.Networks, cur.Networks, plan.Network.Equal) ||
@@ -161,24 +229,61 @@ func groupChange(old, cur map[string]plan.AddressGroup) (group string, joined, l
 			return "", nil, nil
 		}
 		group = n
-		was := make(map[netip.Addr]bool, len(o.Members))
-		for _, m := range o.Members {
-			was[m] = true
-		}
-		is := make(map[netip.Addr]bool, len(g.Members))
-		for _, m := range g.Members {
-			is[m] = true
-			if !was[m] {
-				joined = append(joined, m)
-			}
-		}
-		for _, m := range o.Members {
-			if !is[m] {
-				left = append(left, m)
-			}
-		}
+		joined, left = memberDiff(o.Members, g.Members)
 	}
 	return group, joined, left
+}
+
+// memberDiff returns the members of cur not in old (joined) and of old
+// not in cur (left), each once. The lists' common head and tail are
+// skipped first (a member joins at the end, or leaves from anywhere):
+// only what lies between is looked up in the whole lists.
+func memberDiff(old, cur []netip.Addr) (joined, left []netip.Addr) {
+	head := 0
+	for head < len(old) && head < len(cur) && old[head] == cur[head] {
+		head++
+	}
+	tail := 0
+	for tail < len(old)-head && tail < len(cur)-head && old[len(old)-1-tail] == cur[len(cur)-1-tail] {
+		tail++
+	}
+	om, cm := old[head:len(old)-tail], cur[head:len(cur)-tail]
+	if len(om)+len(cm) > 64 {
+		return setDiff(old, cur)
+	}
+	for _, m := range cm {
+		if !slices.Contains(old, m) && !slices.Contains(joined, m) {
+			joined = append(joined, m)
+		}
+	}
+	for _, m := range om {
+		if !slices.Contains(cur, m) && !slices.Contains(left, m) {
+			left = append(left, m)
+		}
+	}
+	return joined, left
+}
+
+// setDiff is memberDiff by sets.
+func setDiff(old, cur []netip.Addr) (joined, left []netip.Addr) {
+	was := make(map[netip.Addr]bool, len(old))
+	for _, m := range old {
+		was[m] = true
+	}
+	is := make(map[netip.Addr]bool, len(cur))
+	for _, m := range cur {
+		if !is[m] && !was[m] {
+			joined = append(joined, m)
+		}
+		is[m] = true
+	}
+	for _, m := range old {
+		if !is[m] {
+			left = append(left, m)
+			is[m] = true // once
+		}
+	}
+	return joined, left
 }
 
 // applyGroup makes the change of one address group's members, the only
