@@ -101,10 +101,14 @@ type Datapath struct {
 	// The policy pipeline (chains 0-2) as last installed.
 	polRules  []flower.PolicyRule
 	polStates []flower.PolicyState
-	linkW     int // link writes
-	probes    int // neighbour resolutions asked for
-	drift     int // devices changed by someone else, seen
-	last      lastApply
+	// Positions of the rules above by place, for changes in place
+	// (swapRules); nil until a change needs them.
+	fwdAt  map[fwdPlace]int
+	polAt  map[polPlace]int
+	linkW  int // link writes
+	probes int // neighbour resolutions asked for
+	drift  int // devices changed by someone else, seen
+	last   lastApply
 }
 
 // New opens the netlink sockets of a datapath.

@@ -127,22 +127,62 @@ func compare(old, cur plan.Plan) change {
 // the whole plan must be applied (and is, at once).
 var errDevices = errors.New("offload datapath: devices with rules changed")
 
-// without returns rules (and their states) less those same as one of
-// gone: a new list when it has any, else the same ones (appending to
-// them leaves the slices readers hold as they were).
-func without[R, S any](rules []R, states []S, gone []R, same func(a, b R) bool) ([]R, []S) {
-	if len(gone) == 0 {
-		return rules, states
-	}
-	nr := make([]R, 0, len(rules))
-	ns := make([]S, 0, len(rules))
-	for i, r := range rules {
-		if !slices.ContainsFunc(gone, func(g R) bool { return same(r, g) }) {
-			nr = append(nr, r)
-			ns = append(ns, states[i])
+// fwdPlace and polPlace are where a rule sits: its device and match
+// (two rules of one place cannot both be installed).
+type fwdPlace struct {
+	dev       string
+	prio, eth uint16
+	m         flower.Match
+}
+
+type polPlace struct {
+	dev   string
+	chain uint32
+	prio  uint16
+	m     flower.PolicyMatch
+}
+
+func fwdAt(r flower.Rule) fwdPlace { return fwdPlace{r.Dev, r.Prio, r.EthType, r.Match} }
+
+func polAt(r flower.PolicyRule) polPlace { return polPlace{r.Dev, r.Chain, r.Prio, r.Match} }
+
+// swapRules takes the rules at the places of gone out of *rules (and
+// their states out of *states) and puts add (with addStates) in, in
+// place: the cost follows the change, not the lists. at maps each place
+// to its position, made from *rules when nil. Callers hold d.mu and d.op
+// (readers that copied the lists hold d.op).
+func swapRules[K comparable, R, S any](rules *[]R, states *[]S, at *map[K]int, key func(R) K, gone, add []R, addStates []S) {
+	if *at == nil {
+		m := make(map[K]int, len(*rules))
+		for i, r := range *rules {
+			m[key(r)] = i
 		}
+		*at = m
 	}
-	return nr, ns
+	m, rs, ss := *at, *rules, *states
+	for _, g := range gone {
+		k := key(g)
+		i, ok := m[k]
+		if !ok {
+			continue
+		}
+		last := len(rs) - 1
+		if i != last {
+			rs[i], ss[i] = rs[last], ss[last]
+			m[key(rs[i])] = i
+		}
+		delete(m, k)
+		rs, ss = rs[:last], ss[:last]
+	}
+	for j, r := range add {
+		if i, ok := m[key(r)]; ok {
+			rs[i], ss[i] = r, addStates[j]
+			continue
+		}
+		m[key(r)] = len(rs)
+		rs, ss = append(rs, r), append(ss, addStates[j])
+	}
+	*rules, *states = rs, ss
 }
 
 // applyRemotes makes the change of the named remote endpoints, the only
@@ -161,7 +201,7 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
 	d.mu.Lock()
-	devs, rules, states := d.devs, d.rules, d.states
+	devs, rules := d.devs, d.rules
 	d.mu.Unlock()
 	if len(cur) > 0 && len(rules) == 0 {
 		return flower.ErrNotIncremental // the VXLAN device may be missing
@@ -176,12 +216,8 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	}
 	// The rule list of the last Apply, with the old rules of these
 	// remote endpoints out and their new ones in.
-	nr, ns := without(rules, states, old, func(a, b flower.Rule) bool {
-		return a.Prio == b.Prio && a.EthType == b.EthType && a.Match == b.Match && a.Dev == b.Dev
-	})
-	nr, ns = append(nr, cur...), append(ns, now...)
 	d.mu.Lock()
-	d.rules, d.states = nr, ns
+	swapRules(&d.rules, &d.states, &d.fwdAt, fwdAt, old, cur, now)
 	d.mu.Unlock()
 	for dev, n := range touched {
 		if (n == 0) != (d.prog.Installed(devs[dev].Index) == 0) {
@@ -293,7 +329,7 @@ func setDiff(old, cur []netip.Addr) (joined, left []netip.Addr) {
 func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Addr) error {
 	in := d.last.in
 	d.mu.Lock()
-	devs, fwd, rules, states := d.devs, d.rules, d.polRules, d.polStates
+	devs, fwd := d.devs, d.rules
 	d.mu.Unlock()
 	add, err := flower.MemberRules(p, in, fwd, group, joined)
 	if err != nil {
@@ -307,15 +343,12 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 	if err != nil {
 		return err
 	}
-	nr, ns := without(rules, states, remove, func(a, b flower.PolicyRule) bool {
-		return a.Prio == b.Prio && a.Chain == b.Chain && a.Match == b.Match && a.Dev == b.Dev
-	})
-	for _, s := range now {
-		nr = append(nr, s.Rule)
-		ns = append(ns, s)
+	added := make([]flower.PolicyRule, len(now))
+	for i, s := range now {
+		added[i] = s.Rule
 	}
 	d.mu.Lock()
-	d.polRules, d.polStates = nr, ns
+	swapRules(&d.polRules, &d.polStates, &d.polAt, polAt, remove, added, now)
 	d.mu.Unlock()
 	d.last.plan.Groups[group] = p.Groups[group]
 	d.last.plan.Revision = p.Revision

@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -124,6 +126,47 @@ func TestClassifyDeltas(t *testing.T) {
 		if got.same != want.same || got.group != want.group || !slices.Equal(got.remotes, want.remotes) ||
 			!slices.Equal(got.joined, want.joined) || !slices.Equal(got.left, want.left) {
 			t.Errorf("%s: classify = %+v, compare = %+v", tc.name, got, want)
+		}
+	}
+}
+
+// swapRules changes the lists in place as taking gone out and appending
+// add would, whatever the order it leaves.
+func TestSwapRules(t *testing.T) {
+	type r struct{ k, v int }
+	key := func(x r) int { return x.k }
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var rules []r
+	var states []string
+	var at map[int]int
+	want := map[int]int{}
+	for i := range 50 {
+		rules, states = append(rules, r{i, i}), append(states, fmt.Sprint(i))
+		want[i] = i
+	}
+	for range 200 {
+		var gone, add []r
+		var addStates []string
+		for range rnd.IntN(4) {
+			k := rnd.IntN(60)
+			gone = append(gone, r{k, -1})
+			delete(want, k)
+		}
+		for range rnd.IntN(4) {
+			k, v := rnd.IntN(60), rnd.IntN(1000)
+			add, addStates = append(add, r{k, v}), append(addStates, fmt.Sprint(v))
+			want[k] = v
+		}
+		swapRules(&rules, &states, &at, key, gone, add, addStates)
+		got := map[int]int{}
+		for i, x := range rules {
+			if states[i] != fmt.Sprint(x.v) || at[x.k] != i {
+				t.Fatalf("rule %v at %d: state %q, place %d", x, i, states[i], at[x.k])
+			}
+			got[x.k] = x.v
+		}
+		if !maps.Equal(got, want) || len(at) != len(rules) {
+			t.Fatalf("rules %v, want %v", got, want)
 		}
 	}
 }
