@@ -194,19 +194,33 @@ func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLa
 // so never touched. top is the highest handle of any filter in the
 // chains read. The dump is terse: the cookie identifies a rule.
 func (p *Programmer) dump(dev Device) (out []installed, top uint32, err error) {
+	if c, ok := p.cache[dev.Index]; ok {
+		out = make([]installed, 0, len(c.byMatch)+len(c.other)) // about what comes
+	}
 	// Chain 0 too: forwarding rules of the layout before the policy
-	// pipeline sat there, and go.
-	fs, err := p.raw.dump(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry, ChainForward}, Terse: true})
+	// pipeline sat there, and go. Straight from the decoded filters: a
+	// counter read of 20,000 filters makes nothing else of them.
+	err = p.raw.c.DumpFunc(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry, ChainForward}, Terse: true}, func(f *tc.Filter) {
+		top = max(top, f.Handle)
+		if !skiffPrio(f.Prio) || len(f.Actions) == 0 {
+			return
+		}
+		var ck []byte
+		for _, a := range f.Actions {
+			if a.Cookie != nil {
+				ck = a.Cookie
+				break
+			}
+		}
+		if len(ck) != cookieLen || !bytes.HasPrefix(ck, []byte(magic)) || IsPolicyCookie(ck) {
+			return
+		}
+		st := f.Actions[0].Stats
+		out = append(out, installed{chain: f.Chain, handle: f.Handle, info: uint32(f.Prio)<<16 | uint32(htons(f.Proto)), cookie: ck, flags: f.Flags,
+			pk: st.Packets, by: st.Bytes, hwpk: st.HWPackets, hwby: st.HWBytes})
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
-	}
-	for _, f := range fs {
-		top = max(top, f.Handle)
-		if !skiffPrio(f.Rule.Prio) || len(f.Cookie) != cookieLen || !bytes.HasPrefix(f.Cookie, []byte(magic)) || IsPolicyCookie(f.Cookie) || len(f.Packets) == 0 {
-			continue
-		}
-		out = append(out, installed{chain: f.Rule.Chain, handle: f.Handle, info: f.Info, cookie: f.Cookie, flags: f.Flags,
-			pk: f.Packets[0], by: f.Bytes[0], hwpk: f.HWPackets[0], hwby: f.HWBytes[0]})
 	}
 	return out, top, nil
 }
