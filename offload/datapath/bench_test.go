@@ -3,10 +3,10 @@ package datapath
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/offload/flower"
 )
 
 // benchPlan is offloadbench's node: one local endpoint, n remote ones.
@@ -68,21 +68,26 @@ func BenchmarkClassifyDelta(b *testing.B) {
 	}
 }
 
-func BenchmarkRemoteChange(b *testing.B) {
-	p := benchPlan(10000)
-	in := flower.Input{Reps: map[string]string{"pod": "rep"}, VXLAN: VXLANName}
-	q := p.Clone()
-	r := q.Remote["r00042"]
-	r.VTEP = netip.MustParseAddr("203.0.113.200")
-	q.Remote[r.Name] = r
-	for b.Loop() {
-		c := classify(p, q)
-		if _, err := flower.RemoteRules(p, in, c.remotes); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := flower.RemoteRules(q, in, c.remotes); err != nil {
-			b.Fatal(err)
-		}
-		_ = q.Clone()
+// One member joining a group of 10,000: the lists' common head and tail
+// skipped, against sets of both.
+func BenchmarkMemberDiff(b *testing.B) {
+	var old []netip.Addr
+	for i := range 10000 {
+		old = append(old, netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
 	}
+	cur := append(slices.Clone(old), netip.MustParseAddr("10.255.0.1"))
+	b.Run("head-tail", func(b *testing.B) {
+		for b.Loop() {
+			if j, _ := memberDiff(old, cur); len(j) != 1 {
+				b.Fatal(j)
+			}
+		}
+	})
+	b.Run("sets", func(b *testing.B) {
+		for b.Loop() {
+			if j, _ := setDiff(old, cur); len(j) != 1 {
+				b.Fatal(j)
+			}
+		}
+	})
 }
