@@ -36,14 +36,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	d.op.Lock()
 	defer d.op.Unlock()
 	start := d.gate.Begin()
-	// The links as the last Apply left them, unless a link notification
-	// came since (then listed again).
-	byName := d.last.links
-	if d.watch.LinksChanged() || !d.last.valid {
-		var err error
-		if byName, err = d.links(); err != nil {
-			return err
-		}
+	byName, err := d.links()
+	if err != nil {
+		return err
 	}
 	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) {
 		// Links and Skiff's filters are what the last Apply left: the
@@ -68,7 +63,6 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	d.last.valid = false
-	byName = maps.Clone(byName) // changed below; the last Apply's stays as it was
 	reps, targets := map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
 		port, ok := d.opts.Representor(p.Local[name])
@@ -186,10 +180,6 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// What an unchanged Apply compares with: links as they are now,
 		// if they differ from those this Apply worked with only by what
 		// it did itself (someone else's change: the next Apply looks).
-		// Listed after the notifications of this Apply's own changes are
-		// taken: the next Apply lists again only when a link changes
-		// after this listing.
-		d.watch.LinksChanged()
 		if now, err := d.links(); err == nil && ownChanges(byName, now) {
 			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
 		}

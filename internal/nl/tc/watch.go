@@ -15,20 +15,15 @@ import (
 // every change whose notification does not carry the port id of one of
 // the sockets it was told to ignore (Ignore). A goroutine reads the
 // notifications as they come, so that the agent's own bulk writes do not
-// fill the socket's buffer. It also says whether any link changed
-// (LinksChanged: a link notification from anyone), so that a caller may
-// keep a listing of links until then. Its methods are safe for
-// concurrent use.
+// fill the socket's buffer. Its methods are safe for concurrent use.
 type Watch struct {
 	c    *rtnl.Conn
 	mu   sync.Mutex
 	own  map[uint32]bool
 	devs map[int]bool
 	lost bool // notifications were lost: every device may have changed
-	// A link notification (or a loss) since the last LinksChanged.
-	links bool
-	seen  int64
-	done  chan struct{}
+	seen int64
+	done chan struct{}
 }
 
 // watchBuffer is the receive buffer of a Watch's socket.
@@ -37,7 +32,7 @@ const watchBuffer = 256 << 20
 // NewWatch subscribes to the tc notifications of the network namespace at
 // path (empty: the caller's).
 func NewWatch(netns string) (*Watch, error) {
-	c, err := rtnl.Dial(netns, unix.RTNLGRP_TC, unix.RTNLGRP_LINK)
+	c, err := rtnl.Dial(netns, unix.RTNLGRP_TC)
 	if err != nil {
 		return nil, fmt.Errorf("tc: subscribing to tc notifications: %w", err)
 	}
@@ -49,7 +44,7 @@ func NewWatch(netns string) (*Watch, error) {
 		c.Close()
 		return nil, fmt.Errorf("tc: %w", err)
 	}
-	w := &Watch{c: c, own: map[uint32]bool{}, devs: map[int]bool{}, links: true, done: make(chan struct{})}
+	w := &Watch{c: c, own: map[uint32]bool{}, devs: map[int]bool{}, done: make(chan struct{})}
 	go w.run()
 	return w, nil
 }
@@ -74,7 +69,6 @@ func (w *Watch) run() {
 		}
 		w.mu.Lock()
 		w.lost = w.lost || overrun
-		w.links = w.links || overrun
 		w.drain()
 		w.mu.Unlock()
 	}
@@ -84,10 +78,6 @@ func (w *Watch) run() {
 func (w *Watch) drain() {
 	_, err := w.c.Drain(func(h rtnl.Header, b []byte) {
 		w.seen++
-		if h.Type == unix.RTM_NEWLINK || h.Type == unix.RTM_DELLINK {
-			w.links = true // whoever made it
-			return
-		}
 		if w.own[h.PID] || len(b) < 20 {
 			return
 		}
@@ -110,22 +100,7 @@ func (w *Watch) drain() {
 	})
 	if err != nil {
 		w.lost = true // lost (ENOBUFS) or unreadable: assume anything changed
-		w.links = true
 	}
-}
-
-// LinksChanged reports whether any link was added, changed or removed
-// (or notifications were lost) since the last call, or, at the first
-// call, since ever; and forgets it. Notifications queued by the kernel
-// before the call are counted: a listing of links made after a call
-// that returned false is current until a call returns true.
-func (w *Watch) LinksChanged() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.drain()
-	ch := w.links
-	w.links = false
-	return ch
 }
 
 // Changed returns the devices (ifindexes) someone else changed since the

@@ -61,38 +61,3 @@ func TestWatch(t *testing.T) {
 		t.Errorf("%d notifications read, want 5", w.Notifications())
 	}
 }
-
-// TestWatchLinks: a link's change is reported by LinksChanged, whoever
-// made it; a qdisc's is not. (After a veth is made the kernel may still
-// announce its state later, from its link watch: only reports are
-// asserted from there on.)
-func TestWatchLinks(t *testing.T) {
-	ns := testns.New(t)
-	w, err := tc.NewWatch(testns.Path(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if !w.LinksChanged() {
-		t.Error("the first call: no listing can be current yet")
-	}
-	if w.LinksChanged() {
-		t.Error("nothing changed, reported")
-	}
-	testns.Run(t, ns, "tc", "qdisc", "add", "dev", "lo", "clsact")
-	if w.LinksChanged() {
-		t.Error("a qdisc added, reported as a link change")
-	}
-	testns.Run(t, ns, "ip", "link", "add", "skw0", "type", "veth", "peer", "name", "skw1")
-	if !w.LinksChanged() {
-		t.Error("a link added, not reported")
-	}
-	testns.Run(t, ns, "ip", "link", "set", "skw0", "mtu", "1400")
-	if !w.LinksChanged() {
-		t.Error("a link's MTU set, not reported")
-	}
-	testns.Run(t, ns, "ip", "link", "del", "skw0")
-	if !w.LinksChanged() {
-		t.Error("a link deleted, not reported")
-	}
-}
