@@ -31,19 +31,9 @@ func BenchmarkDPUReboot250(b *testing.B) {
 }
 
 func benchDPUReboot(b *testing.B, pods int) {
-	hostTable, dpuTable := vfTable(b, "vf", pods), vfTable(b, "rep", pods)
-	c := newClusterArgs(b, map[string][]string{
-		"h1": {"--mode", "dpu-host", "--dpu", "d1", "--vf-table", hostTable},
-		"d1": {"--mode", "dpu", "--vf-table", dpuTable},
-	}, nil, "h1", "d1", "n2")
+	c := newDPUCluster(b, pods)
 	h1, d1, n2 := c.nodes["h1"], c.nodes["d1"], c.nodes["n2"]
 	var batch strings.Builder
-	for i := range pods {
-		fmt.Fprintf(&batch, "link add vf%d type veth peer name rep%d netns %s\n", i, i, d1.ns)
-	}
-	ipBatch(b, h1.ns, batch.String())
-	c.mustCtl("network", "create", "blue", "--vni", "100")
-	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	eventually(b, func() error {
 		_, err := cniRun("STATUS", "", "", "", cniConf("blue", h1.socket, "1.1.0"))
 		return err
