@@ -1,6 +1,7 @@
 package dpuvm
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
@@ -68,6 +70,20 @@ func TestDPU(t *testing.T) {
 		took.Round(time.Millisecond), base.Round(time.Millisecond), err)
 	if err == nil || !strings.Contains(err.Error(), `DPU "d1" is not connected`) || !strings.Contains(err.Error(), "away for") {
 		t.Fatalf("ADD with the DPU away: %v", err)
+	}
+	// The agent's own share, without the exec: a local API Create over a
+	// connection already made (what skiff-cni sends).
+	api := localapi.NewClient(r.sockH)
+	defer api.Close()
+	if _, err := api.Status(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = api.Create(context.Background(), localapi.CreateRequest{Name: "api-c", Network: "blue", NetNS: c.netns, IfName: "eth0", DeviceID: vfPCI(1)})
+	took = time.Since(start)
+	t.Logf("local API Create on the dpu-host node with its DPU's agent stopped (connection made before) failed in %v: %v", took.Round(time.Microsecond), err)
+	if err == nil || !strings.Contains(err.Error(), `DPU "d1" is not connected`) {
+		t.Fatalf("local API Create with the DPU away: %v", err)
 	}
 	if _, ok := links(t, dh)["vf1"]; !ok {
 		t.Error("VF 1 left the host for a refused ADD")
