@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/skiff-sdn/skiff/agent"
@@ -13,6 +14,7 @@ import (
 	"github.com/skiff-sdn/skiff/agent/datapath/software"
 	"github.com/skiff-sdn/skiff/agent/datapath/vftable"
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
 	offloaddp "github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
@@ -31,7 +33,7 @@ func setup(ctx context.Context, cfg agent.Config, log *slog.Logger) (agent.Deps,
 	log.Info("node capabilities", "role", caps.GetRole(), "pfs", len(caps.GetPfs()), "modes", strings.Join(caps.GetModes(), ","), "kernel", caps.GetKernel())
 	log.Info("datapath", "mode", mode)
 	if mode == agent.ModeDPU || mode == agent.ModeDPUHost {
-		return setupDPU(cfg, mode, disc, discover, log)
+		return setupDPU(cfg, mode, caps, disc, discover, log)
 	}
 	dp, err := openDatapath(mode, disc, cfg.SysRoot, log)
 	if err != nil {
@@ -40,10 +42,11 @@ func setup(ctx context.Context, cfg agent.Config, log *slog.Logger) (agent.Deps,
 	return agent.Deps{Datapath: dp, Mode: mode, Discover: discover, VFByPCI: agent.VFByPCIFrom(disc), Logger: log}, nil
 }
 
-// setupDPU opens the datapath of mode dpu (the software datapath
-// wrapped to adopt the host's VF representors) or dpu-host (VFs into
+// setupDPU opens the datapath of mode dpu (the offload datapath, or the
+// software one without a switchdev eswitch, wrapped to adopt the host's
+// VF representors) or dpu-host (VFs into
 // pods); VFs and representors come from sysfs, or from --vf-table.
-func setupDPU(cfg agent.Config, mode string, disc *eswitch.Discoverer, discover func(context.Context) *skiffv1.NodeCapabilities, log *slog.Logger) (agent.Deps, error) {
+func setupDPU(cfg agent.Config, mode string, caps *skiffv1.NodeCapabilities, disc *eswitch.Discoverer, discover func(context.Context) *skiffv1.NodeCapabilities, log *slog.Logger) (agent.Deps, error) {
 	var table *vftable.Table
 	if cfg.VFTable != "" {
 		t, err := vftable.Load(cfg.VFTable)
@@ -66,10 +69,26 @@ func setupDPU(cfg agent.Config, mode string, disc *eswitch.Discoverer, discover 
 		return deps, nil
 	}
 	var reps dpu.Representors = dpu.EswitchRepresentors{Discoverer: disc}
+	var wires dpu.Wires
 	if table != nil {
-		reps = table
+		reps, wires = table, table
 	}
-	inner, err := openDatapath(agent.ModeSoftware, disc, cfg.SysRoot, log)
+	// The host's endpoints are forwarded by tc-flower rules on their
+	// representors where this DPU's eswitch is in switchdev mode, by a
+	// bridge otherwise (a bench without one).
+	var inner datapath.Datapath
+	var err error
+	if slices.Contains(caps.GetModes(), agent.ModeOffload) {
+		log.Info("dpu: switchdev eswitch found: the host's endpoints get flower rules on their representors")
+		inner, err = offloaddp.New(offloaddp.Options{Logger: log, Eswitch: disc, SysRoot: cfg.SysRoot, TunnelHardware: true,
+			Representor: func(e plan.Endpoint) (offloaddp.Port, bool) {
+				rep, wire := dpu.Port(wires, e)
+				return offloaddp.Port{Rep: rep, Target: wire}, true
+			}})
+	} else {
+		log.Info("dpu: no switchdev eswitch: the host's endpoints are bridged in software")
+		inner, err = openDatapath(agent.ModeSoftware, disc, cfg.SysRoot, log)
+	}
 	if err != nil {
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,17 +25,8 @@ func BenchmarkCNIDPUHost(b *testing.B) {
 
 func benchCNIDPUHost(b *testing.B) {
 	const pods = 40
-	hostTable, dpuTable := vfTable(b, "vf", pods), vfTable(b, "rep", pods)
-	c := newClusterArgs(b, map[string][]string{
-		"h1": {"--mode", "dpu-host", "--dpu", "d1", "--vf-table", hostTable},
-		"d1": {"--mode", "dpu", "--vf-table", dpuTable},
-	}, nil, "h1", "d1", "n2")
-	h1, d1, n2 := c.nodes["h1"], c.nodes["d1"], c.nodes["n2"]
-	for i := range pods {
-		testns.Run(b, h1.ns, "ip", "link", "add", fmt.Sprintf("vf%d", i), "type", "veth", "peer", "name", fmt.Sprintf("rep%d", i), "netns", d1.ns)
-	}
-	c.mustCtl("network", "create", "blue", "--vni", "100")
-	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
+	c := newDPUCluster(b, pods)
+	h1, n2 := c.nodes["h1"], c.nodes["n2"]
 	eventually(b, func() error {
 		for _, n := range []*node{h1, n2} {
 			if _, err := cniRun("STATUS", "", "", "", cniConf("blue", n.socket, "1.1.0")); err != nil {
@@ -65,4 +57,24 @@ func benchCNIDPUHost(b *testing.B) {
 		ms(pct(delVF, .5)), ms(pct(delVF, .99)), ms(pct(delVeth, .5)), ms(pct(delVeth, .99)))
 	b.ReportMetric(ms(pct(addVF, .5)), "vf-add-p50-ms")
 	b.ReportMetric(ms(pct(addVeth, .5)), "veth-add-p50-ms")
+}
+
+// newDPUCluster starts a cluster of a dpu-host h1, its DPU d1 (software
+// datapath) and a software node n2, with vfs VFs stood in by veth pairs
+// (vfN in h1, repN in d1, dpu_test.go), and network blue with a subnet.
+func newDPUCluster(t testing.TB, vfs int) *cluster {
+	t.Helper()
+	hostTable, dpuTable := vfTable(t, "vf", vfs), vfTable(t, "rep", vfs)
+	c := newClusterArgs(t, map[string][]string{
+		"h1": {"--mode", "dpu-host", "--dpu", "d1", "--vf-table", hostTable},
+		"d1": {"--mode", "dpu", "--vf-table", dpuTable},
+	}, nil, "h1", "d1", "n2")
+	var batch strings.Builder
+	for i := range vfs {
+		fmt.Fprintf(&batch, "link add vf%d type veth peer name rep%d netns %s\n", i, i, c.nodes["d1"].ns)
+	}
+	ipBatch(t, c.nodes["h1"].ns, batch.String())
+	c.mustCtl("network", "create", "blue", "--vni", "100")
+	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
+	return c
 }

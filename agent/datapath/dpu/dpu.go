@@ -2,8 +2,9 @@
 // Arm cores. It has no pods of its own; its plan holds its host's
 // endpoints (placed there by the controller, with the PF and VF index the
 // host gave), and it attaches each one's VF representor to the
-// endpoint's network with the datapath it wraps (the software datapath on
-// a DPU without switchdev offload, such as the e2e bench).
+// endpoint's network with the datapath it wraps: the offload datapath
+// (flower rules on the representor) where the DPU's eswitch is in
+// switchdev mode, the software datapath otherwise (the e2e bench).
 //
 // A representor is adopted: renamed to the endpoint's host interface
 // name (datapath.HostIfName) and marked with an alias that names the
@@ -219,3 +220,23 @@ func (d *Datapath) Collectors() []prometheus.Collector { return d.o.Inner.Collec
 
 // Close implements datapath.Datapath.
 func (d *Datapath) Close() { d.o.Inner.Close() }
+
+// Wires names, on a test rig whose representors carry no frames
+// (netdevsim), the netdev standing in for a VF's side of the eswitch
+// (vftable.Table); "" for none.
+type Wires interface {
+	Wire(pf string, index int) string
+}
+
+// Port is where a host's endpoint meets the eswitch, for the offload
+// datapath a dpu datapath wraps on a DPU whose eswitch is in switchdev
+// mode: its adopted representor, under the endpoint's host interface
+// name (its rules go there), and the netdev wires names for its VF on a
+// test rig (wires may be nil). The VF itself is in the host, not in this
+// kernel: nothing else of it is the DPU's.
+func Port(wires Wires, e plan.Endpoint) (rep, wire string) {
+	if wires != nil && e.Kind == plan.KindVF {
+		wire = wires.Wire(e.PF, e.VFIndex)
+	}
+	return datapath.HostIfName(e.Name), wire
+}

@@ -24,6 +24,12 @@ type Entry struct {
 	Index  int    `json:"index"`
 	PCI    string `json:"pci,omitempty"`
 	Netdev string `json:"netdev"`
+	// Wire, on a dpu whose representors carry no frames (netdevsim in
+	// the kernel VM), is the netdev standing in for the VF's side of the
+	// eswitch: the offload datapath moves its frames into the
+	// representor and sends the endpoint's frames to it. Empty on real
+	// hardware.
+	Wire string `json:"wire,omitempty"`
 }
 
 // Table is a list of VFs. Safe for concurrent use (read-only).
@@ -52,6 +58,8 @@ func Load(path string) (*Table, error) {
 			return nil, fmt.Errorf("vf table %s: vfs[%d]: index: %d is negative", path, i, e.Index)
 		case seen[key]:
 			return nil, fmt.Errorf("vf table %s: vfs[%d]: VF %d of %s is listed twice", path, i, e.Index, e.PF)
+		case e.Wire != "" && e.Wire == e.Netdev:
+			return nil, fmt.Errorf("vf table %s: vfs[%d]: wire: %s is the VF's netdev too", path, i, e.Wire)
 		case e.PCI != "" && pcis[e.PCI]:
 			return nil, fmt.Errorf("vf table %s: vfs[%d]: pci: %s is listed twice", path, i, e.PCI)
 		}
@@ -68,6 +76,17 @@ func (t *Table) ByPCI(_ context.Context, pci string) (pf string, index int, err 
 		}
 	}
 	return "", 0, fmt.Errorf("vf table: no VF with PCI address %s", pci)
+}
+
+// Wire names the netdev standing in for the wire side of VF index of
+// pf ("" when the table names none).
+func (t *Table) Wire(pf string, index int) string {
+	for _, e := range t.VFs {
+		if e.PF == pf && e.Index == index {
+			return e.Wire
+		}
+	}
+	return ""
 }
 
 // Netdev names the netdev of VF index of pf.

@@ -107,17 +107,12 @@ func newRig(t *testing.T, pods []*api.PodResources) *rig {
 }
 
 func (r *rig) skiffctl(args ...string) (string, error) {
-	out, err := exec.Command(guest.Bin(r.t, "skiffctl"), append([]string{"--controller", r.ctl}, args...)...).CombinedOutput()
-	return string(out), err
+	return guest.Ctl{T: r.t, Addr: r.ctl}.Run(args...)
 }
 
 func (r *rig) mustCtl(args ...string) string {
 	r.t.Helper()
-	out, err := r.skiffctl(args...)
-	if err != nil {
-		r.t.Fatalf("skiffctl %v: %v\n%s", args, err, out)
-	}
-	return out
+	return guest.Ctl{T: r.t, Addr: r.ctl}.Must(args...)
 }
 
 // cniResult is what skiff-cni ADD prints (the parts checked).
@@ -144,20 +139,7 @@ type pod struct {
 func (r *rig) cni(cmd string, p pod) (string, time.Duration, error) {
 	conf := fmt.Sprintf(`{"cniVersion": "1.1.0", "name": "blue", "type": "skiff-cni", "network": "blue", "socket": %q, "podResourcesSocket": %q%s}`,
 		p.sock, r.podres, p.extra)
-	bin := guest.Bin(r.t, "skiff-cni")
-	c := exec.Command(bin)
-	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+p.id, "CNI_NETNS="+p.netns, "CNI_IFNAME="+p.ifName,
-		"CNI_PATH="+filepath.Dir(bin), "CNI_ARGS="+p.args)
-	c.Stdin = strings.NewReader(conf)
-	var out, errOut strings.Builder
-	c.Stdout, c.Stderr = &out, &errOut
-	start := time.Now()
-	err := c.Run()
-	took := time.Since(start)
-	if err != nil {
-		return "", took, fmt.Errorf("skiff-cni %s %s: %v: %s %s", cmd, p.id, err, out.String(), errOut.String())
-	}
-	return out.String(), took, nil
+	return guest.CNI(r.t, cmd, conf, "CNI_CONTAINERID="+p.id, "CNI_NETNS="+p.netns, "CNI_IFNAME="+p.ifName, "CNI_ARGS="+p.args)
 }
 
 func (r *rig) add(p pod) (cniResult, time.Duration) {

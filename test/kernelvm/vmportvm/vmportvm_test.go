@@ -70,17 +70,12 @@ type rig struct {
 }
 
 func (r *rig) skiffctl(args ...string) (string, error) {
-	out, err := exec.Command(guest.Bin(r.t, "skiffctl"), append([]string{"--controller", r.ctl}, args...)...).CombinedOutput()
-	return string(out), err
+	return guest.Ctl{T: r.t, Addr: r.ctl}.Run(args...)
 }
 
 func (r *rig) mustCtl(args ...string) string {
 	r.t.Helper()
-	out, err := r.skiffctl(args...)
-	if err != nil {
-		r.t.Fatalf("skiffctl %v: %v\n%s", args, err, out)
-	}
-	return out
+	return guest.Ctl{T: r.t, Addr: r.ctl}.Must(args...)
 }
 
 func (r *rig) port(args ...string) portJSON {
