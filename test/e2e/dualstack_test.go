@@ -71,6 +71,24 @@ func TestDualStack(t *testing.T) {
 	c.mustCtl("subnet", "create", "ds-v4", "--network", "ds", "--cidr", "198.51.100.0/24")
 	c.mustCtl("subnet", "create", "ds-v6", "--network", "ds", "--cidr", "2001:db8:100::/64")
 	const gw4, gw6 = "198.51.100.1", "2001:db8:100::1"
+	// A mixed-up family is refused, naming the field, and nothing is
+	// stored.
+	for _, bad := range []struct {
+		args         []string
+		field, words string
+	}{
+		{[]string{"--cidr", "2001:db8:200::/64", "--gateway", "198.51.100.1"}, "gateway", "is an IPv4 address, but cidr 2001:db8:200::/64 is IPv6"},
+		{[]string{"--cidr", "203.0.113.0/24", "--gateway", "2001:db8:200::1"}, "gateway", "is an IPv6 address, but cidr 203.0.113.0/24 is IPv4"},
+		{[]string{"--cidr", "2001:db8:200::/64", "--exclude", "203.0.113.7"}, "exclusions[0]", "is an IPv4 address"},
+	} {
+		out, err := c.ctl(append([]string{"subnet", "create", "bad", "--network", "ds"}, bad.args...)...)
+		if err == nil || !strings.Contains(out, bad.field+": ") || !strings.Contains(out, bad.words) {
+			t.Errorf("subnet create %v: %v, want an error naming %s (%q):\n%s", bad.args, err, bad.field, bad.words, out)
+		}
+	}
+	if out := c.mustCtl("get", "subnets"); strings.Contains(out, "bad") {
+		t.Errorf("a refused subnet was stored:\n%s", out)
+	}
 	c.waitCNI(t, "ds")
 	a := c.addDualPod(t, "pod-a", "ds", "n1", gw4, gw6)
 	b := c.addDualPod(t, "pod-b", "ds", "n2", gw4, gw6)
@@ -114,5 +132,75 @@ func TestDualStack(t *testing.T) {
 		if out := testns.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "show", "dev", "skb100"); !strings.Contains(out, gw6+"/64") {
 			t.Errorf("%s: the bridge lacks the IPv6 gateway %s/64:\n%s", n, gw6, out)
 		}
+	}
+}
+
+// TestEgressIPv6: a network's egress decides what leaves the overlay over
+// IPv6 too. The nodes and the underlay namespace (the outside world) also
+// have IPv6 addresses (2001:db8:ff::/64); inet6, an address on the
+// outside's loopback, is routed by the nodes through it; the outside has
+// no route back to a pod subnet unless the test adds one.
+//   - snat: a dual-stack pod reaches inet6, which sees the node's IPv6
+//     address; the agent turned IPv6 forwarding on;
+//   - none: nothing out over IPv6 even with a route back, nothing in;
+//     the snat pod cannot reach the none network's pods over IPv6;
+//   - routed: the pod's packets leave with its own IPv6 address.
+func TestEgressIPv6(t *testing.T) {
+	c := newCluster(t, "n1", "n2")
+	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat")
+	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+	c.mustCtl("subnet", "create", "pods-v6", "--network", "pods", "--cidr", "2001:db8:100::/64")
+	c.mustCtl("network", "create", "tenant", "--vni", "200")
+	c.mustCtl("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+	c.mustCtl("subnet", "create", "tenant-v6", "--network", "tenant", "--cidr", "2001:db8:200::/64")
+	c.mustCtl("network", "create", "flat", "--vni", "300", "--egress", "routed")
+	c.mustCtl("subnet", "create", "flat-v4", "--network", "flat", "--cidr", "203.0.113.0/25")
+	c.mustCtl("subnet", "create", "flat-v6", "--network", "flat", "--cidr", "2001:db8:300::/64")
+	const inet6 = "2001:db8:ffff::200"
+	testns.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
+	testns.Run(t, c.ul, "ip", "-6", "addr", "add", inet6+"/128", "dev", "lo")
+	for name, n := range c.nodes {
+		own := "2001:db8:ff::" + strings.TrimPrefix(name, "n")
+		testns.Run(t, n.ns, "ip", "-6", "addr", "add", own+"/64", "dev", "eth0", "nodad")
+		testns.Run(t, n.ns, "ip", "-6", "route", "add", inet6+"/128", "via", "2001:db8:ff::fe")
+	}
+	c.waitCNI(t, "pods")
+	a := c.addDualPod(t, "snat-a", "pods", "n1", "198.51.100.1", "2001:db8:100::1")
+	t1 := c.addDualPod(t, "tenant-1", "tenant", "n1", "198.51.100.129", "2001:db8:200::1")
+	t2 := c.addDualPod(t, "tenant-2", "tenant", "n2", "198.51.100.129", "2001:db8:200::1")
+	r := c.addDualPod(t, "routed-r", "flat", "n2", "203.0.113.1", "2001:db8:300::1")
+
+	// snat: out, masqueraded to n1's IPv6 address.
+	if seen := outsideSees(t, c.ul, a.ns, inet6, "2001:db8:ff::1", "2001:db8:ff::2", a.v6); seen != "2001:db8:ff::1" {
+		t.Errorf("the outside saw the snat pod's IPv6 ping from %q, want n1's address 2001:db8:ff::1", seen)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if v := strings.TrimSpace(testns.Run(t, c.nodes[n].ns, "sysctl", "-n", "net.ipv6.conf.all.forwarding")); v != "1" {
+			t.Errorf("%s: net.ipv6.conf.all.forwarding = %s: the agent did not turn IPv6 forwarding on for a snat or routed network with an IPv6 subnet", n, v)
+		}
+	}
+
+	// none: nothing out, even with a route back; nothing in.
+	testns.Run(t, c.ul, "ip", "-6", "route", "add", "2001:db8:200::/64", "via", "2001:db8:ff::1")
+	if _, err := testns.Try(t1.ns, "ping", "-6", "-c", "1", "-W", "1", inet6); err == nil {
+		t.Error("a pod of a network with egress none reached the outside over IPv6")
+	}
+	if _, err := testns.Try(c.ul, "ping", "-6", "-c", "1", "-W", "1", t1.v6); err == nil {
+		t.Error("the outside reached a pod of a network with egress none over IPv6")
+	}
+	for _, dst := range []string{t1.v6, t2.v6} {
+		if _, err := testns.Try(a.ns, "ping", "-6", "-c", "1", "-W", "1", dst); err == nil {
+			t.Errorf("the snat pod reached tenant pod %s over IPv6", dst)
+		}
+	}
+
+	// routed: leaves with the pod's own IPv6 address; answered once the
+	// outside routes the subnet back.
+	if _, err := testns.Try(r.ns, "ping", "-6", "-c", "1", "-W", "1", inet6); err == nil {
+		t.Error("a routed pod was answered over IPv6 by an outside with no route back: its address was translated")
+	}
+	testns.Run(t, c.ul, "ip", "-6", "route", "add", "2001:db8:300::/64", "via", "2001:db8:ff::2")
+	if seen := outsideSees(t, c.ul, r.ns, inet6, "2001:db8:ff::1", "2001:db8:ff::2", r.v6); seen != r.v6 {
+		t.Errorf("the outside saw the routed pod's IPv6 ping from %q, want the pod's own %s", seen, r.v6)
 	}
 }

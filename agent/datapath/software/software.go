@@ -124,6 +124,13 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			} else if changed {
 				d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
 			}
+			if routesIPv6(p) {
+				if changed, err := d.fw.EnableIPv6Forwarding(); err != nil {
+					errs = append(errs, err)
+				} else if changed {
+					d.log.Warn("enabled IPv6 forwarding (net.ipv6.conf.all.forwarding=1): a network on this node with egress snat or routed has an IPv6 subnet; interfaces with accept_ra=1 no longer take router advertisements (set accept_ra=2 where the node relies on them)")
+				}
+			}
 			// Services: kube-proxy's DNAT of a pod's packet to a pod
 			// of the same network is answered over the bridge, where
 			// only br_netfilter's conntrack undoes it.
@@ -154,6 +161,20 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// routesIPv6 reports whether the node routes IPv6 out of a network: one
+// whose egress is snat or routed has an IPv6 subnet.
+func routesIPv6(p plan.Plan) bool {
+	for _, n := range p.Networks {
+		if n.Egress != plan.EgressSNAT && n.Egress != plan.EgressRouted {
+			continue
+		}
+		if slices.ContainsFunc(n.Subnets, func(s plan.Subnet) bool { return s.CIDR.Addr().Is6() }) {
+			return true
+		}
+	}
+	return false
 }
 
 // ensureLink returns the link name, creating it with add when missing. A
