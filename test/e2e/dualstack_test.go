@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -202,5 +204,85 @@ func TestEgressIPv6(t *testing.T) {
 	testns.Run(t, c.ul, "ip", "-6", "route", "add", "2001:db8:300::/64", "via", "2001:db8:ff::2")
 	if seen := outsideSees(t, c.ul, r.ns, inet6, "2001:db8:ff::1", "2001:db8:ff::2", r.v6); seen != r.v6 {
 		t.Errorf("the outside saw the routed pod's IPv6 ping from %q, want the pod's own %s", seen, r.v6)
+	}
+}
+
+// TestIPv6Underlay: nodes whose VTEPs are IPv6 addresses (the agents'
+// --underlay-ip) carry a dual-stack network's IPv4 and IPv6 pod traffic
+// over VXLAN in IPv6: the VXLAN devices' local address and the remote
+// VTEPs' forwarding entries are IPv6, and pods on two nodes reach each
+// other over both families with full-size packets (the network's MTU
+// 1430 leaves room for VXLAN's 70 bytes over IPv6 on a 1500-byte
+// underlay). The control plane stays on IPv4.
+func TestIPv6Underlay(t *testing.T) {
+	vtep := map[string]string{"n1": "2001:db8:ff::1", "n2": "2001:db8:ff::2"}
+	args := map[string][]string{}
+	for n, ip := range vtep {
+		args[n] = []string{"--underlay-ip", ip}
+	}
+	c := newClusterArgs(t, args, []string{"n1", "n2"}, "n1", "n2")
+	testns.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
+	for n, ip := range vtep {
+		testns.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "add", ip+"/64", "dev", "eth0", "nodad")
+		c.startAgent(n)
+	}
+	c.mustCtl("network", "create", "ds", "--vni", "100", "--mtu", "1430")
+	c.mustCtl("subnet", "create", "ds-v4", "--network", "ds", "--cidr", "198.51.100.0/24")
+	c.mustCtl("subnet", "create", "ds-v6", "--network", "ds", "--cidr", "2001:db8:100::/64")
+	c.waitCNI(t, "ds")
+	const gw4, gw6 = "198.51.100.1", "2001:db8:100::1"
+	a := c.addDualPod(t, "pod-a", "ds", "n1", gw4, gw6)
+	b := c.addDualPod(t, "pod-b", "ds", "n2", gw4, gw6)
+	if out := c.mustCtl("get", "nodes"); !strings.Contains(out, vtep["n1"]) || !strings.Contains(out, vtep["n2"]) {
+		t.Errorf("the nodes did not register their IPv6 VTEPs:\n%s", out)
+	}
+	for n, other := range map[string]string{"n1": "n2", "n2": "n1"} {
+		if out := testns.Run(t, c.nodes[n].ns, "ip", "-d", "link", "show", "skv100"); !strings.Contains(out, "local "+vtep[n]) {
+			t.Errorf("%s: skv100 is not on the IPv6 VTEP %s:\n%s", n, vtep[n], out)
+		}
+		if out := c.fdb(n, 100); !strings.Contains(out, "00:00:00:00:00:00 "+vtep[other]) {
+			t.Errorf("%s: no flood entry to %s's IPv6 VTEP %s:\n%s", n, other, vtep[other], out)
+		}
+	}
+	// Full-size packets, not fragmented: 1430 bytes of IPv4 (1402 of
+	// ICMP data) and of IPv6 (1382).
+	testns.Run(t, a.ns, "ping", "-c", "2", "-W", "2", "-M", "do", "-s", "1402", b.v4)
+	testns.Run(t, a.ns, "ping", "-6", "-c", "2", "-W", "2", "-M", "do", "-s", "1382", b.v6)
+	testns.Run(t, b.ns, "ping", "-6", "-c", "1", "-W", "2", gw6)
+	listenIn(t, b.ns, net.JoinHostPort(b.v6, "8080"))
+	listenIn(t, b.ns, net.JoinHostPort(b.v4, "8080"))
+	eventually(t, func() error {
+		for _, dst := range []string{b.v6, b.v4} {
+			if !connects(a.ns, dst, "8080") {
+				return fmt.Errorf("pod a does not connect to %s", net.JoinHostPort(dst, "8080"))
+			}
+		}
+		return nil
+	})
+	// The pods' traffic really crosses the underlay in IPv6: the
+	// underlay's bridge counts VXLAN over IPv6 and over IPv4 while pod a
+	// pings b over IPv4.
+	rules := "table bridge ul6 {\n chain count {\n  type filter hook forward priority 0;\n" +
+		"  ether type ip6 udp dport 4789 counter comment \"v6\"\n  ether type ip udp dport 4789 counter comment \"v4\"\n }\n}\n"
+	f := filepath.Join(t.TempDir(), "ul6.nft")
+	if err := os.WriteFile(f, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testns.Run(t, c.ul, "nft", "-f", f)
+	testns.Run(t, a.ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", b.v4)
+	out := testns.Run(t, c.ul, "nft", "list", "table", "bridge", "ul6")
+	count := func(family string) int {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, `comment "`+family+`"`) {
+				var n int
+				_, after, _ := strings.Cut(l, "packets ")
+				fmt.Sscan(after, &n)
+				return n
+			}
+		}
+		return -1
+	}
+	if v6, v4 := count("v6"), count("v4"); v6 < 6 || v4 != 0 {
+		t.Errorf("the underlay carried %d VXLAN packets over IPv6 and %d over IPv4 while a pod pinged another 3 times; want at least 6 and none:\n%s", v6, v4, out)
 	}
 }
