@@ -207,14 +207,11 @@ func TestEgressIPv6(t *testing.T) {
 	}
 }
 
-// TestIPv6Underlay: nodes whose VTEPs are IPv6 addresses (the agents'
-// --underlay-ip) carry a dual-stack network's IPv4 and IPv6 pod traffic
-// over VXLAN in IPv6: the VXLAN devices' local address and the remote
-// VTEPs' forwarding entries are IPv6, and pods on two nodes reach each
-// other over both families with full-size packets (the network's MTU
-// 1430 leaves room for VXLAN's 70 bytes over IPv6 on a 1500-byte
-// underlay). The control plane stays on IPv4.
-func TestIPv6Underlay(t *testing.T) {
+// newIPv6UnderlayCluster is a cluster of nodes n1 and n2 whose agents'
+// underlay (VTEP) addresses are IPv6 ones, 2001:db8:ff::N on the
+// underlay (the underlay namespace has 2001:db8:ff::fe); the control
+// plane stays on IPv4. It returns the nodes' VTEPs by name.
+func newIPv6UnderlayCluster(t *testing.T) (*cluster, map[string]string) {
 	vtep := map[string]string{"n1": "2001:db8:ff::1", "n2": "2001:db8:ff::2"}
 	args := map[string][]string{}
 	for n, ip := range vtep {
@@ -226,6 +223,18 @@ func TestIPv6Underlay(t *testing.T) {
 		testns.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "add", ip+"/64", "dev", "eth0", "nodad")
 		c.startAgent(n)
 	}
+	return c, vtep
+}
+
+// TestIPv6Underlay: nodes whose VTEPs are IPv6 addresses (the agents'
+// --underlay-ip) carry a dual-stack network's IPv4 and IPv6 pod traffic
+// over VXLAN in IPv6: the VXLAN devices' local address and the remote
+// VTEPs' forwarding entries are IPv6, and pods on two nodes reach each
+// other over both families with full-size packets (the network's MTU
+// 1430 leaves room for VXLAN's 70 bytes over IPv6 on a 1500-byte
+// underlay). The control plane stays on IPv4.
+func TestIPv6Underlay(t *testing.T) {
+	c, vtep := newIPv6UnderlayCluster(t)
 	c.mustCtl("network", "create", "ds", "--vni", "100", "--mtu", "1430")
 	c.mustCtl("subnet", "create", "ds-v4", "--network", "ds", "--cidr", "198.51.100.0/24")
 	c.mustCtl("subnet", "create", "ds-v6", "--network", "ds", "--cidr", "2001:db8:100::/64")
@@ -284,5 +293,68 @@ func TestIPv6Underlay(t *testing.T) {
 	}
 	if v6, v4 := count("v6"), count("v4"); v6 < 6 || v4 != 0 {
 		t.Errorf("the underlay carried %d VXLAN packets over IPv6 and %d over IPv4 while a pod pinged another 3 times; want at least 6 and none:\n%s", v6, v4, out)
+	}
+}
+
+// TestNodeToPodIPv6: on an IPv6 underlay, a node's own traffic reaches
+// pods on every node of a network whose egress is not none over IPv6,
+// from its own (underlay) address, through its host port, and gets the
+// replies, while the anycast gateway stays the pods' first hop; a pod
+// reaches another node's IPv6 address through the overlay, with its own
+// address. A network with egress none stays out of reach.
+func TestNodeToPodIPv6(t *testing.T) {
+	c, vtep := newIPv6UnderlayCluster(t)
+	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat", "--mtu", "1430")
+	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+	c.mustCtl("subnet", "create", "pods-v6", "--network", "pods", "--cidr", "2001:db8:100::/64")
+	c.mustCtl("network", "create", "tenant", "--vni", "200", "--mtu", "1430")
+	c.mustCtl("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+	c.mustCtl("subnet", "create", "tenant-v6", "--network", "tenant", "--cidr", "2001:db8:200::/64")
+	c.waitCNI(t, "pods")
+	const gw6 = "2001:db8:100::1"
+	a := c.addDualPod(t, "pod-a", "pods", "n1", "198.51.100.1", gw6)
+	b := c.addDualPod(t, "pod-b", "pods", "n2", "198.51.100.1", gw6)
+	t1 := c.addDualPod(t, "tenant-1", "tenant", "n1", "198.51.100.129", "2001:db8:200::1")
+	t2 := c.addDualPod(t, "tenant-2", "tenant", "n2", "198.51.100.129", "2001:db8:200::1")
+	n1, n2 := c.nodes["n1"].ns, c.nodes["n2"].ns
+
+	// Each node reaches the other's pod, which sees the node's own
+	// IPv6 address (not the gateway's, which the pod's node holds too).
+	if seen := outsideSees(t, b.ns, n1, b.v6, vtep["n1"], gw6); seen != vtep["n1"] {
+		t.Errorf("pod b (n2) saw n1's ping from %q, want n1's address %s", seen, vtep["n1"])
+	}
+	if seen := outsideSees(t, a.ns, n2, a.v6, vtep["n2"], gw6); seen != vtep["n2"] {
+		t.Errorf("pod a (n1) saw n2's ping from %q, want n2's address %s", seen, vtep["n2"])
+	}
+	listenIn(t, b.ns, net.JoinHostPort(b.v6, "8080"))
+	eventually(t, func() error {
+		if !connects(n1, b.v6, "8080") {
+			return fmt.Errorf("n1 does not connect to pod b (n2) on [%s]:8080", b.v6)
+		}
+		return nil
+	})
+	// The node's local pod, and the pods' first hop.
+	testns.Run(t, n1, "ping", "-6", "-c", "1", "-W", "2", a.v6)
+	if out := testns.Run(t, a.ns, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via "+gw6) {
+		t.Errorf("pod a's IPv6 default route is not the anycast gateway %s: %s", gw6, out)
+	}
+	// A pod reaches the other node's address through the overlay, with
+	// its own address.
+	if seen := outsideSees(t, n1, b.ns, vtep["n1"], b.v6, vtep["n2"]); seen != b.v6 {
+		t.Errorf("n1 saw pod b's ping from %q, want the pod's own %s", seen, b.v6)
+	}
+	// Isolation: the node cannot reach the none network's pod on the
+	// other node; the none pod cannot reach the snat pods nor the other
+	// node; the snat pod cannot reach the none pods.
+	if _, err := testns.Try(n1, "ping", "-6", "-c", "1", "-W", "1", t2.v6); err == nil {
+		t.Errorf("n1 reached the none network's pod %s on n2", t2.v6)
+	}
+	for _, dst := range []string{b.v6, vtep["n2"]} {
+		if _, err := testns.Try(t1.ns, "ping", "-6", "-c", "1", "-W", "1", dst); err == nil {
+			t.Errorf("a pod of the none network reached %s", dst)
+		}
+	}
+	if _, err := testns.Try(a.ns, "ping", "-6", "-c", "1", "-W", "1", t2.v6); err == nil {
+		t.Errorf("the snat pod reached the none network's pod %s", t2.v6)
 	}
 }
