@@ -19,16 +19,7 @@ import (
 // writes nothing, and egress none removes it all.
 func TestHostPortIPv6Underlay(t *testing.T) {
 	ns := testns.New(t)
-	k, err := nl.Open(nl.Options{NetNS: testns.Path(ns)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(ns)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fw.Close()
-	dp := New(k, fw, slog.New(slog.DiscardHandler))
+	k, fw, dp := openIn(t, ns)
 	self, other := netip.MustParseAddr("2001:db8:ff::1"), netip.MustParseAddr("2001:db8:ff::2")
 	n := plan.Network{Name: "pods", VNI: 200, MTU: 1430, Egress: plan.EgressSNAT, FloodVTEPs: []netip.Addr{other}, HostPortVTEPs: []netip.Addr{other},
 		Subnets: []plan.Subnet{
@@ -90,4 +81,20 @@ func TestHostPortIPv6Underlay(t *testing.T) {
 	if out := testns.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500") + testns.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"); strings.TrimSpace(out) != "" {
 		t.Errorf("egress none left host port routing behind:\n%s", out)
 	}
+}
+
+// openIn opens the kernel, the firewall and a software datapath of
+// namespace ns, closed when the test ends.
+func openIn(t *testing.T, ns string) (nl.Kernel, *nl.Firewall, *Datapath) {
+	t.Helper()
+	k, err := nl.Open(nl.Options{NetNS: testns.Path(ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fw.Close)
+	return k, fw, New(k, fw, slog.New(slog.DiscardHandler))
 }
