@@ -24,7 +24,7 @@ type dualPod struct {
 // addDualPod runs the CNI's ADD for a new pod namespace on network at
 // node and returns the pod with its IPv4 and IPv6 addresses; the result
 // must list both, each with its family's gateway and default route.
-func (c *cluster) addDualPod(t *testing.T, id, network, node, gw4, gw6 string) dualPod {
+func (c *cluster) addDualPod(t testing.TB, id, network, node, gw4, gw6 string) dualPod {
 	t.Helper()
 	p := dualPod{ns: testns.New(t)}
 	out, err := cniRun("ADD", id, testns.Path(p.ns), "eth0", cniConf(network, c.nodes[node].socket, "1.1.0"))
@@ -211,7 +211,7 @@ func TestEgressIPv6(t *testing.T) {
 // underlay (VTEP) addresses are IPv6 ones, 2001:db8:ff::N on the
 // underlay (the underlay namespace has 2001:db8:ff::fe); the control
 // plane stays on IPv4. It returns the nodes' VTEPs by name.
-func newIPv6UnderlayCluster(t *testing.T) (*cluster, map[string]string) {
+func newIPv6UnderlayCluster(t testing.TB) (*cluster, map[string]string) {
 	vtep := map[string]string{"n1": "2001:db8:ff::1", "n2": "2001:db8:ff::2"}
 	args := map[string][]string{}
 	for n, ip := range vtep {
@@ -356,5 +356,39 @@ func TestNodeToPodIPv6(t *testing.T) {
 	}
 	if _, err := testns.Try(a.ns, "ping", "-6", "-c", "1", "-W", "1", t2.v6); err == nil {
 		t.Errorf("the snat pod reached the none network's pod %s", t2.v6)
+	}
+}
+
+// BenchmarkDualStackThroughput: iperf3 TCP for 4 s from a dual-stack
+// pod on n1 to one on n2, over IPv4 and over IPv6, on an IPv4 underlay
+// (network MTU 1450) and on an IPv6 underlay (MTU 1430), against the
+// raw underlay between the two nodes, in one run.
+func BenchmarkDualStackThroughput(b *testing.B) {
+	for _, v6 := range []bool{false, true} {
+		var c *cluster
+		mtu, under := "1450", "4"
+		if v6 {
+			c, _ = newIPv6UnderlayCluster(b)
+			mtu, under = "1430", "6"
+		} else {
+			c = newCluster(b, "n1", "n2")
+		}
+		c.mustCtl("network", "create", "ds", "--vni", "100", "--mtu", mtu)
+		c.mustCtl("subnet", "create", "ds-v4", "--network", "ds", "--cidr", "198.51.100.0/24")
+		c.mustCtl("subnet", "create", "ds-v6", "--network", "ds", "--cidr", "2001:db8:100::/64")
+		c.waitCNI(b, "ds")
+		pa := c.addDualPod(b, "pod-a", "ds", "n1", "198.51.100.1", "2001:db8:100::1")
+		pb := c.addDualPod(b, "pod-b", "ds", "n2", "198.51.100.1", "2001:db8:100::1")
+		ulIP := c.nodes["n2"].ip
+		if v6 {
+			ulIP = "2001:db8:ff::2"
+		}
+		v4Bps := iperf(b, pa.ns, pb.ns, pb.v4)
+		v6Bps := iperf(b, pa.ns, pb.ns, pb.v6)
+		rawBps := iperf(b, c.nodes["n1"].ns, c.nodes["n2"].ns, ulIP)
+		b.ReportMetric(v4Bps/1e9, "ipv"+under+"-underlay-pod-v4-Gbit/s")
+		b.ReportMetric(v6Bps/1e9, "ipv"+under+"-underlay-pod-v6-Gbit/s")
+		b.ReportMetric(rawBps/1e9, "ipv"+under+"-underlay-raw-Gbit/s")
+		b.Logf("IPv%s underlay: pod IPv6/IPv4 %.2f, pod IPv4/raw %.2f, pod IPv6/raw %.2f", under, v6Bps/v4Bps, v4Bps/rawBps, v6Bps/rawBps)
 	}
 }

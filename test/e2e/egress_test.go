@@ -122,7 +122,7 @@ func outsideSees(t *testing.T, outside, from, addr string, candidates ...string)
 
 // waitCNI waits until every node's agent answers the CNI's STATUS for
 // network.
-func (c *cluster) waitCNI(t *testing.T, network string) {
+func (c *cluster) waitCNI(t testing.TB, network string) {
 	t.Helper()
 	eventually(t, func() error {
 		for n := range c.nodes {
