@@ -58,12 +58,13 @@ type Datapath struct {
 	gate     datapath.PlumbGate
 	mu       sync.Mutex
 	attached map[string]string // local endpoint -> "" when attached, else why not
+	mtuTold  map[string]int    // network -> the MTU mtuAdvice was logged for
 }
 
 // New returns a software datapath on k. fw keeps tenant networks isolated
 // on a node that forwards and enforces policy; nil leaves nftables alone.
 func New(k nl.Kernel, fw *nl.Firewall, log *slog.Logger) *Datapath {
-	return &Datapath{k: k, fw: fw, log: log, attached: map[string]string{}}
+	return &Datapath{k: k, fw: fw, log: log, attached: map[string]string{}, mtuTold: map[string]int{}}
 }
 
 // Apply implements datapath.Datapath.
@@ -177,6 +178,18 @@ func routesIPv6(p plan.Plan) bool {
 	return false
 }
 
+// mtuAdvice says why a network's MTU does not fit a 1500-byte underlay
+// of the node's family when the underlay is IPv6 ("" when it fits, and
+// for IPv4, whose 50 bytes the default 1450 already leaves): VXLAN over
+// IPv6 adds 70 bytes (outer IPv6 40, UDP 8, VXLAN 8, inner Ethernet 14).
+// The underlay may well be larger (jumbo frames), so it is advice.
+func mtuAdvice(underlay netip.Addr, mtu int) string {
+	if !underlay.Is6() || mtu <= 1500-70 {
+		return ""
+	}
+	return fmt.Sprintf("VXLAN over IPv6 adds 70 bytes: a %d-byte packet needs an underlay MTU of %d; on a 1500-byte underlay set the network's MTU to 1430 or less (skiffctl network create --mtu 1430)", mtu, mtu+70)
+}
+
 // ensureLink returns the link name, creating it with add when missing. A
 // link of that name that is not Skiff's is an error: it is never touched.
 func (d *Datapath) ensureLink(byName map[string]nl.Link, name string, ok func(nl.Link) bool, add func() error) (nl.Link, error) {
@@ -223,6 +236,15 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 	}
 	if !p.UnderlayIP.IsValid() {
 		return fmt.Errorf("the node has no underlay address")
+	}
+	if why := mtuAdvice(p.UnderlayIP, mtu); why != "" {
+		d.mu.Lock()
+		told := d.mtuTold[n.Name] == mtu
+		d.mtuTold[n.Name] = mtu
+		d.mu.Unlock()
+		if !told {
+			d.log.Warn("network MTU too large for a 1500-byte IPv6 underlay", "network", n.Name, "mtu", mtu, "why", why)
+		}
 	}
 	brName, vxName := BridgeName(n.VNI), VXLANName(n.VNI)
 	br, err := d.ensureLink(byName, brName, func(l nl.Link) bool { return l.Kind == "bridge" }, func() error {
