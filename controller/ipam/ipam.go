@@ -55,6 +55,22 @@ type Pool struct {
 	Exclusions []netip.Prefix
 }
 
+// sameFamily refuses an address of field whose family is not the
+// subnet's: an IPv6 gateway on an IPv4 subnet, or the other way round.
+func sameFamily(field string, a netip.Addr, p netip.Prefix) error {
+	if a.Is4() == p.Addr().Is4() {
+		return nil
+	}
+	return fieldErr(field, "%s is an %s address, but cidr %s is %s: each subnet has one family (make a subnet per family for dual-stack)", a, family(a), p, family(p.Addr()))
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
 // Smallest subnets: a /30 (v4) or /126 (v6) leaves room for a gateway and
 // one endpoint.
 const (
@@ -89,6 +105,9 @@ func NewPool(spec SubnetSpec) (Pool, error) {
 		if err != nil {
 			return Pool{}, fieldErr("gateway", "%q is not an IP address", spec.Gateway)
 		}
+		if err := sameFamily("gateway", gw, p); err != nil {
+			return Pool{}, err
+		}
 		if !p.Contains(gw) || gw == p.Addr() || (gw.Is4() && gw == last(p)) {
 			return Pool{}, fieldErr("gateway", "%s is not a usable address of %s", gw, p)
 		}
@@ -100,6 +119,11 @@ func NewPool(spec SubnetSpec) (Pool, error) {
 		e, err2 := netip.ParseAddr(r[1])
 		if err1 != nil || err2 != nil {
 			return Pool{}, fieldErr(f, "%q-%q is not a range of IP addresses", r[0], r[1])
+		}
+		for _, a := range []netip.Addr{s, e} {
+			if err := sameFamily(f, a, p); err != nil {
+				return Pool{}, err
+			}
 		}
 		if !p.Contains(s) || !p.Contains(e) {
 			return Pool{}, fieldErr(f, "%s-%s is not inside %s", s, e, p)
@@ -129,6 +153,9 @@ func NewPool(spec SubnetSpec) (Pool, error) {
 		}
 		if err != nil {
 			return Pool{}, fieldErr(f, "%q is not an IP address or CIDR", x)
+		}
+		if err := sameFamily(f, xp.Addr(), p); err != nil {
+			return Pool{}, err
 		}
 		if !p.Overlaps(xp) {
 			return Pool{}, fieldErr(f, "%s is not inside %s", xp, p)

@@ -27,6 +27,12 @@ func TestNewPool(t *testing.T) {
 		{SubnetSpec{CIDR: "192.0.2.0/24", Ranges: [][2]string{{"192.0.2.10", "198.51.100.1"}}}, "ranges[0]", "", "not inside"},
 		{SubnetSpec{CIDR: "192.0.2.0/24", Exclusions: []string{"203.0.113.0/24"}}, "exclusions[0]", "", "not inside"},
 		{SubnetSpec{CIDR: "192.0.2.0/24", Exclusions: []string{"nope"}}, "exclusions[0]", "", "not an IP"},
+		// A mixed-up family: the field and both families are named.
+		{SubnetSpec{CIDR: "2001:db8::/64", Gateway: "192.0.2.1"}, "gateway", "", "192.0.2.1 is an IPv4 address, but cidr 2001:db8::/64 is IPv6"},
+		{SubnetSpec{CIDR: "192.0.2.0/24", Gateway: "2001:db8::1"}, "gateway", "", "2001:db8::1 is an IPv6 address, but cidr 192.0.2.0/24 is IPv4"},
+		{SubnetSpec{CIDR: "192.0.2.0/24", Gateway: "::ffff:192.0.2.1"}, "gateway", "", "is an IPv6 address"},
+		{SubnetSpec{CIDR: "2001:db8::/64", Ranges: [][2]string{{"2001:db8::10", "192.0.2.9"}}}, "ranges[0]", "", "192.0.2.9 is an IPv4 address"},
+		{SubnetSpec{CIDR: "2001:db8::/64", Exclusions: []string{"192.0.2.0/28"}}, "exclusions[0]", "", "is an IPv4 address, but cidr 2001:db8::/64 is IPv6"},
 	}
 	for _, tc := range tests {
 		p, err := NewPool(tc.spec)

@@ -29,6 +29,7 @@ type HostRule struct {
 	IIF      string
 	Table    int
 	Priority int
+	IPv6     bool // an IPv6 rule; else IPv4
 }
 
 // HostNet is the node's own routing, as far as Skiff owns it: veth pairs
@@ -44,7 +45,8 @@ type HostNet interface {
 	ReplaceRoute(r HostRoute) error
 	// DeleteRoute removes the route; a missing one is no error.
 	DeleteRoute(r HostRoute) error
-	// Rules lists Skiff's IPv4 rules of a priority (RouteProtocol).
+	// Rules lists Skiff's IPv4 and IPv6 rules of a priority
+	// (RouteProtocol).
 	Rules(priority int) ([]HostRule, error)
 	AddRule(r HostRule) error
 	// DeleteRule removes the rule; a missing one is no error.
@@ -111,16 +113,18 @@ func (k *real) DeleteRoute(r HostRoute) error {
 func (k *real) Rules(priority int) ([]HostRule, error) {
 	f := netlink.NewRule()
 	f.Priority = priority
-	rs, err := dump(func() ([]netlink.Rule, error) {
-		return k.h.RuleListFiltered(netlink.FAMILY_V4, f, netlink.RT_FILTER_PRIORITY)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nl: list rules: %w", err)
-	}
 	var out []HostRule
-	for _, r := range rs {
-		if r.Protocol == RouteProtocol {
-			out = append(out, HostRule{IIF: r.IifName, Table: r.Table, Priority: r.Priority})
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := dump(func() ([]netlink.Rule, error) {
+			return k.h.RuleListFiltered(fam, f, netlink.RT_FILTER_PRIORITY)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("nl: list rules: %w", err)
+		}
+		for _, r := range rs {
+			if r.Protocol == RouteProtocol {
+				out = append(out, HostRule{IIF: r.IifName, Table: r.Table, Priority: r.Priority, IPv6: fam == netlink.FAMILY_V6})
+			}
 		}
 	}
 	return out, nil
@@ -129,6 +133,9 @@ func (k *real) Rules(priority int) ([]HostRule, error) {
 func ruleOf(r HostRule) *netlink.Rule {
 	x := netlink.NewRule()
 	x.Family = netlink.FAMILY_V4
+	if r.IPv6 {
+		x.Family = netlink.FAMILY_V6
+	}
 	x.IifName, x.Table, x.Priority, x.Protocol = r.IIF, r.Table, r.Priority, RouteProtocol
 	return x
 }
@@ -136,7 +143,7 @@ func ruleOf(r HostRule) *netlink.Rule {
 func (k *real) AddRule(r HostRule) error {
 	k.w()
 	if err := k.h.RuleAdd(ruleOf(r)); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("nl: rule iif %s lookup %d pref %d: %w", r.IIF, r.Table, r.Priority, err)
+		return fmt.Errorf("nl: rule iif %s lookup %d pref %d (ipv6 %v): %w", r.IIF, r.Table, r.Priority, r.IPv6, err)
 	}
 	return nil
 }
@@ -144,7 +151,7 @@ func (k *real) AddRule(r HostRule) error {
 func (k *real) DeleteRule(r HostRule) error {
 	k.w()
 	if err := k.h.RuleDel(ruleOf(r)); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("nl: delete rule iif %s lookup %d pref %d: %w", r.IIF, r.Table, r.Priority, err)
+		return fmt.Errorf("nl: delete rule iif %s lookup %d pref %d (ipv6 %v): %w", r.IIF, r.Table, r.Priority, r.IPv6, err)
 	}
 	return nil
 }

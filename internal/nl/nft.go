@@ -322,13 +322,30 @@ func InetTables(path string) ([]string, error) {
 // namespace, reporting whether it was 0. Idempotent. It never sets it back
 // to 0: a Kubernetes node's Services and the kubelet need forwarding too.
 func (f *Firewall) EnableIPv4Forwarding() (changed bool, err error) {
+	return f.enableSysctl("net/ipv4/ip_forward")
+}
+
+// EnableIPv6Forwarding sets net.ipv6.conf.all.forwarding to 1 in the
+// firewall's namespace (which sets every interface's forwarding),
+// reporting whether it was 0. Idempotent; never set back to 0. With
+// forwarding on, an interface whose accept_ra is 1 no longer takes
+// router advertisements (the kernel's rule for routers): a node whose
+// own IPv6 address or default route comes from SLAAC needs accept_ra=2
+// on that interface, which is the node's to set.
+func (f *Firewall) EnableIPv6Forwarding() (changed bool, err error) {
+	return f.enableSysctl("net/ipv6/conf/all/forwarding")
+}
+
+// enableSysctl sets a boolean sysctl to 1 in the firewall's namespace,
+// reporting whether it was not 1.
+func (f *Firewall) enableSysctl(name string) (changed bool, err error) {
 	set := func() error {
-		v, err := sysctl.Sysctl("net/ipv4/ip_forward")
+		v, err := sysctl.Sysctl(name)
 		if err != nil || strings.TrimSpace(v) == "1" {
 			return err
 		}
 		changed = true
-		_, err = sysctl.Sysctl("net/ipv4/ip_forward", "1")
+		_, err = sysctl.Sysctl(name, "1")
 		return err
 	}
 	if f.path == "" {
@@ -337,7 +354,7 @@ func (f *Firewall) EnableIPv4Forwarding() (changed bool, err error) {
 		err = ns.WithNetNSPath(f.path, func(ns.NetNS) error { return set() })
 	}
 	if err != nil {
-		return false, fmt.Errorf("nl: net.ipv4.ip_forward: %w", err)
+		return false, fmt.Errorf("nl: %s: %w", strings.ReplaceAll(name, "/", "."), err)
 	}
 	return changed, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -276,4 +277,16 @@ func iperfServer(t testing.TB, ns, ip string) {
 			}
 		}
 	})
+	// iperf3 -D returns once it has forked, before the server listens:
+	// a client right away may find no listener (seen under load).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if out, _ := testns.Try(ns, "ss", "-Hltn", "sport", "= :5201"); strings.Contains(out, "LISTEN") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("iperf3 in %s does not listen on %s:5201", ns, ip)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

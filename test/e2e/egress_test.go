@@ -85,14 +85,18 @@ func TestEgress(t *testing.T) {
 	}
 }
 
-// outsideSees pings addr in namespace outside from namespace from, and
-// returns the source address the outside saw: each candidate is counted
+// outsideSees pings addr (IPv4 or IPv6) in namespace outside from
+// namespace from, and returns the source address the outside saw: each candidate is counted
 // by an nftables rule of a table the test adds to the outside.
 func outsideSees(t *testing.T, outside, from, addr string, candidates ...string) string {
 	t.Helper()
 	rules := "table inet egresstest {\n chain in {\n  type filter hook input priority 0;\n"
+	ip, icmp, ping := "ip", "icmp", []string{"ping"}
+	if strings.Contains(addr, ":") {
+		ip, icmp, ping = "ip6", "icmpv6", []string{"ping", "-6"}
+	}
 	for _, c := range candidates {
-		rules += fmt.Sprintf("  ip saddr %s ip daddr %s icmp type echo-request counter comment \"%s\"\n", c, addr, c)
+		rules += fmt.Sprintf("  %s saddr %s %s daddr %s %s type echo-request counter comment \"%s\"\n", ip, c, ip, addr, icmp, c)
 	}
 	rules += " }\n}\n"
 	f := filepath.Join(t.TempDir(), "egresstest.nft")
@@ -101,7 +105,7 @@ func outsideSees(t *testing.T, outside, from, addr string, candidates ...string)
 	}
 	testns.Run(t, outside, "nft", "-f", f)
 	defer testns.Run(t, outside, "nft", "delete", "table", "inet", "egresstest")
-	testns.Run(t, from, "ping", "-c", "3", "-i", "0.2", "-W", "2", addr)
+	testns.Run(t, from, append(ping, "-c", "3", "-i", "0.2", "-W", "2", addr)...)
 	out := testns.Run(t, outside, "nft", "list", "table", "inet", "egresstest")
 	var seen []string
 	for _, l := range strings.Split(out, "\n") {

@@ -19,9 +19,23 @@ import (
 // plugin, and the reachability matrix measured with real TCP, UDP and ICMP
 // must equal the one a plain reading of the Kubernetes rules gives.
 func TestPolicyTruthTable(t *testing.T) {
+	policyTruth(t, false)
+}
+
+// TestPolicyTruthTableIPv6 is the truth table's IPv6 pass: the pods are
+// dual-stack, probed on their IPv6 addresses (TCP, UDP, ICMPv6), and the
+// cases' ipBlocks are IPv6 CIDRs (policytruth.Subnet6, ::/0, /128).
+func TestPolicyTruthTableIPv6(t *testing.T) {
+	policyTruth(t, true)
+}
+
+func policyTruth(t *testing.T, v6 bool) {
 	c := newCluster(t, policytruth.Nodes...)
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", policytruth.Subnet)
+	if v6 {
+		c.mustCtl("subnet", "create", "blue-v6", "--network", "blue", "--cidr", policytruth.Subnet6)
+	}
 	policytruth.Run(t, policytruth.Env{
 		LabelNamespace: func(t *testing.T, ns, k, v string) { c.mustCtl("namespace", "label", ns, k+"="+v) },
 		CreatePod: func(t *testing.T, p *policytruth.Pod) {
@@ -34,6 +48,9 @@ func TestPolicyTruthTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.NetNS, p.IP = testns.Path(netns), firstIPv4(t, netns)
+			if v6 {
+				p.IP = firstIPv6(t, netns)
+			}
 		},
 		Apply: func(t *testing.T, doc string) {
 			file := filepath.Join(t.TempDir(), "p.yaml")
@@ -44,6 +61,19 @@ func TestPolicyTruthTable(t *testing.T) {
 		},
 		Delete: func(t *testing.T, name string) { c.mustCtl("delete", "policy", name) },
 	}, policytruth.Options{})
+}
+
+// firstIPv6 returns the global IPv6 address of a pod's eth0.
+func firstIPv6(t testing.TB, ns string) string {
+	t.Helper()
+	f := strings.Fields(testns.Run(t, ns, "ip", "-o", "-6", "addr", "show", "dev", "eth0", "scope", "global"))
+	for i, w := range f {
+		if w == "inet6" {
+			return strings.Split(f[i+1], "/")[0]
+		}
+	}
+	t.Fatalf("no global IPv6 address in %s", ns)
+	return ""
 }
 
 // cniRunIn is cniRun for a pod in a Kubernetes namespace.

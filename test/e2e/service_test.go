@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,19 +27,59 @@ func TestServiceDNAT(t *testing.T) {
 	c.waitCNI(t, "pods")
 	a, aIP := c.addPod(t, "pod-a", "pods", "n1")
 	b, bIP := c.addPod(t, "pod-b", "pods", "n2")
-	listenIn(t, a, aIP+":8080")
-	listenIn(t, b, bIP+":8080")
-	const remoteVIP, selfVIP = "203.0.113.100", "203.0.113.101"
-	rules := `table ip kpt {
+	serviceDNAT(t, c, services{family: "ip", a: a, aIP: aIP, b: b, bIP: bIP, remoteVIP: "203.0.113.100", selfVIP: "203.0.113.101",
+		vipNet: "203.0.113.96/28", via: "192.0.2.254", nodeIPs: []string{"192.0.2.1", "192.0.2.2"}})
+}
+
+// TestServiceDNATIPv6 is TestServiceDNAT over IPv6, kube-proxy's rules
+// in an ip6 table: dual-stack pods on a snat network, nodes on an IPv6
+// underlay (so that a node's own traffic reaches pods on the other node
+// over IPv6 through its host port); the ClusterIPs are IPv6 addresses
+// and the NodePort answers on the nodes' IPv6 addresses.
+func TestServiceDNATIPv6(t *testing.T) {
+	c, vtep := newIPv6UnderlayCluster(t)
+	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat", "--mtu", "1430")
+	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+	c.mustCtl("subnet", "create", "pods-v6", "--network", "pods", "--cidr", "2001:db8:100::/64")
+	c.waitCNI(t, "pods")
+	a := c.addDualPod(t, "pod-a", "pods", "n1", "198.51.100.1", "2001:db8:100::1")
+	b := c.addDualPod(t, "pod-b", "pods", "n2", "198.51.100.1", "2001:db8:100::1")
+	serviceDNAT(t, c, services{family: "ip6", a: a.ns, aIP: a.v6, b: b.ns, bIP: b.v6, remoteVIP: "2001:db8:5e::100", selfVIP: "2001:db8:5e::101",
+		vipNet: "2001:db8:5e::/64", via: "2001:db8:ff::fe", nodeIPs: []string{vtep["n1"], vtep["n2"]}})
+}
+
+// services is what serviceDNAT needs: the address family's nftables
+// name (ip, ip6), pods a (n1) and b (n2) and their addresses of that
+// family, the Service addresses, the network they are in and the
+// underlay's address that routes it, and the nodes' addresses.
+type services struct {
+	family, a, aIP, b, bIP string
+	remoteVIP, selfVIP     string
+	vipNet, via            string
+	nodeIPs                []string
+}
+
+func serviceDNAT(t *testing.T, c *cluster, s services) {
+	t.Helper()
+	listenIn(t, s.a, net.JoinHostPort(s.aIP, "8080"))
+	listenIn(t, s.b, net.JoinHostPort(s.bIP, "8080"))
+	to := func(ip string) string {
+		if s.family == "ip6" {
+			return "[" + ip + "]:8080"
+		}
+		return ip + ":8080"
+	}
+	fam := s.family
+	rules := `table ` + fam + ` kpt {
  chain pre { type nat hook prerouting priority dstnat;
-  ip daddr ` + remoteVIP + ` tcp dport 80 dnat to ` + bIP + `:8080
-  ip daddr ` + selfVIP + ` tcp dport 80 ip saddr ` + aIP + ` meta mark set 0x4000
-  ip daddr ` + selfVIP + ` tcp dport 80 dnat to ` + aIP + `:8080
+  ` + fam + ` daddr ` + s.remoteVIP + ` tcp dport 80 dnat to ` + to(s.bIP) + `
+  ` + fam + ` daddr ` + s.selfVIP + ` tcp dport 80 ` + fam + ` saddr ` + s.aIP + ` meta mark set 0x4000
+  ` + fam + ` daddr ` + s.selfVIP + ` tcp dport 80 dnat to ` + to(s.aIP) + `
   fib daddr type local tcp dport 30080 meta mark set 0x4000
-  fib daddr type local tcp dport 30080 dnat to ` + bIP + `:8080
+  fib daddr type local tcp dport 30080 dnat to ` + to(s.bIP) + `
  }
  chain out { type nat hook output priority -100;
-  ip daddr ` + remoteVIP + ` tcp dport 80 dnat to ` + bIP + `:8080
+  ` + fam + ` daddr ` + s.remoteVIP + ` tcp dport 80 dnat to ` + to(s.bIP) + `
  }
  chain post { type nat hook postrouting priority srcnat;
   meta mark & 0x4000 == 0x4000 masquerade
@@ -53,21 +94,21 @@ func TestServiceDNAT(t *testing.T) {
 		testns.Run(t, n.ns, "nft", "-f", f)
 		// A node routes the Service addresses like any address, as a
 		// default route would (the test's nodes have none).
-		testns.Run(t, n.ns, "ip", "route", "add", "203.0.113.96/28", "via", "192.0.2.254")
+		testns.Run(t, n.ns, "ip", "route", "add", s.vipNet, "via", s.via)
 	}
 	eventually(t, func() error {
-		if !connects(a, remoteVIP, "80") {
+		if !connects(s.a, s.remoteVIP, "80") {
 			return fmt.Errorf("pod a (n1) does not reach the ClusterIP backed by pod b (n2)")
 		}
 		return nil
 	})
-	if !connects(a, selfVIP, "80") {
+	if !connects(s.a, s.selfVIP, "80") {
 		t.Error("pod a does not reach itself through its ClusterIP (hairpin)")
 	}
-	if !connects(c.nodes["n1"].ns, remoteVIP, "80") {
+	if !connects(c.nodes["n1"].ns, s.remoteVIP, "80") {
 		t.Error("node n1 does not reach the ClusterIP backed by pod b (n2)")
 	}
-	for _, ip := range []string{"192.0.2.1", "192.0.2.2"} {
+	for _, ip := range s.nodeIPs {
 		if !connects(c.ul, ip, "30080") {
 			t.Errorf("the NodePort on %s (backend pod b on n2) does not answer the underlay", ip)
 		}

@@ -33,11 +33,19 @@ func Layout() []*Pod {
 	}
 }
 
-// Subnet is the pods' subnet; the cases' ipBlocks are written for it.
-const Subnet = "198.51.100.0/24"
+// Subnet is the pods' subnet; the cases' ipBlocks are written for it
+// ({{subnet}}). Subnet6 is the pods' subnet of an IPv6 pass: the pods'
+// addresses (Pod.IP) are IPv6 ones from it.
+const (
+	Subnet  = "198.51.100.0/24"
+	Subnet6 = "2001:db8:100::/64"
+)
 
 // Case is one step of the suite: a name and a YAML stream of
-// NetworkPolicies, in which {{NAME}} stands for the address of pod NAME.
+// NetworkPolicies, in which {{NAME}} stands for the address of pod NAME,
+// and, for the pods' address family, {{subnet}} for the pods' subnet
+// (Subnet or Subnet6), {{all}} for every address (0.0.0.0/0 or ::/0) and
+// {{bits}} for the length of one address (32 or 128).
 type Case struct {
 	Name, YAML string
 	// Open: the case's matrix is the open one (no policy) on purpose.
@@ -96,7 +104,7 @@ apiVersion: networking.k8s.io/v1
 metadata: {name: db-from-subnet-but-client, namespace: default}
 spec:
   podSelector: {matchLabels: {app: db}}
-  ingress: [{from: [{ipBlock: {cidr: 198.51.100.0/24, except: ["{{client}}/32"]}}]}]`},
+  ingress: [{from: [{ipBlock: {cidr: "{{subnet}}", except: ["{{client}}/{{bits}}"]}}]}]`},
 	{Name: "port range with endPort", YAML: `
 kind: NetworkPolicy
 apiVersion: networking.k8s.io/v1
@@ -191,7 +199,7 @@ metadata: {name: client-to-db2-only, namespace: dev}
 spec:
   podSelector: {matchLabels: {app: client}}
   policyTypes: [Egress]
-  egress: [{to: [{ipBlock: {cidr: "{{db2}}/32"}}]}]`},
+  egress: [{to: [{ipBlock: {cidr: "{{db2}}/{{bits}}"}}]}]`},
 	{Name: "port without protocol is TCP", YAML: `
 kind: NetworkPolicy
 apiVersion: networking.k8s.io/v1
@@ -233,7 +241,7 @@ apiVersion: networking.k8s.io/v1
 metadata: {name: web-from-outside-only, namespace: default}
 spec:
   podSelector: {matchLabels: {app: web}}
-  ingress: [{from: [{ipBlock: {cidr: 0.0.0.0/0, except: [198.51.100.0/24]}}]}]`},
+  ingress: [{from: [{ipBlock: {cidr: "{{all}}", except: ["{{subnet}}"]}}]}]`},
 	{Name: "range edges", YAML: `
 kind: NetworkPolicy
 apiVersion: networking.k8s.io/v1

@@ -140,14 +140,19 @@ var echoID = atomic.Uint32{}
 
 func init() { echoID.Store(rand.Uint32()) }
 
-// echo sends one ICMP echo request to ip from the current namespace and
-// waits for its reply.
+// echo sends one ICMP (ICMPv6 for an IPv6 address) echo request to ip
+// from the current namespace and waits for its reply.
 func echo(ip string, timeout time.Duration) bool {
-	dst := net.ParseIP(ip).To4()
+	dst := net.ParseIP(ip)
 	if dst == nil {
 		return false
 	}
-	c, err := net.ListenPacket("ip4:icmp", "0.0.0.0")
+	network, local, request, reply := "ip4:icmp", "0.0.0.0", byte(8), byte(0)
+	if dst.To4() == nil {
+		// The kernel computes an ICMPv6 raw socket's checksum.
+		network, local, request, reply = "ip6:ipv6-icmp", "::", 128, 129
+	}
+	c, err := net.ListenPacket(network, local)
 	if err != nil {
 		return false
 	}
@@ -156,11 +161,13 @@ func echo(ip string, timeout time.Duration) bool {
 	id, seq := uint16(n), uint16(n>>16)
 	payload := []byte("skiff policytruth")
 	req := make([]byte, 8, 8+len(payload))
-	req[0] = 8 // echo request
+	req[0] = request
 	binary.BigEndian.PutUint16(req[4:], id)
 	binary.BigEndian.PutUint16(req[6:], seq)
 	req = append(req, payload...)
-	binary.BigEndian.PutUint16(req[2:], checksum(req))
+	if request == 8 {
+		binary.BigEndian.PutUint16(req[2:], checksum(req))
+	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	if _, err := c.WriteTo(req, &net.IPAddr{IP: dst}); err != nil {
 		return false
@@ -173,7 +180,7 @@ func echo(ip string, timeout time.Duration) bool {
 		}
 		m := buf[:k]
 		a, _ := from.(*net.IPAddr)
-		if a != nil && a.IP.Equal(dst) && len(m) >= 8 && m[0] == 0 && m[1] == 0 &&
+		if a != nil && a.IP.Equal(dst) && len(m) >= 8 && m[0] == reply && m[1] == 0 &&
 			binary.BigEndian.Uint16(m[4:]) == id && binary.BigEndian.Uint16(m[6:]) == seq && bytes.Equal(m[8:], payload) {
 			return true
 		}

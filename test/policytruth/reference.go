@@ -38,10 +38,14 @@ func Key(src, dst *Pod, pr Probe) string {
 }
 
 // Render replaces each {{NAME}} of a case's YAML by pod NAME's address
-// and decodes the policies (strictly: an unknown field is an error). It
+// (and {{subnet}}, {{all}} and {{bits}} by those of the pods' address
+// family, IPv6 when the first pod's address is) and decodes the policies (strictly: an unknown field is an error). It
 // returns the document as it is to be applied.
 func (c Case) Render(pods []*Pod) (string, []networkingv1.NetworkPolicy, error) {
-	var r []string
+	r := []string{"{{subnet}}", Subnet, "{{all}}", "0.0.0.0/0", "{{bits}}", "32"}
+	if len(pods) > 0 && strings.Contains(pods[0].IP, ":") {
+		r = []string{"{{subnet}}", Subnet6, "{{all}}", "::/0", "{{bits}}", "128"}
+	}
 	for _, p := range pods {
 		r = append(r, "{{"+p.Name+"}}", p.IP)
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,15 @@ func layoutWithIPs() []*Pod {
 	return pods
 }
 
+// layoutWithIPv6 is the layout of an IPv6 pass, addresses from Subnet6.
+func layoutWithIPv6() []*Pod {
+	pods := Layout()
+	for i, p := range pods {
+		p.IP = fmt.Sprintf("2001:db8:100::%x", 10+i)
+	}
+	return pods
+}
+
 func pod(pods []*Pod, name string) *Pod {
 	for _, p := range pods {
 		if p.Name == name {
@@ -31,32 +41,38 @@ func pod(pods []*Pod, name string) *Pod {
 }
 
 // TestCasesRender: every case decodes strictly, changes the open matrix
-// unless marked Open, and the suite has enough policies.
+// unless marked Open, in an IPv4 and an IPv6 pass (which renders no IPv4
+// address), and the suite has enough policies.
 func TestCasesRender(t *testing.T) {
+	for _, pods := range [][]*Pod{layoutWithIPs(), layoutWithIPv6()} {
+		n := 0
+		for _, probes := range [][]Probe{Probes, slices.Concat(Probes, SCTPProbes)} {
+			open := Expected(nil, pods, probes)
+			for k, v := range open {
+				if !v {
+					t.Fatalf("open matrix denies %s", k)
+				}
+			}
+			n = 0
+			for _, c := range Cases {
+				doc, pols, err := c.Render(pods)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(pods[0].IP, ":") && (strings.Contains(doc, "198.51.100") || strings.Contains(doc, "0.0.0.0") || strings.Contains(doc, "/32")) {
+					t.Errorf("%s: the IPv6 pass renders an IPv4 address or length:\n%s", c.Name, doc)
+				}
+				n += len(pols)
+				if changed := !maps.Equal(Expected(pols, pods, probes), open); changed == c.Open {
+					t.Errorf("%s (pods %s...): changes the open matrix on %v: %v, marked open: %v", c.Name, pods[0].IP, probes, changed, c.Open)
+				}
+			}
+		}
+		if n < MinPolicies {
+			t.Errorf("%d policies, want at least %d", n, MinPolicies)
+		}
+	}
 	pods := layoutWithIPs()
-	n := 0
-	for _, probes := range [][]Probe{Probes, slices.Concat(Probes, SCTPProbes)} {
-		open := Expected(nil, pods, probes)
-		for k, v := range open {
-			if !v {
-				t.Fatalf("open matrix denies %s", k)
-			}
-		}
-		n = 0
-		for _, c := range Cases {
-			_, pols, err := c.Render(pods)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += len(pols)
-			if changed := !maps.Equal(Expected(pols, pods, probes), open); changed == c.Open {
-				t.Errorf("%s: changes the open matrix on %v: %v, marked open: %v", c.Name, probes, changed, c.Open)
-			}
-		}
-	}
-	if n < MinPolicies {
-		t.Errorf("%d policies, want at least %d", n, MinPolicies)
-	}
 	if _, _, err := (Case{Name: "bad", YAML: "metadata: {name: x}\nspec: {podSelector: {}, bogus: 1}"}).Render(pods); err == nil {
 		t.Error("an unknown field decodes")
 	}

@@ -45,29 +45,33 @@ func HostPeerName(vni uint32) string { return fmt.Sprintf("sknp%d", vni) }
 func HostTable(vni uint32) int { return int(0x53000000 | vni) }
 
 // HostMAC is the MAC of a node's host port on a network: locally
-// administered, made of the VNI's low byte and the node's IPv4 underlay
-// address (unique among the network's nodes).
+// administered, made of the VNI's low byte and the node's underlay
+// address: all of an IPv4 one, the last 32 bits of an IPv6 one (unique
+// among the network's nodes as long as their IPv6 VTEPs differ there).
 func HostMAC(vni uint32, underlay netip.Addr) string {
-	a := underlay.As4()
-	return fmt.Sprintf("06:%02x:%02x:%02x:%02x:%02x", byte(vni), a[0], a[1], a[2], a[3])
+	a := underlay.As16()
+	return fmt.Sprintf("06:%02x:%02x:%02x:%02x:%02x", byte(vni), a[12], a[13], a[14], a[15])
 }
 
-// hostPorts reports whether a network gets host ports on a node.
+// hostPorts reports whether a network gets host ports on a node. The
+// node is known on the network by its underlay address, so the node's
+// own traffic reaches pods over the underlay's family (IPv4 or IPv6).
 func hostPorts(p plan.Plan, n plan.Network) bool {
-	return (n.Egress == plan.EgressSNAT || n.Egress == plan.EgressRouted) && p.UnderlayIP.Is4()
+	return (n.Egress == plan.EgressSNAT || n.Egress == plan.EgressRouted) && p.UnderlayIP.IsValid()
 }
 
 // hostRemote returns the other nodes of a network that have its host
-// ports, and their MACs: the network's HostPortVTEPs (the controller
-// leaves out offload nodes and EVPN peers, which have none: their
-// addresses are reached as before, through egress).
+// ports, and their MACs: the network's HostPortVTEPs of the node's
+// underlay family (the controller leaves out offload nodes and EVPN
+// peers, which have none: their addresses are reached as before,
+// through egress).
 func hostRemote(p plan.Plan, n plan.Network) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	if !hostPorts(p, n) {
 		return out
 	}
 	for _, v := range n.HostPortVTEPs {
-		if v.Is4() {
+		if v.Is4() == p.UnderlayIP.Is4() {
 			out[v] = HostMAC(n.VNI, v)
 		}
 	}
@@ -129,7 +133,7 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 	}
 	// The node's underlay address on its host port: what masquerade
 	// picks for traffic routed out of it (a NodePort's remote backend).
-	own := netip.PrefixFrom(p.UnderlayIP, 32)
+	own := netip.PrefixFrom(p.UnderlayIP, p.UnderlayIP.BitLen())
 	addrs, err := d.k.Addrs(hp.Index)
 	add(err)
 	haveOwn := false
@@ -150,17 +154,18 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 	if !containsFDB(fdb, mac) {
 		add(d.k.SetFDB(nl.FDB{LinkIndex: pp.Index, MAC: mac, Master: true, Static: true}))
 	}
-	// Remote endpoints through the host port, from the node's address,
-	// with static neighbours (no ARP).
+	// Remote endpoints' addresses of the underlay's family through the
+	// host port, from the node's address, with static neighbours (no ARP
+	// or ND).
 	want := map[netip.Addr]string{}
 	for _, r := range p.Remote {
 		if r.Network != n.Name {
 			continue
 		}
 		for _, ip := range r.IPs {
-			if ip.Addr().Is4() {
-				want[ip.Addr()] = r.MAC
-				st.routes[nl.HostRoute{Dst: netip.PrefixFrom(ip.Addr(), 32), LinkIndex: hp.Index, Src: p.UnderlayIP}] = true
+			if a := ip.Addr(); a.Is4() == p.UnderlayIP.Is4() {
+				want[a] = r.MAC
+				st.routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: hp.Index, Src: p.UnderlayIP}] = true
 			}
 		}
 	}
@@ -168,9 +173,9 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 	// Other nodes, for what is routed in from the bridge.
 	table := HostTable(n.VNI)
 	for v := range hostRemote(p, n) {
-		st.routes[nl.HostRoute{Dst: netip.PrefixFrom(v, 32), LinkIndex: br.Index, Table: table}] = true
+		st.routes[nl.HostRoute{Dst: netip.PrefixFrom(v, v.BitLen()), LinkIndex: br.Index, Table: table}] = true
 	}
-	st.rules[nl.HostRule{IIF: br.Name, Table: table, Priority: RulePriority}] = true
+	st.rules[nl.HostRule{IIF: br.Name, Table: table, Priority: RulePriority, IPv6: p.UnderlayIP.Is6()}] = true
 	return errors.Join(errs...)
 }
 

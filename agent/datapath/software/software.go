@@ -58,12 +58,13 @@ type Datapath struct {
 	gate     datapath.PlumbGate
 	mu       sync.Mutex
 	attached map[string]string // local endpoint -> "" when attached, else why not
+	mtuTold  map[string]int    // network -> the MTU mtuAdvice was logged for
 }
 
 // New returns a software datapath on k. fw keeps tenant networks isolated
 // on a node that forwards and enforces policy; nil leaves nftables alone.
 func New(k nl.Kernel, fw *nl.Firewall, log *slog.Logger) *Datapath {
-	return &Datapath{k: k, fw: fw, log: log, attached: map[string]string{}}
+	return &Datapath{k: k, fw: fw, log: log, attached: map[string]string{}, mtuTold: map[string]int{}}
 }
 
 // Apply implements datapath.Datapath.
@@ -124,6 +125,13 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			} else if changed {
 				d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
 			}
+			if routesIPv6(p) {
+				if changed, err := d.fw.EnableIPv6Forwarding(); err != nil {
+					errs = append(errs, err)
+				} else if changed {
+					d.log.Warn("enabled IPv6 forwarding (net.ipv6.conf.all.forwarding=1): a network on this node with egress snat or routed has an IPv6 subnet; interfaces with accept_ra=1 no longer take router advertisements (set accept_ra=2 where the node relies on them)")
+				}
+			}
 			// Services: kube-proxy's DNAT of a pod's packet to a pod
 			// of the same network is answered over the bridge, where
 			// only br_netfilter's conntrack undoes it.
@@ -154,6 +162,32 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// routesIPv6 reports whether the node routes IPv6 out of a network: one
+// whose egress is snat or routed has an IPv6 subnet.
+func routesIPv6(p plan.Plan) bool {
+	for _, n := range p.Networks {
+		if n.Egress != plan.EgressSNAT && n.Egress != plan.EgressRouted {
+			continue
+		}
+		if slices.ContainsFunc(n.Subnets, func(s plan.Subnet) bool { return s.CIDR.Addr().Is6() }) {
+			return true
+		}
+	}
+	return false
+}
+
+// mtuAdvice says why a network's MTU does not fit a 1500-byte underlay
+// of the node's family when the underlay is IPv6 ("" when it fits, and
+// for IPv4, whose 50 bytes the default 1450 already leaves): VXLAN over
+// IPv6 adds 70 bytes (outer IPv6 40, UDP 8, VXLAN 8, inner Ethernet 14).
+// The underlay may well be larger (jumbo frames), so it is advice.
+func mtuAdvice(underlay netip.Addr, mtu int) string {
+	if !underlay.Is6() || mtu <= 1500-70 {
+		return ""
+	}
+	return fmt.Sprintf("VXLAN over IPv6 adds 70 bytes: a %d-byte packet needs an underlay MTU of %d; on a 1500-byte underlay set the network's MTU to 1430 or less (skiffctl network create --mtu 1430)", mtu, mtu+70)
 }
 
 // ensureLink returns the link name, creating it with add when missing. A
@@ -202,6 +236,15 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 	}
 	if !p.UnderlayIP.IsValid() {
 		return fmt.Errorf("the node has no underlay address")
+	}
+	if why := mtuAdvice(p.UnderlayIP, mtu); why != "" {
+		d.mu.Lock()
+		told := d.mtuTold[n.Name] == mtu
+		d.mtuTold[n.Name] = mtu
+		d.mu.Unlock()
+		if !told {
+			d.log.Warn("network MTU too large for a 1500-byte IPv6 underlay", "network", n.Name, "mtu", mtu, "why", why)
+		}
 	}
 	brName, vxName := BridgeName(n.VNI), VXLANName(n.VNI)
 	br, err := d.ensureLink(byName, brName, func(l nl.Link) bool { return l.Kind == "bridge" }, func() error {

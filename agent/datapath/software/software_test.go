@@ -204,16 +204,7 @@ func TestApplyTransitions(t *testing.T) {
 	testns.Run(t, ns, "ip", "link", "set", "fv0", "master", "br-foreign")
 	testns.Run(t, ns, "bridge", "fdb", "add", "02:aa:00:00:00:01", "dev", "fv0", "master", "static")
 	testns.Run(t, ns, "ip", "rule", "add", "pref", "2500", "iif", "fv1", "lookup", "100")
-	k, err := nl.Open(nl.Options{NetNS: testns.Path(ns)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(ns)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fw.Close()
-	dp := New(k, fw, slog.New(slog.DiscardHandler))
+	k, fw, dp := openIn(t, ns)
 	r1 := remote("r1", "blue", "02:00:00:00:00:01", "198.51.100.5/24", vtep2)
 	r1moved := remote("r1", "blue", "02:00:00:00:00:01", "198.51.100.5/24", vtep3)
 	r2 := remote("r2", "red", "02:00:00:00:00:02", "203.0.113.7/24", vtep3)

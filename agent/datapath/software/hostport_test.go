@@ -1,0 +1,100 @@
+package software
+
+import (
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/internal/testns"
+)
+
+// TestHostPortIPv6Underlay: on a node whose underlay address is IPv6, a
+// snat network's host port carries that address (/128) and a MAC from
+// its last 32 bits; remote endpoints' IPv6 addresses (not their IPv4
+// ones) are routed through it from that address; other nodes' IPv6
+// VTEPs are routed from the bridge by an IPv6 rule; a second Apply
+// writes nothing, and egress none removes it all.
+func TestHostPortIPv6Underlay(t *testing.T) {
+	ns := testns.New(t)
+	k, fw, dp := openIn(t, ns)
+	self, other := netip.MustParseAddr("2001:db8:ff::1"), netip.MustParseAddr("2001:db8:ff::2")
+	n := plan.Network{Name: "pods", VNI: 200, MTU: 1430, Egress: plan.EgressSNAT, FloodVTEPs: []netip.Addr{other}, HostPortVTEPs: []netip.Addr{other},
+		Subnets: []plan.Subnet{
+			{Name: "v4", Network: "pods", CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")},
+			{Name: "v6", Network: "pods", CIDR: netip.MustParsePrefix("2001:db8:100::/64"), Gateway: netip.MustParseAddr("2001:db8:100::1")}}}
+	r := plan.Remote{Name: "r", Network: "pods", Node: "n2", VTEP: other, MAC: "02:00:00:00:00:02",
+		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24"), netip.MustParsePrefix("2001:db8:100::7/64")}}
+	p := plan.New("n1")
+	p.UnderlayIP = self
+	p.Networks[n.Name] = n
+	p.Remote[r.Name] = r
+	if got := HostMAC(200, self); got != "06:c8:00:00:00:01" {
+		t.Fatalf("HostMAC of %s = %s", self, got)
+	}
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		return strings.Join([]string{
+			testns.Run(t, ns, "ip", "-6", "addr", "show", "dev", "skn200", "scope", "global"),
+			testns.Run(t, ns, "ip", "link", "show", "skn200"),
+			testns.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"),
+			testns.Run(t, ns, "ip", "-4", "route", "show", "table", "all", "proto", "83"),
+			testns.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500"),
+			testns.Run(t, ns, "ip", "-6", "neigh", "show", "nud", "permanent"),
+			testns.Run(t, ns, "bridge", "fdb", "show", "dev", "skv200"),
+		}, "\n")
+	}
+	got := state()
+	for _, want := range []string{
+		"inet6 2001:db8:ff::1/128",
+		"link/ether 06:c8:00:00:00:01",
+		"2001:db8:100::7 dev skn200 src 2001:db8:ff::1 ",
+		"2001:db8:ff::2 dev skb200 table 1392509128 ",
+		"from all iif skb200 lookup 1392509128 proto 83",
+		"2001:db8:100::7 dev skn200 lladdr 02:00:00:00:00:02 PERMANENT",
+		"2001:db8:ff::2 dev skb200 lladdr 06:c8:00:00:00:02 PERMANENT",
+		"06:c8:00:00:00:02 dst 2001:db8:ff::2",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the node lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "198.51.100.7 dev skn200") {
+		t.Errorf("a remote endpoint's IPv4 address is routed through the host port of an IPv6 underlay:\n%s", got)
+	}
+	w, fw0 := k.Writes(), fw.Writes()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if dw, df := k.Writes()-w, fw.Writes()-fw0; dw != 0 || df != 0 {
+		t.Errorf("applying the same plan again made %d netlink writes and %d nftables transactions, want none", dw, df)
+	}
+	n.Egress = plan.EgressNone
+	p.Networks[n.Name] = n
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	if out := testns.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500") + testns.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"); strings.TrimSpace(out) != "" {
+		t.Errorf("egress none left host port routing behind:\n%s", out)
+	}
+}
+
+// openIn opens the kernel, the firewall and a software datapath of
+// namespace ns, closed when the test ends.
+func openIn(t *testing.T, ns string) (nl.Kernel, *nl.Firewall, *Datapath) {
+	t.Helper()
+	k, err := nl.Open(nl.Options{NetNS: testns.Path(ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: testns.Path(ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fw.Close)
+	return k, fw, New(k, fw, slog.New(slog.DiscardHandler))
+}
