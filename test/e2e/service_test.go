@@ -119,7 +119,7 @@ func serviceDNAT(t *testing.T, c *cluster, s services) {
 	if _, err := cniRun("ADD", "pod-other", testns.Path(other), "eth0", conf); err != nil {
 		t.Fatalf("ADD pod-other: %v", err)
 	}
-	if !connects(other, remoteVIP, "80") {
+	if !connects(other, s.remoteVIP, "80") {
 		t.Fatal("before any policy, pod other does not reach the ClusterIP backed by pod b")
 	}
 	pol := filepath.Join(t.TempDir(), "web-only.yaml")
@@ -136,15 +136,15 @@ spec:
 	}
 	c.mustCtl("policy", "apply", "-f", pol)
 	eventually(t, func() error {
-		if connects(other, remoteVIP, "80") {
+		if connects(other, s.remoteVIP, "80") {
 			return fmt.Errorf("pod other (app=other) still reaches pod b through the ClusterIP after the policy")
 		}
 		return nil
 	})
-	if !connects(a, remoteVIP, "80") {
+	if !connects(s.a, s.remoteVIP, "80") {
 		t.Error("pod a (app=web) no longer reaches pod b through the ClusterIP: the policy must match the DNATed port 8080, not the Service's 80")
 	}
-	if connects(other, bIP, "8080") {
+	if connects(other, s.bIP, "8080") {
 		t.Error("pod other reaches pod b directly despite the policy")
 	}
 }
