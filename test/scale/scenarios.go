@@ -234,7 +234,7 @@ func (e *Env) Load(ctx context.Context, rate int, d time.Duration) error {
 		failed    error
 		wg        sync.WaitGroup
 		changes   atomic.Int64
-		skipped   int // ticks with 64 changes outstanding
+		skipped   int             // ticks with 64 changes outstanding
 		calls     []time.Duration // creation calls (the API's answer)
 	)
 	tick := time.NewTicker(time.Second / time.Duration(rate))
