@@ -33,6 +33,15 @@ func (a *Agent) watch(ctx context.Context) {
 	}
 }
 
+// linkWanter is a datapath that waits for links to appear: a dpu-host's
+// VFs re-created by a reset of their PF, to be moved back into their
+// pods (a VF stand-in on a test bench has no device in sysfs).
+type linkWanter interface {
+	// WantsLink says whether a link named name appearing calls for an
+	// Apply. Safe for concurrent use.
+	WantsLink(name string) bool
+}
+
 func (a *Agent) onEvent(e nl.Event) {
 	switch e.Kind {
 	case "link":
@@ -54,6 +63,8 @@ func (a *Agent) onEvent(e nl.Event) {
 				a.rediscoverSoon()
 				// Perhaps a pod's VF the kernel gave back from a dead
 				// namespace: the datapath's Apply gives it back home.
+				a.resync()
+			} else if w, ok := a.dp.(linkWanter); ok && w.WantsLink(e.Name) {
 				a.resync()
 			}
 			a.event("link-added", e.Name, "")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -61,7 +62,11 @@ func setupDPU(cfg agent.Config, mode string, caps *skiffv1.NodeCapabilities, dis
 		if table != nil {
 			vfs = table
 		}
-		deps.Datapath = dpuhost.New(dpuhost.Options{VFs: vfs, Logger: log})
+		dp, err := dpuhost.New(dpuhost.Options{VFs: vfs, StateFile: filepath.Join(cfg.StateDir, "dpuhost-vfs.json"), Logger: log})
+		if err != nil {
+			return agent.Deps{}, fmt.Errorf("agent: %w", err)
+		}
+		deps.Datapath = dp
 		deps.VFByPCI = func(ctx context.Context, pci string) (agent.LocalVF, error) {
 			pf, idx, err := vfs.ByPCI(ctx, pci)
 			return agent.LocalVF{PF: pf, PFDevice: pf, Index: idx}, err

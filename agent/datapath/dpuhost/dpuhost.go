@@ -5,7 +5,7 @@
 // reports the endpoint ready when the DPU's report on it (carried in this
 // node's plan, Endpoint.DPUReady) says its representor is attached.
 //
-//	dp := dpuhost.New(dpuhost.Options{VFs: table, Logger: log})
+//	dp, err := dpuhost.New(dpuhost.Options{VFs: table, StateFile: "/var/lib/skiff-agent/dpuhost-vfs.json", Logger: log})
 //	out, err := dp.Plumb(ctx, req) // the VF into req.NetNS as req.IfName
 //	dp.Apply(p)                    // takes the DPU's reports from p
 //	ok, why := dp.Ready("pod-a")
@@ -57,7 +57,12 @@ type Options struct {
 	// HostNS is the namespace VFs live in when no pod holds them (a
 	// path; "" is the caller's, the host's on a node).
 	HostNS string
-	Logger *slog.Logger
+	// StateFile, when set, keeps where each VF was put (pod namespace
+	// and interface name) across agent restarts, so that a VF
+	// re-created by a reset of its PF (a DPU reboot) is moved back into
+	// its pod even by an agent started after the reset.
+	StateFile string
+	Logger    *slog.Logger
 }
 
 // Datapath is the dpu-host datapath. Safe for concurrent use.
@@ -73,18 +78,27 @@ type Datapath struct {
 	mu     sync.Mutex
 	why    map[string]string // endpoint -> "" when its DPU reports it attached, else why not
 	writes int
+	// put is where each plumbed VF went (restore.go), saved in state.
+	put   map[string]placement
+	state string
 }
 
-// New returns a dpu-host datapath.
-func New(o Options) *Datapath {
-	d := &Datapath{vfs: o.VFs, links: o.Links, host: o.HostNS, log: o.Logger, why: map[string]string{}}
+// New returns a dpu-host datapath, with the placements of o.StateFile
+// when it is set (an error names the file and what is wrong in it).
+func New(o Options) (*Datapath, error) {
+	d := &Datapath{vfs: o.VFs, links: o.Links, host: o.HostNS, log: o.Logger, why: map[string]string{}, state: o.StateFile}
 	if d.links == nil {
 		d.links = nl.Netdevs{}
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
-	return d
+	put, err := loadPlacements(o.StateFile)
+	if err != nil {
+		return nil, fmt.Errorf("dpu-host datapath: %w", err)
+	}
+	d.put = put
+	return d, nil
 }
 
 // markPrefix starts the alias of a VF netdev this datapath moved: it
@@ -103,9 +117,10 @@ func (d *Datapath) Kinds() []string { return []string{plan.KindVF} }
 
 // Apply implements datapath.Datapath: the host has nothing to forward;
 // it takes each local endpoint's readiness from its DPU's report in p,
-// and gives back to the host, under their names and unmarked, VFs the
+// gives back to the host, under their names and unmarked, VFs the
 // kernel returned from destroyed pod namespaces (still marked, perhaps
-// renamed).
+// renamed), and moves VFs re-created by a reset of their PF back into
+// their pods where the pods still exist (restore.go).
 func (d *Datapath) Apply(p plan.Plan) error {
 	why := map[string]string{}
 	for name, e := range p.Local {
@@ -123,7 +138,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	d.mu.Lock()
 	d.why = why
 	d.mu.Unlock()
-	return d.giveBack()
+	return errors.Join(d.giveBack(), d.restore(p))
 }
 
 // giveBack renames and unmarks the marked VFs in the host namespace: in
@@ -177,13 +192,23 @@ func (d *Datapath) Plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 	if req.NetNS == "" || req.IfName == "" {
 		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: a VF needs the pod's namespace and interface name", e.Name)
 	}
+	d.moves.Lock()
+	defer d.moves.Unlock()
+	out, err := d.plumb(ctx, req)
+	if err == nil {
+		err = d.placed(e.Name, placement{NetNS: req.NetNS, IfName: req.IfName, MTU: req.MTU, Home: out.HostIf})
+	}
+	return out, err
+}
+
+// plumb moves the VF into the pod; d.moves is held.
+func (d *Datapath) plumb(ctx context.Context, req datapath.PlumbRequest) (datapath.Plumbed, error) {
+	e := req.Endpoint
 	out := datapath.Plumbed{MTU: datapath.EndpointMTU(req.Network, req.MTU), Gateways: datapath.Gateways(e, req.Network)}
 	cfg := nl.LinkConfig{MAC: e.MAC, MTU: out.MTU, Addrs: e.IPs}
 	for _, g := range out.Gateways {
 		cfg.Routes = append(cfg.Routes, nl.LinkRoute{Gw: g})
 	}
-	d.moves.Lock()
-	defer d.moves.Unlock()
 	if l, err := d.links.Get(req.NetNS, req.IfName); err == nil {
 		if ep, home, ok := parseMark(l.Alias); ok && ep == e.Name {
 			out.HostIf = home
@@ -241,6 +266,14 @@ func (d *Datapath) Plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error {
 	d.moves.Lock()
 	defer d.moves.Unlock()
+	if err := d.unplumb(req); err != nil {
+		return err
+	}
+	return d.placed(req.Endpoint.Name, placement{})
+}
+
+// unplumb brings the VF home; d.moves is held.
+func (d *Datapath) unplumb(req datapath.UnplumbRequest) error {
 	name := req.Endpoint.Name
 	if req.NetNS != "" {
 		devs, err := d.links.List(req.NetNS)

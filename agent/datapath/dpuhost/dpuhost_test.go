@@ -23,7 +23,7 @@ func TestPlumbUnplumb(t *testing.T) {
 	host, pod := testns.New(t), testns.New(t)
 	testns.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "vf0"}}}
-	d := New(Options{VFs: tab, HostNS: testns.Path(host)})
+	d := mustNew(t, Options{VFs: tab, HostNS: testns.Path(host)})
 	ep := plan.Endpoint{Name: "pod-a", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0a",
 		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, PF: "0000:03:00.0", VFIndex: 0}
 	netw := plan.Network{Name: "blue", VNI: 100, MTU: 1400, Subnets: []plan.Subnet{{Name: "s", Network: "blue",
@@ -101,7 +101,7 @@ func TestApplyGivesBackStrandedVFs(t *testing.T) {
 	testns.Run(t, host, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "other")
 	testns.Run(t, host, "ip", "link", "set", "eth0", "alias", "skiff:dpuvf ep=pod-a home=vf3")
 	testns.Run(t, host, "ip", "link", "set", "other", "alias", "not skiff's")
-	d := New(Options{VFs: &vftable.Table{}, HostNS: testns.Path(host)})
+	d := mustNew(t, Options{VFs: &vftable.Table{}, HostNS: testns.Path(host)})
 	for range 2 {
 		if err := d.Apply(plan.New("h1")); err != nil {
 			t.Fatal(err)
@@ -113,4 +113,13 @@ func TestApplyGivesBackStrandedVFs(t *testing.T) {
 	if out := testns.Run(t, host, "ip", "-o", "link", "show", "other"); !strings.Contains(out, "not skiff's") {
 		t.Errorf("a link that is not Skiff's was touched: %s", out)
 	}
+}
+
+func mustNew(t *testing.T, o Options) *Datapath {
+	t.Helper()
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
