@@ -131,15 +131,20 @@ func KernelRelease() (string, error) {
 }
 
 // ChooseMode decides the agent mode from the --mode flag and the node's
-// capabilities: "software" is always possible; "auto" picks offload when the
-// node has an eswitch in switchdev mode and software otherwise; "offload"
-// requires such an eswitch.
+// capabilities: "software" is always possible; "auto" picks dpu on a DPU's
+// Arm side (discovery found representors of an external host), offload
+// when the node has an eswitch in switchdev mode, and software otherwise;
+// "offload" requires such an eswitch. "dpu" and "dpu-host" are taken when
+// asked (a test bench runs them without a DPU).
 func ChooseMode(flag string, caps *skiffv1.NodeCapabilities) (string, error) {
 	offload := slices.Contains(caps.GetModes(), ModeOffload)
 	switch flag {
 	case ModeSoftware:
 		return ModeSoftware, nil
 	case ModeAuto, "":
+		if slices.Contains(caps.GetModes(), ModeDPU) {
+			return ModeDPU, nil
+		}
 		if offload {
 			return ModeOffload, nil
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,11 +18,13 @@ import (
 // host kernel (the DPU agent on the software datapath; the offload one
 // runs in the kernel VM, test/kernelvm/dpuvm): 250 VF pods on the
 // dpu-host node, then the DPU "reboots" (its agent killed, every object
-// of its namespace gone: bridge, VXLAN device, nftables, each
-// representor stand-in given its own name back, unmarked and down) and
-// its agent starts again on its state directory. Measured: from that
-// start to all 250 representors adopted and on the network's bridge, and
-// to the agent's first whole apply. Run (root):
+// of its namespace gone: bridge, VXLAN device, nftables; the host's VFs
+// destroyed in the pods with their representors, and re-created in the
+// host) and its agent starts again on its state directory. Measured:
+// from the VFs' re-creation to all 250 back in their pods (the dpu-host
+// agent's doing), and from the DPU agent's start to all 250
+// representors adopted and on the network's bridge, and to its first
+// whole apply. Run (root):
 //
 //	go test -run '^$' -bench DPUReboot250 -benchtime 1x -timeout 30m ./test/e2e/
 func BenchmarkDPUReboot250(b *testing.B) {
@@ -86,21 +89,21 @@ func benchDPUReboot(b testing.TB, pods int) {
 		b.Fatalf("%d representors on the bridge before the reboot, want %d", n, pods)
 	}
 
-	// The reboot: the agent killed, every object of the DPU gone.
+	// The reboot: the agent killed, every object of the DPU gone, and
+	// the host's VFs re-created (the PF reset destroys each VF netdev,
+	// in its pod, with its representor, and makes a new one in the
+	// host). The host's agent keeps running.
 	stop(d1.agent)
 	batch.Reset()
+	for i := range pods {
+		testns.Run(b, podNS[i], "ip", "link", "del", "eth0")
+	}
 	for _, l := range strings.Split(testns.Run(b, d1.ns, "ip", "-o", "link", "show"), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 2 {
 			continue
 		}
-		name := strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0]
-		_, rest, marked := strings.Cut(l, "skiff:rep ep=")
-		switch {
-		case marked:
-			home := strings.Fields(strings.SplitN(rest, "home=", 2)[1])[0]
-			fmt.Fprintf(&batch, "link set dev %s down nomaster\nlink set dev %s name %s\nlink set dev %s alias \"\"\n", name, name, home, home)
-		case strings.HasPrefix(name, "sk"):
+		if name := strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0]; strings.HasPrefix(name, "sk") {
 			fmt.Fprintf(&batch, "link del dev %s\n", name)
 		}
 	}
@@ -112,6 +115,30 @@ func benchDPUReboot(b testing.TB, pods int) {
 	if out := testns.Run(b, d1.ns, "ip", "-o", "link", "show"); strings.Contains(out, "skiff:") {
 		b.Fatalf("Skiff's objects survived the reboot:\n%s", out)
 	}
+	batch.Reset()
+	for i := range pods {
+		fmt.Fprintf(&batch, "link add vf%d type veth peer name rep%d netns %s\n", i, i, d1.ns)
+	}
+	recreated := time.Now()
+	ipBatch(b, h1.ns, batch.String())
+	// The dpu-host agent logs each VF it moves back; the time is its
+	// last such line's.
+	var moved time.Duration
+	for moved == 0 {
+		if time.Since(recreated) > 5*time.Minute {
+			b.Fatalf("after 5 min: %d of %d VFs moved back into their pods", len(movedBack(b, h1.log)), pods)
+		}
+		if at := movedBack(b, h1.log); len(at) == pods {
+			moved = slices.MaxFunc(at, time.Time.Compare).Sub(recreated)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range pods {
+		if out := testns.Run(b, podNS[i], "ip", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, " inet ") {
+			b.Fatalf("pod %d's re-created VF has no address: %s", i, out)
+		}
+	}
+	b.Logf("host VFs re-created -> all %d moved back into their pods by the dpu-host agent: %v", pods, moved.Round(time.Millisecond))
 	booted := time.Now()
 	c.startAgent("d1")
 	var replumbed, applied time.Duration
@@ -134,6 +161,7 @@ func benchDPUReboot(b testing.TB, pods int) {
 	if bb, ok := b.(*testing.B); ok {
 		bb.ReportMetric(float64(replumbed.Milliseconds()), "replumb-ms")
 		bb.ReportMetric(float64(applied.Milliseconds()), "applied-ms")
+		bb.ReportMetric(float64(moved.Milliseconds()), "vfs-back-ms")
 	}
 	for _, i := range []int{0, pods - 1} {
 		testns.Run(b, podNS[i], "ping", "-c", "1", "-W", "2", peerIP)
@@ -148,4 +176,26 @@ func ipBatch(t testing.TB, ns, cmds string) {
 		t.Fatal(err)
 	}
 	testns.Run(t, ns, "ip", "-batch", f)
+}
+
+// movedBack gives the times of the "VF re-created" lines of an agent's log.
+func movedBack(t testing.TB, log string) []time.Time {
+	t.Helper()
+	b, _ := os.ReadFile(log)
+	var out []time.Time
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.Contains(l, "VF re-created: moved back into its pod") {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "time=") {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+		if err != nil {
+			t.Fatalf("agent log line %q: %v", l, err)
+		}
+		out = append(out, at)
+	}
+	return out
 }
