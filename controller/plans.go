@@ -54,7 +54,7 @@ func plannerState(st *store.State, log *slog.Logger) planner.State {
 	for _, n := range st.Namespaces {
 		out.Namespaces = append(out.Namespaces, planner.NamespaceLabels{Name: n.Name, Labels: n.Labels})
 	}
-	out.Connected = st.Connected
+	out.Connected, out.Away = st.Connected, st.Away
 	for _, r := range st.DPUReady {
 		out.DPUReady = append(out.DPUReady, endpointReady(r))
 	}

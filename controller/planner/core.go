@@ -38,9 +38,11 @@ type State struct {
 	Policies   []policy.Policy
 	Namespaces []NamespaceLabels
 	// Connected: the nodes whose agent holds a plan stream, with the
-	// time it connected. DPUReady: DPUs' reports on their hosts'
-	// endpoints.
+	// time it connected. Away: nodes whose agent's last stream ended,
+	// with the time it did (ignored for a connected node). DPUReady:
+	// DPUs' reports on their hosts' endpoints.
 	Connected map[string]time.Time
+	Away      map[string]time.Time
 	DPUReady  []EndpointReady
 }
 
@@ -216,6 +218,9 @@ func (p *Planner) Load(rev int64, s State) {
 	}
 	for _, n := range s.Nodes {
 		p.setNode(n.Name, n, false)
+	}
+	for n, since := range s.Away {
+		p.status[n] = NodeStatus{Node: n, Since: since}
 	}
 	for n, since := range s.Connected {
 		p.status[n] = NodeStatus{Node: n, Connected: true, Since: since}

@@ -77,3 +77,25 @@ func TestDPUNeverRegistered(t *testing.T) {
 		t.Errorf("DPU status %+v", st)
 	}
 }
+
+// A controller loading its state while a host's DPU is away knows since
+// when, from the store (State.Away); a connected node's away time is
+// ignored.
+func TestDPUAwayLoaded(t *testing.T) {
+	h := node("h", 1)
+	h.Mode, h.DPU = plan.ModeDPUHost, "d"
+	h2 := node("h2", 3)
+	h2.Mode, h2.DPU = plan.ModeDPUHost, "d2"
+	d, d2 := node("d", 2), node("d2", 4)
+	d.Mode, d2.Mode = plan.ModeDPU, plan.ModeDPU
+	away, back := time.Unix(2000, 0), time.Unix(3000, 0)
+	p := newPlanner()
+	p.Load(1, State{Nodes: []plan.Node{h, d, h2, d2}, Away: map[string]time.Time{"d": away, "d2": away},
+		Connected: map[string]time.Time{"d2": back}})
+	if st := p.Plan("h").DPU; st != (plan.DPUStatus{Node: "d", Registered: true, Since: away}) {
+		t.Errorf("h's DPU away since the load: %+v", st)
+	}
+	if st := p.Plan("h2").DPU; st != (plan.DPUStatus{Node: "d2", Registered: true, Connected: true, Since: back}) {
+		t.Errorf("h2's DPU connected: %+v", st)
+	}
+}

@@ -153,16 +153,18 @@ func sameReport(stored []byte, r *skiffv1.DPUEndpointReport) bool {
 	return err == nil && proto.Equal(cur, r)
 }
 
-// connectedSince returns the nodes whose agent held a session at store
-// revision rev, with the time each connected.
-func (s *Store) connectedSince(ctx context.Context, rev int64) (map[string]time.Time, error) {
+// timesOf returns the times kept per node under kind ("status": the
+// nodes whose agent held a session at store revision rev, with the time
+// each connected; "away": when each one's last session ended). A time
+// that does not parse is zero (unknown).
+func (s *Store) timesOf(ctx context.Context, kind string, rev int64) (map[string]time.Time, error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
-	resp, err := s.cli.Get(ctx, s.k("status")+"/", opts...)
+	resp, err := s.cli.Get(ctx, s.k(kind)+"/", opts...)
 	if err != nil {
-		return nil, fmt.Errorf("store: node status at %d: %w", rev, err)
+		return nil, fmt.Errorf("store: node %s at %d: %w", kind, rev, err)
 	}
 	out := map[string]time.Time{}
 	for _, kv := range resp.Kvs {

@@ -88,6 +88,7 @@ func (s *Store) macKey(net, mac string) string { return s.k("macalloc", net, mac
 func (s *Store) nodeKey(n string) string       { return s.k("nodes", n) }
 func (s *Store) vtepKey(a string) string       { return s.k("vtep", a) }
 func (s *Store) statusKey(n string) string     { return s.k("status", n) }
+func (s *Store) awayKey(n string) string       { return s.k("away", n) }
 
 func notExist(key string) clientv3.Cmp { return clientv3.Compare(clientv3.CreateRevision(key), "=", 0) }
 func modRev(key string, r int64) clientv3.Cmp {

@@ -24,8 +24,11 @@ type State struct {
 	Policies   []*skiffv1.Policy
 	Namespaces []*skiffv1.Namespace
 	// Connected: the nodes whose agent held a session, with the time it
-	// connected; DPUReady: the DPUs' reports on their hosts' endpoints.
+	// connected; Away: nodes whose agent's last session ended, with the
+	// time it did (MarkConnected); DPUReady: the DPUs' reports on their
+	// hosts' endpoints.
 	Connected map[string]time.Time
+	Away      map[string]time.Time
 	DPUReady  []*skiffv1.DPUEndpointReport
 }
 
@@ -72,7 +75,10 @@ func (s *Store) ReadState(ctx context.Context, rev int64) (*State, error) {
 	if st.DPUReady, err = list[skiffv1.DPUEndpointReport](ctx, s, s.k("dpuready")+"/", st.Revision, func(*skiffv1.DPUEndpointReport, int64) {}); err != nil {
 		return nil, wrap(err)
 	}
-	if st.Connected, err = s.connectedSince(ctx, st.Revision); err != nil {
+	if st.Connected, err = s.timesOf(ctx, "status", st.Revision); err != nil {
+		return nil, wrap(err)
+	}
+	if st.Away, err = s.timesOf(ctx, "away", st.Revision); err != nil {
 		return nil, wrap(err)
 	}
 	return st, nil
