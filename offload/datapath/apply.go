@@ -161,9 +161,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		errs = append(errs, err)
 	}
 	d.mu.Lock()
-	d.states, d.devs, d.rules = states, devs, rules
+	d.states, d.devs, d.rules, d.fwdAt = states, devs, rules, nil
 	if polErr == nil {
-		d.polRules, d.polStates = polRules, polStates
+		d.polRules, d.polStates, d.polAt = polRules, polStates, nil
 	}
 	d.mu.Unlock()
 	d.gate.Done(start)
