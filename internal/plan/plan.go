@@ -159,9 +159,14 @@ func (p *Plan) Follow(d Delta) error {
 
 // Since returns the deltas of Recent that lead from the plan at
 // revision rev to p, oldest first; false when Recent does not reach back
-// to rev without a gap (empty and true when p is at rev and rev is not 0).
+// to rev without a gap (empty and true when p is at rev and rev is not
+// 0, unless the last delta changed p without changing its revision:
+// then the plans at rev are not one).
 func (p Plan) Since(rev int64) ([]Delta, bool) {
 	if rev == 0 {
+		return nil, false
+	}
+	if n := len(p.Recent); n > 0 && p.Recent[n-1].From == p.Recent[n-1].Revision && !p.Recent[n-1].Empty() {
 		return nil, false
 	}
 	if p.Revision == rev {

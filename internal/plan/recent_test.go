@@ -38,6 +38,15 @@ func TestFollowSince(t *testing.T) {
 	if err := p.Follow(Delta{Node: "n1", From: 1, Revision: 99}); err == nil {
 		t.Error("Follow of a delta from another revision")
 	}
+	// A delta that changes the plan at its own revision: the plans at
+	// that revision are not one.
+	same := p.Clone()
+	if err := same.Follow(Delta{Node: "n1", From: same.Revision, Revision: same.Revision, UpsertRemote: []Remote{{Name: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := same.Since(same.Revision); ok {
+		t.Error("Since(own revision) after a delta that kept the revision")
+	}
 	q := New("n1")
 	q.Revision = 7
 	if _, ok := q.Since(6); ok {
