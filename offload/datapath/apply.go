@@ -79,6 +79,10 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// What reps and targets were made from: links that came after it
+	// (a pod's interface plumbed while this Apply runs) are not in this
+	// Apply's rules, so it must not be what the next Apply compares with.
+	listed := byName
 	if len(gws) > 0 {
 		// New gateway ports must be known as devices below.
 		if byName, err = d.links(); err != nil {
@@ -180,7 +184,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// What an unchanged Apply compares with: links as they are now,
 		// if they differ from those this Apply worked with only by what
 		// it did itself (someone else's change: the next Apply looks).
-		if now, err := d.links(); err == nil && ownChanges(byName, now) {
+		if now, err := d.links(); err == nil && ownChanges(byName, now) && onlyGateways(listed, byName) {
 			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
 		}
 	}
@@ -208,6 +212,26 @@ func ownChanges(used, now map[string]nl.Link) bool {
 	}
 	for name := range used {
 		if _, ok := now[name]; !ok && name != VXLANName {
+			return false
+		}
+	}
+	return true
+}
+
+// onlyGateways reports whether the links after differ from those before
+// only in the networks' gateway pairs and the VXLAN device (Apply makes
+// and removes them between the two listings).
+func onlyGateways(before, after map[string]nl.Link) bool {
+	gw := func(name string) bool {
+		return name == VXLANName || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh")
+	}
+	for name, l := range after {
+		if b, ok := before[name]; !gw(name) && (!ok || b != l) {
+			return false
+		}
+	}
+	for name := range before {
+		if _, ok := after[name]; !ok && !gw(name) {
 			return false
 		}
 	}
