@@ -235,7 +235,9 @@ func (d *Datapath) PolicyRules() []flower.PolicyState {
 	now, err := d.pol.Read(devs, rules)
 	if err != nil {
 		d.log.Warn("reading policy rules", "err", err)
-		return states
+		// A copy: a group change swaps rules in d.polStates in place
+		// once d.op is let go.
+		return slices.Clone(states)
 	}
 	return now
 }
@@ -310,6 +312,9 @@ func (d *Datapath) Rules() map[string][]flower.State {
 			states = now
 		} else {
 			d.log.Warn("reading offload rules", "err", err)
+			// A copy: the next remote endpoint change swaps rules
+			// in d.states in place once d.op is let go.
+			states = slices.Clone(states)
 		}
 	}
 	d.op.Unlock()
