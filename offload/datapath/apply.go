@@ -40,9 +40,12 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) {
-		// Links and Skiff's filters are what the last Apply left: the
-		// plan's difference alone, where it can be made alone.
+	reps, targets := d.portsOf(p, byName)
+	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) &&
+		maps.Equal(reps, d.last.in.Reps) && maps.Equal(targets, d.last.in.Targets) {
+		// Links, ports and Skiff's filters are what the last Apply
+		// left: the plan's difference alone, where it can be made
+		// alone.
 		var err error
 		switch c := classify(d.last.plan, p); {
 		case c.same:
@@ -63,17 +66,6 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	d.last.valid = false
-	reps, targets := map[string]string{}, map[string]string{}
-	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
-		port, ok := d.opts.Representor(p.Local[name])
-		if _, exists := byName[port.Rep]; !ok || !exists {
-			continue
-		}
-		reps[name] = port.Rep
-		if _, exists := byName[port.Target]; port.Target != "" && exists {
-			targets[name] = port.Target
-		}
-	}
 	var errs []error
 	gws, err := d.gateways(p, reps, byName)
 	if err != nil {
@@ -189,6 +181,25 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	return errors.Join(append(errs, d.sweep(p, true)...)...)
+}
+
+// portsOf names, among the links byName, each local endpoint's
+// representor and the stand-in its traffic goes to instead (Port.Target),
+// by Options.Representor: what the rules are made for. An endpoint whose
+// representor is not there (yet) has neither.
+func (d *Datapath) portsOf(p plan.Plan, byName map[string]nl.Link) (reps, targets map[string]string) {
+	reps, targets = map[string]string{}, map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
+		port, ok := d.opts.Representor(p.Local[name])
+		if _, exists := byName[port.Rep]; !ok || !exists {
+			continue
+		}
+		reps[name] = port.Rep
+		if _, exists := byName[port.Target]; port.Target != "" && exists {
+			targets[name] = port.Target
+		}
+	}
+	return reps, targets
 }
 
 // ownChanges reports whether links now differ from those an Apply used
