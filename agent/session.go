@@ -164,7 +164,7 @@ func (a *Agent) accept(u *skiffv1.PlanUpdate) error {
 			return err
 		}
 		next = cur.Clone()
-		if err := next.Apply(d); err != nil {
+		if err := next.Follow(d); err != nil { // d kept in Recent: the datapath applies it alone
 			return err
 		}
 		if d.Empty() {

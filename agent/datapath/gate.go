@@ -4,10 +4,12 @@ import "sync"
 
 // PlumbGate keeps a datapath's Ready honest about time: an Apply that
 // began before an endpoint's latest Plumb saw the kernel as it was before
-// (perhaps an earlier interface of the same name, since deleted), so its
-// verdict on that endpoint does not count. A datapath calls Plumbing at the
-// start of Plumb, Begin at the start of Apply and Done when Apply has
-// recorded its verdicts, and asks Current before answering Ready.
+// (perhaps an earlier interface of the same name, since deleted), and so
+// did one that began while Plumb ran (before the interface existed: it
+// made no rules for it), so their verdicts on that endpoint do not count.
+// A datapath calls Plumbing at the start of Plumb and Plumbed at its end,
+// Begin at the start of Apply and Done when Apply has recorded its
+// verdicts, and asks Current before answering Ready.
 //
 // The zero value is ready to use. Its methods are safe for concurrent use.
 type PlumbGate struct {
@@ -27,6 +29,10 @@ func (g *PlumbGate) Plumbing(endpoint string) {
 	}
 	g.plumbed[endpoint] = g.seq
 }
+
+// Plumbed records that endpoint's Plumb has ended (whether or not it
+// succeeded): only an Apply that begins after this counts for it.
+func (g *PlumbGate) Plumbed(endpoint string) { g.Plumbing(endpoint) }
 
 // Begin marks the start of an Apply; pass what it returns to Done.
 func (g *PlumbGate) Begin() uint64 {

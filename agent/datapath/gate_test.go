@@ -36,6 +36,20 @@ func TestPlumbGate(t *testing.T) {
 	if !g.Current("a") {
 		t.Fatal("the later apply's verdict did not count")
 	}
+	// An apply that begins while the plumb runs (before the interface
+	// exists) does not count either; one that begins after it ended does.
+	g.Plumbing("a")
+	s5 := g.Begin()
+	g.Plumbed("a")
+	g.Done(s5)
+	if g.Current("a") {
+		t.Fatal("an apply that began during the plumb counted")
+	}
+	s6 := g.Begin()
+	g.Done(s6)
+	if !g.Current("a") {
+		t.Fatal("an apply that began after the plumb ended did not count")
+	}
 	if len(g.plumbed) != 0 {
 		t.Fatalf("plumbs seen by an apply are kept: %v", g.plumbed)
 	}

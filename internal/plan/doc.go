@@ -11,4 +11,10 @@
 //
 // Deltas compose: Merge(a, b) is one delta with the effect of a then b, which
 // is how a slow consumer's pending changes are coalesced.
+//
+// Follow is Apply that keeps the last MaxRecent deltas in the plan
+// (Recent); Since(rev) returns those that lead from revision rev, so that
+// a datapath that applied rev looks only at what they name. Revisions
+// are the controller's store revisions: one node's plan at one nonzero
+// revision is one state.
 package plan

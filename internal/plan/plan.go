@@ -135,6 +135,53 @@ type Plan struct {
 	Groups   map[string]AddressGroup
 	// DPU is a dpu-host node's DPU (zero on other nodes).
 	DPU DPUStatus
+	// Recent are the deltas that made this plan, oldest first, the last
+	// ending at Revision (Follow appends; at most MaxRecent): a datapath
+	// finds in them what changed since the revision it applied last
+	// without comparing whole plans. Not part of the state (Equal, Diff
+	// and the wire ignore them); empty when the plan was made otherwise.
+	Recent []Delta
+}
+
+// MaxRecent is how many deltas a plan keeps in Recent.
+const MaxRecent = 8
+
+// Follow is Apply that also records d in Recent (a new slice: clones
+// of p keep theirs).
+func (p *Plan) Follow(d Delta) error {
+	if err := p.Apply(d); err != nil {
+		return err
+	}
+	keep := p.Recent[max(0, len(p.Recent)-(MaxRecent-1)):]
+	p.Recent = append(slices.Clip(slices.Clone(keep)), d)
+	return nil
+}
+
+// Since returns the deltas of Recent that lead from the plan at
+// revision rev to p, oldest first; false when Recent does not reach back
+// to rev without a gap (empty and true when p is at rev and rev is not
+// 0, unless the last delta changed p without changing its revision:
+// then the plans at rev are not one).
+func (p Plan) Since(rev int64) ([]Delta, bool) {
+	if rev == 0 {
+		return nil, false
+	}
+	if n := len(p.Recent); n > 0 && p.Recent[n-1].From == p.Recent[n-1].Revision && !p.Recent[n-1].Empty() {
+		return nil, false
+	}
+	if p.Revision == rev {
+		return nil, true
+	}
+	for i := len(p.Recent) - 1; i >= 0; i-- {
+		d := p.Recent[i]
+		if d.Node != p.Node || (i == len(p.Recent)-1 && d.Revision != p.Revision) || (i < len(p.Recent)-1 && d.Revision != p.Recent[i+1].From) {
+			return nil, false
+		}
+		if d.From == rev {
+			return p.Recent[i:], true
+		}
+	}
+	return nil, false
 }
 
 // Delta turns the plan at From into the plan at Revision.

@@ -40,9 +40,12 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) {
-		// Links and Skiff's filters are what the last Apply left: the
-		// plan's difference alone, where it can be made alone.
+	reps, targets := d.portsOf(p, byName)
+	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) &&
+		maps.Equal(reps, d.last.in.Reps) && maps.Equal(targets, d.last.in.Targets) {
+		// Links, ports and Skiff's filters are what the last Apply
+		// left: the plan's difference alone, where it can be made
+		// alone.
 		var err error
 		switch c := classify(d.last.plan, p); {
 		case c.same:
@@ -63,22 +66,15 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	d.last.valid = false
-	reps, targets := map[string]string{}, map[string]string{}
-	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
-		port, ok := d.opts.Representor(p.Local[name])
-		if _, exists := byName[port.Rep]; !ok || !exists {
-			continue
-		}
-		reps[name] = port.Rep
-		if _, exists := byName[port.Target]; port.Target != "" && exists {
-			targets[name] = port.Target
-		}
-	}
 	var errs []error
 	gws, err := d.gateways(p, reps, byName)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// What reps and targets were made from: links that came after it
+	// (a pod's interface plumbed while this Apply runs) are not in this
+	// Apply's rules, so it must not be what the next Apply compares with.
+	listed := byName
 	if len(gws) > 0 {
 		// New gateway ports must be known as devices below.
 		if byName, err = d.links(); err != nil {
@@ -161,9 +157,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		errs = append(errs, err)
 	}
 	d.mu.Lock()
-	d.states, d.devs, d.rules = states, devs, rules
+	d.states, d.devs, d.rules, d.fwdAt = states, devs, rules, nil
 	if polErr == nil {
-		d.polRules, d.polStates = polRules, polStates
+		d.polRules, d.polStates, d.polAt = polRules, polStates, nil
 	}
 	d.mu.Unlock()
 	d.gate.Done(start)
@@ -180,11 +176,30 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// What an unchanged Apply compares with: links as they are now,
 		// if they differ from those this Apply worked with only by what
 		// it did itself (someone else's change: the next Apply looks).
-		if now, err := d.links(); err == nil && ownChanges(byName, now) {
+		if now, err := d.links(); err == nil && ownChanges(byName, now) && onlyGateways(listed, byName) {
 			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
 		}
 	}
 	return errors.Join(append(errs, d.sweep(p, true)...)...)
+}
+
+// portsOf names, among the links byName, each local endpoint's
+// representor and the stand-in its traffic goes to instead (Port.Target),
+// by Options.Representor: what the rules are made for. An endpoint whose
+// representor is not there (yet) has neither.
+func (d *Datapath) portsOf(p plan.Plan, byName map[string]nl.Link) (reps, targets map[string]string) {
+	reps, targets = map[string]string{}, map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(p.Local)) {
+		port, ok := d.opts.Representor(p.Local[name])
+		if _, exists := byName[port.Rep]; !ok || !exists {
+			continue
+		}
+		reps[name] = port.Rep
+		if _, exists := byName[port.Target]; port.Target != "" && exists {
+			targets[name] = port.Target
+		}
+	}
+	return reps, targets
 }
 
 // ownChanges reports whether links now differ from those an Apply used
@@ -208,6 +223,26 @@ func ownChanges(used, now map[string]nl.Link) bool {
 	}
 	for name := range used {
 		if _, ok := now[name]; !ok && name != VXLANName {
+			return false
+		}
+	}
+	return true
+}
+
+// onlyGateways reports whether the links after differ from those before
+// only in the networks' gateway pairs and the VXLAN device (Apply makes
+// and removes them between the two listings).
+func onlyGateways(before, after map[string]nl.Link) bool {
+	gw := func(name string) bool {
+		return name == VXLANName || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh")
+	}
+	for name, l := range after {
+		if b, ok := before[name]; !gw(name) && (!ok || b != l) {
+			return false
+		}
+	}
+	for name := range before {
+		if _, ok := after[name]; !ok && !gw(name) {
 			return false
 		}
 	}

@@ -101,10 +101,14 @@ type Datapath struct {
 	// The policy pipeline (chains 0-2) as last installed.
 	polRules  []flower.PolicyRule
 	polStates []flower.PolicyState
-	linkW     int // link writes
-	probes    int // neighbour resolutions asked for
-	drift     int // devices changed by someone else, seen
-	last      lastApply
+	// Positions of the rules above by place, for changes in place
+	// (swapRules); nil until a change needs them.
+	fwdAt  map[fwdPlace]int
+	polAt  map[polPlace]int
+	linkW  int // link writes
+	probes int // neighbour resolutions asked for
+	drift  int // devices changed by someone else, seen
+	last   lastApply
 }
 
 // New opens the netlink sockets of a datapath.
@@ -231,7 +235,9 @@ func (d *Datapath) PolicyRules() []flower.PolicyState {
 	now, err := d.pol.Read(devs, rules)
 	if err != nil {
 		d.log.Warn("reading policy rules", "err", err)
-		return states
+		// A copy: a group change swaps rules in d.polStates in place
+		// once d.op is let go.
+		return slices.Clone(states)
 	}
 	return now
 }
@@ -300,10 +306,15 @@ func (d *Datapath) Rules() map[string][]flower.State {
 	devs, rules, states := d.devs, d.rules, d.states
 	d.mu.Unlock()
 	if len(rules) > 0 {
-		if now, err := d.prog.Read(devs, rules); err == nil {
+		// By the cookies made when they were written: nothing compiled
+		// or hashed again.
+		if now, err := d.prog.Refresh(devs, states); err == nil {
 			states = now
 		} else {
 			d.log.Warn("reading offload rules", "err", err)
+			// A copy: the next remote endpoint change swaps rules
+			// in d.states in place once d.op is let go.
+			states = slices.Clone(states)
 		}
 	}
 	d.op.Unlock()

@@ -30,6 +30,8 @@ func (d *Datapath) Kinds() []string {
 // is refused and nothing is made (no veth instead).
 func (d *Datapath) Plumb(_ context.Context, req agentdp.PlumbRequest) (agentdp.Plumbed, error) {
 	e := req.Endpoint
+	// An Apply begun before the interface existed made no rules for it.
+	defer d.gate.Plumbed(e.Name)
 	switch e.Kind {
 	case plan.KindTap:
 		d.gate.Plumbing(e.Name)

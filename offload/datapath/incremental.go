@@ -21,8 +21,76 @@ type change struct {
 	joined, left []netip.Addr
 }
 
-// classify compares old and cur, each map once.
+// classify says how cur differs from old, the plan the last Apply
+// applied: by the deltas that made cur from old's revision when cur
+// keeps them (plan.Follow), looking only at what they name; else by
+// comparing each map once.
 func classify(old, cur plan.Plan) change {
+	if ds, ok := cur.Since(old.Revision); ok && old.Node == cur.Node {
+		if c, ok := classifyDeltas(old, cur, ds); ok {
+			return c
+		}
+	}
+	return compare(old, cur)
+}
+
+// classifyDeltas is classify by the deltas ds; false when they change
+// more than remote endpoints and groups (compare decides).
+func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
+	remotes, groups := map[string]bool{}, map[string]bool{}
+	for _, d := range ds {
+		if d.UnderlayIP != nil || len(d.UpsertNetworks)+len(d.RemoveNetworks)+len(d.UpsertLocal)+len(d.RemoveLocal)+
+			len(d.UpsertPolicies)+len(d.RemovePolicies) > 0 {
+			return change{}, false
+		}
+		for _, r := range d.UpsertRemote {
+			remotes[r.Name] = true
+		}
+		for _, n := range d.RemoveRemote {
+			remotes[n] = true
+		}
+		for _, g := range d.UpsertGroups {
+			groups[g.Name] = true
+		}
+		for _, n := range d.RemoveGroups {
+			groups[n] = true
+		}
+	}
+	var c change
+	for n := range remotes {
+		o, was := old.Remote[n]
+		r, is := cur.Remote[n]
+		if was != is || (is && !o.Equal(r)) {
+			c.remotes = append(c.remotes, n)
+		}
+	}
+	slices.Sort(c.remotes)
+	var changed []string
+	for n := range groups {
+		o, was := old.Groups[n]
+		g, is := cur.Groups[n]
+		if was != is || (is && !o.Equal(g)) {
+			changed = append(changed, n)
+		}
+	}
+	switch {
+	case len(changed) == 0:
+		c.same = len(c.remotes) == 0
+	case len(c.remotes) > 0:
+		c.remotes = nil // both: no incremental way
+	case len(changed) == 1:
+		o, was := old.Groups[changed[0]]
+		g, is := cur.Groups[changed[0]]
+		if was && is && len(o.Members) > 0 && len(g.Members) > 0 {
+			c.group = changed[0]
+			c.joined, c.left = memberDiff(o.Members, g.Members)
+		}
+	}
+	return c, true
+}
+
+// compare is classify by comparing old and cur, each map once.
+func compare(old, cur plan.Plan) change {
 	var c change
 	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP ||
 		!maps.EqualFunc(old.Networks, cur.Networks, plan.Network.Equal) ||
@@ -59,22 +127,62 @@ func classify(old, cur plan.Plan) change {
 // the whole plan must be applied (and is, at once).
 var errDevices = errors.New("offload datapath: devices with rules changed")
 
-// without returns rules (and their states) less those same as one of
-// gone: a new list when it has any, else the same ones (appending to
-// them leaves the slices readers hold as they were).
-func without[R, S any](rules []R, states []S, gone []R, same func(a, b R) bool) ([]R, []S) {
-	if len(gone) == 0 {
-		return rules, states
-	}
-	nr := make([]R, 0, len(rules))
-	ns := make([]S, 0, len(rules))
-	for i, r := range rules {
-		if !slices.ContainsFunc(gone, func(g R) bool { return same(r, g) }) {
-			nr = append(nr, r)
-			ns = append(ns, states[i])
+// fwdPlace and polPlace are where a rule sits: its device and match
+// (two rules of one place cannot both be installed).
+type fwdPlace struct {
+	dev       string
+	prio, eth uint16
+	m         flower.Match
+}
+
+type polPlace struct {
+	dev   string
+	chain uint32
+	prio  uint16
+	m     flower.PolicyMatch
+}
+
+func fwdAt(r flower.Rule) fwdPlace { return fwdPlace{r.Dev, r.Prio, r.EthType, r.Match} }
+
+func polAt(r flower.PolicyRule) polPlace { return polPlace{r.Dev, r.Chain, r.Prio, r.Match} }
+
+// swapRules takes the rules at the places of gone out of *rules (and
+// their states out of *states) and puts add (with addStates) in, in
+// place: the cost follows the change, not the lists. at maps each place
+// to its position, made from *rules when nil. Callers hold d.mu and d.op
+// (readers that copied the lists hold d.op).
+func swapRules[K comparable, R, S any](rules *[]R, states *[]S, at *map[K]int, key func(R) K, gone, add []R, addStates []S) {
+	if *at == nil {
+		m := make(map[K]int, len(*rules))
+		for i, r := range *rules {
+			m[key(r)] = i
 		}
+		*at = m
 	}
-	return nr, ns
+	m, rs, ss := *at, *rules, *states
+	for _, g := range gone {
+		k := key(g)
+		i, ok := m[k]
+		if !ok {
+			continue
+		}
+		last := len(rs) - 1
+		if i != last {
+			rs[i], ss[i] = rs[last], ss[last]
+			m[key(rs[i])] = i
+		}
+		delete(m, k)
+		rs, ss = rs[:last], ss[:last]
+	}
+	for j, r := range add {
+		if i, ok := m[key(r)]; ok {
+			rs[i], ss[i] = r, addStates[j]
+			continue
+		}
+		m[key(r)] = len(rs)
+		rs, ss = append(rs, r), append(ss, addStates[j])
+	}
+	*rules, *states = rs, ss
 }
 
 // applyRemotes makes the change of the named remote endpoints, the only
@@ -93,7 +201,7 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
 	d.mu.Lock()
-	devs, rules, states := d.devs, d.rules, d.states
+	devs, rules := d.devs, d.rules
 	d.mu.Unlock()
 	if len(cur) > 0 && len(rules) == 0 {
 		return flower.ErrNotIncremental // the VXLAN device may be missing
@@ -108,12 +216,8 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	}
 	// The rule list of the last Apply, with the old rules of these
 	// remote endpoints out and their new ones in.
-	nr, ns := without(rules, states, old, func(a, b flower.Rule) bool {
-		return a.Prio == b.Prio && a.EthType == b.EthType && a.Match == b.Match && a.Dev == b.Dev
-	})
-	nr, ns = append(nr, cur...), append(ns, now...)
 	d.mu.Lock()
-	d.rules, d.states = nr, ns
+	swapRules(&d.rules, &d.states, &d.fwdAt, fwdAt, old, cur, now)
 	d.mu.Unlock()
 	for dev, n := range touched {
 		if (n == 0) != (d.prog.Installed(devs[dev].Index) == 0) {
@@ -161,24 +265,61 @@ func groupChange(old, cur map[string]plan.AddressGroup) (group string, joined, l
 			return "", nil, nil
 		}
 		group = n
-		was := make(map[netip.Addr]bool, len(o.Members))
-		for _, m := range o.Members {
-			was[m] = true
-		}
-		is := make(map[netip.Addr]bool, len(g.Members))
-		for _, m := range g.Members {
-			is[m] = true
-			if !was[m] {
-				joined = append(joined, m)
-			}
-		}
-		for _, m := range o.Members {
-			if !is[m] {
-				left = append(left, m)
-			}
-		}
+		joined, left = memberDiff(o.Members, g.Members)
 	}
 	return group, joined, left
+}
+
+// memberDiff returns the members of cur not in old (joined) and of old
+// not in cur (left), each once. The lists' common head and tail are
+// skipped first (a member joins at the end, or leaves from anywhere):
+// only what lies between is looked up in the whole lists.
+func memberDiff(old, cur []netip.Addr) (joined, left []netip.Addr) {
+	head := 0
+	for head < len(old) && head < len(cur) && old[head] == cur[head] {
+		head++
+	}
+	tail := 0
+	for tail < len(old)-head && tail < len(cur)-head && old[len(old)-1-tail] == cur[len(cur)-1-tail] {
+		tail++
+	}
+	om, cm := old[head:len(old)-tail], cur[head:len(cur)-tail]
+	if len(om)+len(cm) > 64 {
+		return setDiff(old, cur)
+	}
+	for _, m := range cm {
+		if !slices.Contains(old, m) && !slices.Contains(joined, m) {
+			joined = append(joined, m)
+		}
+	}
+	for _, m := range om {
+		if !slices.Contains(cur, m) && !slices.Contains(left, m) {
+			left = append(left, m)
+		}
+	}
+	return joined, left
+}
+
+// setDiff is memberDiff by sets.
+func setDiff(old, cur []netip.Addr) (joined, left []netip.Addr) {
+	was := make(map[netip.Addr]bool, len(old))
+	for _, m := range old {
+		was[m] = true
+	}
+	is := make(map[netip.Addr]bool, len(cur))
+	for _, m := range cur {
+		if !is[m] && !was[m] {
+			joined = append(joined, m)
+		}
+		is[m] = true
+	}
+	for _, m := range old {
+		if !is[m] {
+			left = append(left, m)
+			is[m] = true // once
+		}
+	}
+	return joined, left
 }
 
 // applyGroup makes the change of one address group's members, the only
@@ -188,7 +329,7 @@ func groupChange(old, cur map[string]plan.AddressGroup) (group string, joined, l
 func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Addr) error {
 	in := d.last.in
 	d.mu.Lock()
-	devs, fwd, rules, states := d.devs, d.rules, d.polRules, d.polStates
+	devs, fwd := d.devs, d.rules
 	d.mu.Unlock()
 	add, err := flower.MemberRules(p, in, fwd, group, joined)
 	if err != nil {
@@ -202,15 +343,12 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 	if err != nil {
 		return err
 	}
-	nr, ns := without(rules, states, remove, func(a, b flower.PolicyRule) bool {
-		return a.Prio == b.Prio && a.Chain == b.Chain && a.Match == b.Match && a.Dev == b.Dev
-	})
-	for _, s := range now {
-		nr = append(nr, s.Rule)
-		ns = append(ns, s)
+	added := make([]flower.PolicyRule, len(now))
+	for i, s := range now {
+		added[i] = s.Rule
 	}
 	d.mu.Lock()
-	d.polRules, d.polStates = nr, ns
+	swapRules(&d.polRules, &d.polStates, &d.polAt, polAt, remove, added, now)
 	d.mu.Unlock()
 	d.last.plan.Groups[group] = p.Groups[group]
 	d.last.plan.Revision = p.Revision

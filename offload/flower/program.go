@@ -53,6 +53,10 @@ type State struct {
 	Bytes   uint64
 	// Hardware counters, where the NIC reports them.
 	HWPackets, HWBytes uint64
+	// cookie is the rule's cookie as the programmer made it for the
+	// devices it was synced with: Refresh matches dumped filters by it
+	// without making it again.
+	cookie []byte
 }
 
 // Programmer installs rule sets with tc over netlink. It keeps a picture
@@ -190,19 +194,33 @@ func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLa
 // so never touched. top is the highest handle of any filter in the
 // chains read. The dump is terse: the cookie identifies a rule.
 func (p *Programmer) dump(dev Device) (out []installed, top uint32, err error) {
+	if c, ok := p.cache[dev.Index]; ok {
+		out = make([]installed, 0, len(c.byMatch)+len(c.other)) // about what comes
+	}
 	// Chain 0 too: forwarding rules of the layout before the policy
-	// pipeline sat there, and go.
-	fs, err := p.raw.dump(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry, ChainForward}, Terse: true})
+	// pipeline sat there, and go. Straight from the decoded filters: a
+	// counter read of 20,000 filters makes nothing else of them.
+	err = p.raw.c.DumpFunc(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry, ChainForward}, Terse: true}, func(f *tc.Filter) {
+		top = max(top, f.Handle)
+		if !skiffPrio(f.Prio) || len(f.Actions) == 0 {
+			return
+		}
+		var ck []byte
+		for _, a := range f.Actions {
+			if a.Cookie != nil {
+				ck = a.Cookie
+				break
+			}
+		}
+		if len(ck) != cookieLen || !bytes.HasPrefix(ck, []byte(magic)) || IsPolicyCookie(ck) {
+			return
+		}
+		st := f.Actions[0].Stats
+		out = append(out, installed{chain: f.Chain, handle: f.Handle, info: uint32(f.Prio)<<16 | uint32(htons(f.Proto)), cookie: ck, flags: f.Flags,
+			pk: st.Packets, by: st.Bytes, hwpk: st.HWPackets, hwby: st.HWBytes})
+	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
-	}
-	for _, f := range fs {
-		top = max(top, f.Handle)
-		if !skiffPrio(f.Rule.Prio) || len(f.Cookie) != cookieLen || !bytes.HasPrefix(f.Cookie, []byte(magic)) || IsPolicyCookie(f.Cookie) || len(f.Packets) == 0 {
-			continue
-		}
-		out = append(out, installed{chain: f.Rule.Chain, handle: f.Handle, info: f.Info, cookie: f.Cookie, flags: f.Flags,
-			pk: f.Packets[0], by: f.Bytes[0], hwpk: f.HWPackets[0], hwby: f.HWBytes[0]})
 	}
 	return out, top, nil
 }
@@ -363,6 +381,7 @@ func (p *Programmer) plan(devs map[string]Device, dev Device, c *fwdCache, r Rul
 	h, ok := c.byMatch[string(ck[4:10])]
 	if ok && bytes.Equal(h.cookie[10:], ck[10:]) {
 		st := p.state(r, dev, h)
+		st.cookie = ck
 		return change{}, &st, nil
 	}
 	kind, handle := tc.Add, h.handle
@@ -412,7 +431,7 @@ func (p *Programmer) install(dev Device, c *fwdCache, cs []change, rules []Rule,
 		}
 		f := cs[j].f
 		h := installed{chain: ChainForward, handle: f.Handle, info: uint32(f.Prio)<<16 | uint32(htons(f.Proto)), cookie: f.Actions[0].Cookie}
-		st := State{Rule: r, Handle: f.Handle, State: StateSoftware, Reason: dev.Reason}
+		st := State{Rule: r, Handle: f.Handle, State: StateSoftware, Reason: dev.Reason, cookie: h.cookie}
 		switch {
 		case o.inHW:
 			h.flags = flagInHW
@@ -455,7 +474,15 @@ func fill(rules []Rule, states []State) []State {
 // mixed into the hash of the whole rule, so that a rule pointing at a
 // device that was recreated (same name, new index) is replaced.
 func cookieFor(devs map[string]Device, r Rule) []byte {
-	all := []byte(r.String())
+	// One buffer: the match key, hashed, then the whole rule (String)
+	// and the targets' indexes after it.
+	var buf [256]byte
+	all := r.appendMatchKey(buf[:0])
+	mk := hashBytes(all)
+	for _, a := range r.Actions {
+		all = append(all, " action "...)
+		all = a.appendTo(all)
+	}
 	for _, a := range r.Actions {
 		if a.Dev != "" {
 			all = append(all, ' ')
@@ -464,46 +491,7 @@ func cookieFor(devs map[string]Device, r Rule) []byte {
 			all = strconv.AppendInt(all, int64(devs[a.Dev].Index), 10)
 		}
 	}
-	return cookie(r.MatchKey(), string(all))
-}
-
-// read puts the state of the rules at idx (all on dev), as dumped now,
-// into states.
-func (p *Programmer) read(dev Device, rules []Rule, cookies [][]byte, idx []int, states []State) error {
-	now, _, err := p.dump(dev)
-	if err != nil {
-		return err
-	}
-	got := map[string]installed{}
-	for _, h := range now {
-		if h.chain == ChainForward {
-			got[string(h.cookie[4:])] = h
-		}
-	}
-	for _, i := range idx {
-		if h, ok := got[string(cookies[i][4:])]; ok {
-			states[i] = p.state(rules[i], dev, h)
-		}
-	}
-	return nil
-}
-
-// Read returns the state and counters of rules as the kernel holds them
-// now; it writes nothing.
-func (p *Programmer) Read(devs map[string]Device, rules []Rule) ([]State, error) {
-	byDev, cookies := index(devs, rules)
-	states := make([]State, len(rules))
-	var errs []error
-	for name, idx := range byDev {
-		dev, ok := devs[name]
-		if !ok {
-			continue
-		}
-		if err := p.read(dev, rules, cookies, idx, states); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return fill(rules, states), errors.Join(errs...)
+	return cookieOf(mk, hashBytes(all))
 }
 
 func (p *Programmer) state(r Rule, dev Device, h installed) State {

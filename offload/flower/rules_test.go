@@ -1,8 +1,11 @@
 package flower
 
 import (
+	"bytes"
+	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -308,5 +311,32 @@ func TestCompileGateway(t *testing.T) {
 	in.Gateways["blue"] = Gateway{Port: "skh100", MAC: "bad", IPs: vteps("198.51.100.254")}
 	if _, err := Compile(p, in); err == nil || !strings.Contains(err.Error(), `gateways[blue].mac: "bad"`) {
 		t.Errorf("bad gateway MAC: %v", err)
+	}
+}
+
+// cookieFor makes, in one buffer, the cookie the programmer always made:
+// the hash of MatchKey, and that of String with the mirred targets'
+// indexes after it (installed filters keep their handles across an
+// upgrade).
+func TestCookieForUnchanged(t *testing.T) {
+	p, reps := base()
+	rs, err := Compile(p, Input{Reps: reps, VXLAN: "skvx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := map[string]Device{"skvx": {Name: "skvx", Index: 3}}
+	for i, rep := range slices.Sorted(maps.Values(reps)) {
+		devs[rep] = Device{Name: rep, Index: 10 + i}
+	}
+	for _, r := range rs {
+		all := r.String()
+		for _, a := range r.Actions {
+			if a.Dev != "" {
+				all += " " + a.Dev + "=" + strconv.Itoa(devs[a.Dev].Index)
+			}
+		}
+		if got, want := cookieFor(devs, r), cookie(r.MatchKey(), all); !bytes.Equal(got, want) {
+			t.Errorf("%s: cookie %x, want %x", r, got, want)
+		}
 	}
 }

@@ -196,7 +196,7 @@ cp /tmp/insmod.err /mnt/out/insmod.err
 dmesg > /mnt/out/dmesg.boot
 uname -r > /mnt/out/uname
 /usr/sbin/ip link set lo up
-export SKIFF_KERNELVM=1 TMPDIR=/tmp HOME=/tmp SKIFF_BIN=/mnt/skiffbin
+export SKIFF_KERNELVM=1 TMPDIR=/tmp HOME=/tmp SKIFF_BIN=/mnt/skiffbin SKIFF_KERNELVM_OUT=/mnt/out/files
 echo "KERNELVM-TESTS-START"
 for t in $(cat /mnt/tests.list); do
 	args=$(cat /mnt/args.$t 2>/dev/null)

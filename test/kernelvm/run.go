@@ -47,6 +47,10 @@ type Config struct {
 	// all packages when Verbose), and the console on a broken boot.
 	Output  io.Writer
 	Verbose bool
+	// Keep, when set, is a host directory that receives the files the
+	// tests wrote into $SKIFF_KERNELVM_OUT (such as CPU profiles), after
+	// the run.
+	Keep string
 }
 
 // PackageResult is what the guest reported for one package.
@@ -155,7 +159,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("kernelvm: %w", err)
 	}
 	defer os.RemoveAll(share)
-	for _, d := range []string{"bin", "out", "skiffbin"} {
+	for _, d := range []string{"bin", "out", "out/files", "skiffbin"} {
 		if err := os.Mkdir(filepath.Join(share, d), 0o755); err != nil {
 			return nil, fmt.Errorf("kernelvm: %w", err)
 		}
@@ -252,6 +256,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		return res, fmt.Errorf("kernelvm: %s (qemu: %v)", why, b.qemuErr)
 	}
+	if cfg.Keep != "" {
+		if err := keepFiles(filepath.Join(share, "out", "files"), cfg.Keep); err != nil {
+			return res, err
+		}
+	}
 	if b, _ := os.ReadFile(filepath.Join(share, "out", "uname")); len(b) > 0 {
 		res.Kernel = strings.TrimSpace(string(b))
 	}
@@ -322,7 +331,7 @@ func resetOut(share string) error {
 	if err := os.RemoveAll(out); err != nil {
 		return fmt.Errorf("kernelvm: %w", err)
 	}
-	if err := os.Mkdir(out, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(out, "files"), 0o755); err != nil {
 		return fmt.Errorf("kernelvm: %w", err)
 	}
 	return nil
@@ -367,4 +376,28 @@ func judge(pkg, base string) PackageResult {
 		pr.Err = errors.New("no test ran")
 	}
 	return pr
+}
+
+// keepFiles copies the regular files of dir into keep (made if missing).
+func keepFiles(dir, keep string) error {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("kernelvm: files the tests wrote: %w", err)
+	}
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		return fmt.Errorf("kernelvm: -keep: %w", err)
+	}
+	for _, e := range es {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return fmt.Errorf("kernelvm: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(keep, e.Name()), b, 0o644); err != nil {
+			return fmt.Errorf("kernelvm: -keep: %w", err)
+		}
+	}
+	return nil
 }

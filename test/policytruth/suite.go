@@ -161,24 +161,33 @@ func Run(t *testing.T, env Env, o Options) []*Pod {
 // that round, so a denied flow must be measured denied, and an allowed one
 // must get through at least once, after the policy was applied.
 func reprobe(pods []*Pod, o Options, want, got map[string]bool) {
+	type probe struct {
+		src, dst *Pod
+		pr       Probe
+		k        string
+	}
 	for range 2 {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
+		// The differing probes first, then measured: got is not read
+		// while the measurements write it.
+		var again []probe
 		for _, src := range pods {
 			for _, dst := range pods {
 				for _, pr := range o.Probes {
-					k := Key(src, dst, pr)
-					if src == dst || got[k] == want[k] {
-						continue
+					if k := Key(src, dst, pr); src != dst && got[k] != want[k] {
+						again = append(again, probe{src, dst, pr, k})
 					}
-					wg.Go(func() {
-						ok := Reach(src, dst, pr, o.Timeout)
-						mu.Lock()
-						got[k] = ok
-						mu.Unlock()
-					})
 				}
 			}
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, a := range again {
+			wg.Go(func() {
+				ok := Reach(a.src, a.dst, a.pr, o.Timeout)
+				mu.Lock()
+				got[a.k] = ok
+				mu.Unlock()
+			})
 		}
 		wg.Wait()
 	}

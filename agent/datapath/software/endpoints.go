@@ -24,6 +24,8 @@ func (d *Datapath) Kinds() []string { return []string{plan.KindVeth, plan.KindTa
 // network's bridge.
 func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath.Plumbed, error) {
 	e := req.Endpoint
+	// An Apply begun before the interface existed made no rules for it.
+	defer d.gate.Plumbed(e.Name)
 	switch e.Kind {
 	case plan.KindVeth:
 		d.gate.Plumbing(e.Name)

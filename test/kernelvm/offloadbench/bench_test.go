@@ -57,6 +57,7 @@ func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.
 	run(guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
 
 	p := plan.New("n1")
+	p.Revision = 1 // changes come as the agent makes them: follow
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
 	n := plan.Network{Name: "blue", VNI: 100, MTU: 1450}
 	for i := range 15 { // the kernel's action limit allows 15 VTEPs of broadcast fan-out
@@ -173,13 +174,13 @@ func TestScale(t *testing.T) {
 		change       func()
 		writes       int
 	}{
-		{"add one remote endpoint", "endpoint_add", func() { r := remote(endpoints); p.Remote[r.Name] = r }, 2},
+		{"add one remote endpoint", "endpoint_add", func() { follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{remote(endpoints)}}) }, 2},
 		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
 			r := p.Remote["r00042"]
 			r.VTEP = netip.MustParseAddr("203.0.113.200")
-			p.Remote[r.Name] = r
+			follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{r}})
 		}, 2},
-		{"delete one remote endpoint", "endpoint_delete", func() { delete(p.Remote, "r00007") }, 2},
+		{"delete one remote endpoint", "endpoint_delete", func() { follow(t, &p, plan.Delta{RemoveRemote: []string{"r00007"}}) }, 2},
 	} {
 		step.change()
 		w0, m0 = dp.Writes(), dp.TCMessages()
@@ -228,6 +229,26 @@ func TestScale(t *testing.T) {
 	figure("repair_ms", took)
 	figure("repair_tc_msgs", dp.TCMessages()-m0)
 
+	// Profiles (only when the VM run keeps files): the steps above again.
+	apply := func() {
+		if err := dp.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	profile(t, "reapply", 50, apply)
+	profile(t, "counters", 3, func() { dp.Rules() })
+	extra := remote(endpoints + 1)
+	profile(t, "endpoint", 20, func() {
+		follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{extra}})
+		apply()
+		r := p.Remote["r00042"]
+		r.VTEP = netip.AddrFrom4([4]byte{203, 0, 113, byte(201 + int(r.VTEP.As4()[3])%2)})
+		follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{r}})
+		apply()
+		follow(t, &p, plan.Delta{RemoveRemote: []string{extra.Name}})
+		apply()
+	})
+
 	// Reference: iproute2 installing the same representor rules with
 	// tc -batch (one process, one netlink socket) on another device: the
 	// forwarding rules in their chain and chain 0's filter to it, from
@@ -273,4 +294,17 @@ func TestScale(t *testing.T) {
 	show := time.Since(start)
 	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, show.Round(time.Millisecond), len(out))
 	figure("tc_show_ms", show)
+}
+
+// follow makes *p the plan at the next revision by d, as the agent does
+// with the controller's deltas (a clone, plan.Follow): the datapath finds
+// what changed in p.Recent.
+func follow(t testing.TB, p *plan.Plan, d plan.Delta) {
+	t.Helper()
+	q := p.Clone()
+	d.Node, d.From, d.Revision = p.Node, p.Revision, p.Revision+1
+	if err := q.Follow(d); err != nil {
+		t.Fatal(err)
+	}
+	*p = q
 }

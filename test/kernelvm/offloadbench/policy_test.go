@@ -211,6 +211,7 @@ func policyBench(t *testing.T, members int) {
 	}
 	group.Members = append(group.Members, netip.MustParseAddr(gatewayIP), netip.MustParseAddr(podIP["a"]))
 	pol.p.Groups["g"] = group
+	pol.p.Revision = 1 // from here on, changes come as the agent makes them: follow
 	pol.p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true, Ingress: []plan.PolicyRule{{
 		Peers: []plan.PolicyPeer{{Group: "g"}},
 		Ports: []plan.PolicyPort{{Protocol: "TCP", Port: portStream}, {Protocol: "TCP", Port: portConn}},
@@ -263,7 +264,7 @@ func policyBench(t *testing.T, members int) {
 	// b's rule for every member (the VXLAN device, the gateway's port).
 	grp := pol.p.Groups["g"]
 	grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
-	pol.p.Groups["g"] = grp
+	follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
 	w, took := pol.apply(t, "one member joins")
 	if wantW := ports * len(devicesWithGroup); w != wantW {
 		t.Fatalf("one member joining wrote %d times, want %d (%d ports x %v)", w, wantW, ports, devicesWithGroup)
@@ -282,7 +283,7 @@ func policyBench(t *testing.T, members int) {
 
 	// (c') It leaves again.
 	grp.Members = grp.Members[:len(grp.Members)-1]
-	pol.p.Groups["g"] = grp
+	follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
 	w, took = pol.apply(t, "one member leaves")
 	if wantW := ports * len(devicesWithGroup); w != wantW {
 		t.Fatalf("one member leaving wrote %d times, want %d", w, wantW)
@@ -297,6 +298,18 @@ func policyBench(t *testing.T, members int) {
 	figure("group_member_leave_ms"+g, took)
 	if members == groupSizes[len(groupSizes)-1] {
 		figure("group_member_leave_ms", took)
+	}
+
+	// Profile (only when the VM run keeps files): join and leave again.
+	if members == groupSizes[len(groupSizes)-1] {
+		profile(t, "group", 10, func() {
+			grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
+			follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+			pol.apply(t, "one member joins")
+			grp.Members = grp.Members[:len(grp.Members)-1]
+			follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+			pol.apply(t, "one member leaves")
+		})
 	}
 
 	// (e) Traffic to b from two members: pod a, whose representor holds

@@ -55,7 +55,8 @@ var probes = slices.Concat([]policytruth.Probe{{Proto: "TCP", Port: 80}, {Proto:
 type node struct {
 	name, ns, ip, sock, pf string
 	nsPath                 string
-	vfs                    int // VFs handed to pods so far
+	vfs                    int               // VFs handed to pods so far
+	hostIfs                map[string]string // pod -> its host side (the veth standing in for its VF)
 }
 
 type cluster struct {
@@ -143,6 +144,10 @@ func (c *cluster) env() policytruth.Env {
 				t.Fatalf("create %s on %s: %v", p.Name, n.name, err)
 			}
 			p.NetNS, p.IP = path, strings.Split(resp.IPs[0], "/")[0]
+			if n.hostIfs == nil {
+				n.hostIfs = map[string]string{}
+			}
+			n.hostIfs[p.Name] = resp.HostIf
 			t.Logf("pod %s/%s on %s: %s, host side %s", p.Namespace, p.Name, n.name, resp.IPs[0], resp.HostIf)
 		},
 		Apply: func(t *testing.T, doc string) {
@@ -217,8 +222,11 @@ func (c *cluster) afterCase(t *testing.T, cs policytruth.Case, _ []networkingv1.
 }
 
 // diagnose shows, for the first mismatches, the policy counters and the
-// policy filters (chains 0-2; chain 3 is forwarding) of every VF
-// representor's ingress, with their statistics.
+// filters (policy chains 0-2, forwarding chain 3) of every VF
+// representor's ingress, and those of every pod's host side (the veth
+// standing in for its VF: its one rule moves its traffic into the
+// representor), with their statistics and the links' state, so that a
+// pod found unreachable says why.
 func (c *cluster) diagnose() func(t *testing.T, what string) string {
 	shown := 0
 	return func(t *testing.T, what string) string {
@@ -226,14 +234,20 @@ func (c *cluster) diagnose() func(t *testing.T, what string) string {
 			return "(diagnostics shown for the first two mismatches)"
 		}
 		var b strings.Builder
+		show := func(n *node, args ...string) {
+			out, _ := exec.Command(guest.IP, append([]string{"netns", "exec", n.ns}, args...)...).CombinedOutput()
+			fmt.Fprintf(&b, "==== %s: %s\n%s\n", n.name, strings.Join(args, " "), out)
+		}
 		for _, name := range policytruth.Nodes {
 			n := c.nodes[name]
 			reps := guest.Representors(t, n.ns)
 			for _, port := range slices.Sorted(maps.Keys(reps)) {
-				for _, chain := range []string{"0", "1", "2"} {
-					out, _ := exec.Command(guest.IP, "netns", "exec", n.ns, guest.TC, "-s", "filter", "show", "dev", reps[port], "ingress", "chain", chain).CombinedOutput()
-					fmt.Fprintf(&b, "==== %s: tc -s filter show dev %s (%s) ingress chain %s\n%s\n", n.name, reps[port], port, chain, out)
-				}
+				show(n, guest.TC, "-s", "filter", "show", "dev", reps[port], "ingress")
+			}
+			for _, pod := range slices.Sorted(maps.Keys(n.hostIfs)) {
+				fmt.Fprintf(&b, "---- %s: pod %s's host side %s\n", n.name, pod, n.hostIfs[pod])
+				show(n, guest.TC, "-s", "filter", "show", "dev", n.hostIfs[pod], "ingress")
+				show(n, guest.IP, "-s", "-d", "link", "show", "dev", n.hostIfs[pod])
 			}
 		}
 		eps := c.endpoints(t)

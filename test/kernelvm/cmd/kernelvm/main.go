@@ -29,6 +29,7 @@ func run() int {
 	verbose := flag.Bool("v", false, "show the guest output of passing packages too")
 	short := flag.Bool("short", false, "run the tests in short mode (go test -short): long loops run a smaller count")
 	bins := flag.String("bins", strings.Join(kernelvm.DefaultBinaries, ","), "comma-separated main packages built statically into $SKIFF_BIN of the guest (empty: none)")
+	keep := flag.String("keep", "", "host directory receiving the files tests wrote into $SKIFF_KERNELVM_OUT (profiles)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: kernelvm [flags] PKG...")
@@ -39,7 +40,7 @@ func run() int {
 	defer stop()
 	cfg := kernelvm.Config{
 		CacheDir: *cache, Version: *version, Packages: flag.Args(), Timeout: *timeout,
-		Logger: log, Output: os.Stdout, Verbose: *verbose,
+		Logger: log, Output: os.Stdout, Verbose: *verbose, Keep: *keep,
 	}
 	for _, b := range strings.Split(*bins, ",") {
 		if b = strings.TrimSpace(b); b != "" {
