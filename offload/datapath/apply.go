@@ -79,6 +79,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if err := d.egress(p, gws); err != nil {
+		errs = append(errs, err)
+	}
 	if len(gws) > 0 {
 		// New gateway ports must be known as devices below.
 		if byName, err = d.links(); err != nil {
