@@ -124,7 +124,13 @@ func TestOffloadEgress(t *testing.T) {
 	// The overlay works in every network: the "cannot" checks below are
 	// about egress, not a broken network.
 	guest.WaitFor(t, "pods reach each other across the offload nodes", 30*time.Second, func() (bool, string) {
-		return pings("a", ips["b"]) && pings("t1", ips["t2"]) && pings("t2", ips["t1"]), diag()
+		var failed []string
+		for _, pr := range [][2]string{{"a", "b"}, {"t1", "t2"}, {"t2", "t1"}} {
+			if !pings(pr[0], ips[pr[1]]) {
+				failed = append(failed, pr[0]+"->"+pr[1])
+			}
+		}
+		return len(failed) == 0, fmt.Sprintf("no answer %v\n%s", failed, diag())
 	})
 
 	// snat: out, masqueraded to n1's address.
@@ -207,13 +213,17 @@ func seenFrom(t *testing.T, from, addr string) (string, error) {
 	return guest.SourceSeen("/run/netns/"+from, "/run/netns/skeginet", addr)
 }
 
-// diagnose renders n1's links, routes, filters with counters and its
-// nftables-relevant sysctls, and the internet's routes.
+// diagnose renders the nodes' links, routes, neighbours and filters with
+// counters, and the internet's addresses and routes.
 func diagnose(inet string) string {
 	var b strings.Builder
+	const ip, tc = guest.IP, guest.TC // busybox sh prefers its own applets
+	node := ip + " -br link; " + ip + " -br addr; " + ip + " route; " + ip + " neigh; for d in $(ls /sys/class/net); do " +
+		tc + " -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent|chain|ct|not_in_hw' ; done"
 	for _, x := range []struct{ ns, cmd string }{
-		{"skegn1", "ip -br link; ip -br addr; ip route; ip neigh; for d in $(ls /sys/class/net); do tc -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent|chain|ct' ; done"},
-		{inet, "ip -br addr; ip route"},
+		{"skegn1", node},
+		{"skegn2", node},
+		{inet, ip + " -br addr; " + ip + " route"},
 	} {
 		out, _ := exec.Command(ipBin, "netns", "exec", x.ns, "/bin/sh", "-c", x.cmd).CombinedOutput()
 		fmt.Fprintf(&b, "==== %s\n%s\n", x.ns, out)
