@@ -123,7 +123,7 @@ func TestOffloadEgress(t *testing.T) {
 
 	// The overlay works in every network: the "cannot" checks below are
 	// about egress, not a broken network.
-	guest.WaitFor(t, "pods reach each other across the offload nodes", 30*time.Second, func() (bool, string) {
+	guest.WaitFor(t, "pods reach each other across the offload nodes", 60*time.Second, func() (bool, string) {
 		var failed []string
 		for _, pr := range [][2]string{{"a", "b"}, {"t1", "t2"}, {"t2", "t1"}} {
 			if !pings(pr[0], ips[pr[1]]) {
