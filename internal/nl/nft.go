@@ -66,10 +66,13 @@ func ifname(s string) []byte {
 	return b
 }
 
-// BridgeEgress is one Skiff bridge (a network on this node), its
-// network's egress ("none" (or ""), "snat" or "routed") and the node's
-// host port on that network ("" when it has none): the host port counts
-// as the network's own, like its bridge.
+// BridgeEgress is the device through which a network on this node
+// meets the node's stack, its network's egress ("none" (or ""), "snat"
+// or "routed") and the node's host port on that network ("" when it has
+// none): the host port counts as the network's own, like the device.
+// Name is the network's bridge (skb<VNI>) on a software node, its
+// gateway (skg<VNI>, the node's end of the gateway's veth pair) on an
+// offload node.
 type BridgeEgress struct {
 	Name, Egress string
 	HostPort     string
@@ -87,8 +90,19 @@ const (
 )
 
 // Prefixes of the devices routed traffic may use to enter or leave a
-// network: its bridge and the node's host port.
-var skiffL3Prefixes = []string{"skb", "skn"}
+// network: its bridge and the node's host port (software nodes), its
+// gateway (offload nodes).
+var skiffL3Prefixes = []string{"skb", "skn", "skg"}
+
+// notSkiff matches an interface (key) that is none of Skiff's network
+// devices: outside the overlay.
+func notSkiff(key expr.MetaKey) []expr.Any {
+	var out []expr.Any
+	for _, p := range skiffL3Prefixes {
+		out = append(out, ifPrefix(key, p, true)...)
+	}
+	return out
+}
 
 type nftRule struct {
 	data  string // the rule's user data: what it is
@@ -164,12 +178,12 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 		case "", "none":
 			// Out of the overlay, and into it from outside.
 			out = append(out,
-				nftRule{data: "none:" + b.Name, exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name), ifPrefix(expr.MetaKeyOIFNAME, "skb", true), drop)},
-				nftRule{data: "in:" + b.Name, exprs: cat(ifPrefix(expr.MetaKeyIIFNAME, "skb", true), ifEq(expr.MetaKeyOIFNAME, b.Name), drop)})
+				nftRule{data: "none:" + b.Name, exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name), notSkiff(expr.MetaKeyOIFNAME), drop)},
+				nftRule{data: "in:" + b.Name, exprs: cat(notSkiff(expr.MetaKeyIIFNAME), ifEq(expr.MetaKeyOIFNAME, b.Name), drop)})
 		case "snat":
 			for _, from := range own {
 				out = append(out, nftRule{data: "snat:" + from, chain: NftEgressChain, exprs: cat(ifEq(expr.MetaKeyIIFNAME, from),
-					ifPrefix(expr.MetaKeyOIFNAME, "skb", true), ifPrefix(expr.MetaKeyOIFNAME, "skn", true), []expr.Any{&expr.Masq{}})})
+					notSkiff(expr.MetaKeyOIFNAME), []expr.Any{&expr.Masq{}})})
 			}
 		}
 	}
@@ -177,11 +191,12 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 }
 
 // SetIsolation makes the forward path drop what is routed from one of the
-// given bridges (or its host port) into another network's bridge or host
-// port ("skb" and "skn" prefixes): tenant networks stay apart even on a
-// node that forwards. Bridged traffic inside one network is untouched. A
-// bridge's egress decides what it may route out of the overlay (to any
-// interface that is not a Skiff bridge or host port): nothing for "none"
+// given devices (bridges or gateways, and host ports) into another
+// network's device ("skb", "skn" and "skg" prefixes): tenant networks
+// stay apart even on a node that forwards. Bridged traffic inside one
+// network is untouched. A device's egress decides what it may route out
+// of the overlay (to any interface that is not a Skiff bridge, host port
+// or gateway): nothing for "none"
 // (dropped, and nothing is routed into it from outside either),
 // everything for "routed", and everything masqueraded to the outgoing
 // interface's address for "snat" (a nat chain at postrouting). It writes

@@ -75,6 +75,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	// (a pod's interface plumbed while this Apply runs) are not in this
 	// Apply's rules, so it must not be what the next Apply compares with.
 	listed := byName
+	if err := d.egress(p, gws); err != nil {
+		errs = append(errs, err)
+	}
 	if len(gws) > 0 {
 		// New gateway ports must be known as devices below.
 		if byName, err = d.links(); err != nil {

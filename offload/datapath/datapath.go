@@ -82,6 +82,9 @@ type Datapath struct {
 	opts Options
 	log  *slog.Logger
 	k    nl.OffloadKernel
+	// fw holds the isolation and egress rules of the gateways (inet
+	// skiff), as on software nodes.
+	fw   *nl.Firewall
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
 	// Notifications of tc changes made by others.
@@ -156,8 +159,16 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
+	fw, err := nl.OpenFirewall(nl.Options{NetNS: o.NetNS})
+	if err != nil {
+		watch.Close()
+		pol.Close()
+		prog.Close()
+		k.Close()
+		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
 	watch.Ignore(prog.PortID(), pol.PortID())
-	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, watch: watch, ports: ports, vfs: vfs, mover: mover}, nil
+	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, ports: ports, vfs: vfs, mover: mover}, nil
 }
 
 // forget makes the programmers read again the devices someone else
@@ -195,6 +206,7 @@ func (d *Datapath) Drift() int {
 
 // Close releases the netlink sockets; kernel objects stay.
 func (d *Datapath) Close() {
+	d.fw.Close()
 	d.watch.Close()
 	d.pol.Close()
 	d.prog.Close()

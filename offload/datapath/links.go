@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 
@@ -148,9 +147,9 @@ func GatewayPortName(vni uint32) string { return fmt.Sprintf("skh%d", vni) }
 
 // gateways gives every network with a plumbed local endpoint and a subnet
 // gateway a veth pair holding the gateway addresses (and the network's
-// gateway MAC) in the node's stack, with forwarding off on it (the gateway
-// answers; it routes nothing), and removes the pairs of networks that
-// need none.
+// gateway MAC) in the node's stack, made with forwarding off (egress
+// turns it on for networks that route out), and removes the pairs of
+// networks that need none.
 func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[string]nl.Link) (map[string]flower.Gateway, error) {
 	out := map[string]flower.Gateway{}
 	want := map[string]bool{}
@@ -230,9 +229,10 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 			x.Alias = alias
 			byName[name] = x
 		}
-		// The gateway answers; it forwards nothing between networks.
-		if err := d.sysctl("/proc/sys/net/ipv4/conf/"+gw+"/forwarding", "0"); err != nil {
-			d.log.Warn("gateway forwarding stays on", "link", gw, "err", err)
+		// Off until egress says otherwise (a new device takes the
+		// node's default, on when the node forwards).
+		if err := d.gatewayForwarding(gw, false); err != nil {
+			return fmt.Errorf("forwarding off on %s: %w", gw, err)
 		}
 	}
 	for _, name := range []string{gw, port} {
@@ -269,10 +269,4 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 		}
 	}
 	return nil
-}
-
-// sysctl writes a /proc/sys/net file of the datapath's namespace (the
-// opener's namespace decides whose file it is).
-func (d *Datapath) sysctl(path, value string) error {
-	return nl.InNetNS(d.opts.NetNS, func() error { return os.WriteFile(path, []byte(value), 0o644) })
 }

@@ -170,14 +170,16 @@ rule 2500:	from all iif fv1 lookup 100`
 
 // nft renders the isolation rules expected for the given bridges, of
 // networks whose egress is none (the test networks'): nothing routed
-// into another bridge, out of the overlay or into it from outside.
+// into another network's bridge, host port or (offload) gateway, out of
+// the overlay or into it from outside.
 func nft(bridges ...string) string {
 	out := "nft type filter hook forward priority filter; policy accept;"
 	for _, b := range bridges {
 		out += fmt.Sprintf("\nnft iifname %q oifname \"skb*\" oifname != %q drop", b, b)
 		out += fmt.Sprintf("\nnft iifname %q oifname \"skn*\" oifname != %q drop", b, b)
-		out += fmt.Sprintf("\nnft iifname %q oifname != \"skb*\" drop", b)
-		out += fmt.Sprintf("\nnft iifname != \"skb*\" oifname %q drop", b)
+		out += fmt.Sprintf("\nnft iifname %q oifname \"skg*\" oifname != %q drop", b, b)
+		out += fmt.Sprintf("\nnft iifname %q oifname != \"skb*\" oifname != \"skn*\" oifname != \"skg*\" drop", b)
+		out += fmt.Sprintf("\nnft iifname != \"skb*\" iifname != \"skn*\" iifname != \"skg*\" oifname %q drop", b)
 	}
 	return out
 }
@@ -241,8 +243,10 @@ neigh skb200 192.0.2.3 06:c8:c0:00:02:03
 neigh skn200 203.0.113.7 02:00:00:00:00:02
 nft iifname "skb200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
 nft iifname "skb200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skb200" oifname "skg*" oifname != "skb200" oifname != "skn200" drop
 nft iifname "skn200" oifname "skb*" oifname != "skb200" oifname != "skn200" drop
 nft iifname "skn200" oifname "skn*" oifname != "skb200" oifname != "skn200" drop
+nft iifname "skn200" oifname "skg*" oifname != "skb200" oifname != "skn200" drop
 nft type filter hook prerouting priority raw; policy accept;
 nft iifname "skb200" @ll,0,48 0x6c8c0000201 notrack
 nft iifname "skb200" @ll,48,48 0x6c8c0000201 notrack
@@ -285,8 +289,8 @@ neigh skb200 203.0.113.7 02:00:00:00:00:02`)},
 		{"egress snat: masqueraded out, a host port", planWith([]plan.Network{redSNAT}, r2), lines(foreign, redDevs, red2, redHost, `
 nft type filter hook forward priority filter; policy accept;
 nft type nat hook postrouting priority srcnat; policy accept;
-nft iifname "skb200" oifname != "skb*" oifname != "skn*" masquerade
-nft iifname "skn200" oifname != "skb*" oifname != "skn*" masquerade`)},
+nft iifname "skb200" oifname != "skb*" oifname != "skn*" oifname != "skg*" masquerade
+nft iifname "skn200" oifname != "skb*" oifname != "skn*" oifname != "skg*" masquerade`)},
 		{"egress routed: out and in as they are, a host port", planWith([]plan.Network{redRouted}, r2), lines(foreign, redDevs, red2, redHost, `
 nft type filter hook forward priority filter; policy accept;`)},
 		{"routed, node 3 without a host port", planWith([]plan.Network{redRouted2}, r2), lines(foreign, redDevs, red2, without(redHost,

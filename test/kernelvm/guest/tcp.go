@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
 // TCPTransfer sends n bytes from a client in namespace from to a listener
@@ -40,4 +42,40 @@ func TCPTransfer(t testing.TB, from, to, ip string, n int) int {
 	}
 	c.Close()
 	return <-got
+}
+
+// SourceSeen connects over TCP from the namespace at path from to
+// addr:8080, served in the namespace at path to, and returns the source
+// address the server saw: what a NAT on the way made of the client's. An
+// error when the connection was not made within 3 s. Works on the host
+// too (root).
+func SourceSeen(from, to, addr string) (string, error) {
+	var l net.Listener
+	if err := nl.InNetNS(to, func() (err error) {
+		l, err = net.Listen("tcp", net.JoinHostPort(addr, "8080"))
+		return err
+	}); err != nil {
+		return "", err
+	}
+	defer l.Close()
+	seen := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			seen <- ""
+			return
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		c.Close()
+		seen <- host
+	}()
+	var c net.Conn
+	if err := nl.InNetNS(from, func() (err error) {
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(addr, "8080"), 3*time.Second)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	c.Close()
+	return <-seen, nil
 }

@@ -1,0 +1,82 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+// routesOut reports whether a network's egress lets its traffic be
+// routed out of the overlay by the node.
+func routesOut(egress string) bool {
+	return egress == plan.EgressSNAT || egress == plan.EgressRouted
+}
+
+// egress makes each network's gateway (gws, by network) route what the
+// network's egress allows, in the node's stack: the isolation and egress
+// rules of internal/nl's firewall (table inet skiff) name the gateways
+// (skg<VNI>), as they name the bridges on software nodes; then, when a
+// network routes out, IPv4 forwarding on the node (never set back), and
+// on each gateway forwarding on for snat and routed, off for none. The
+// rules go first: a gateway forwards only once they are in, and when
+// they cannot be written every gateway's forwarding is turned off.
+// Networks without a gateway here have nothing in the node's stack.
+func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway) error {
+	var devs []nl.BridgeEgress
+	forward := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(gws)) {
+		n := p.Networks[name]
+		gw := GatewayName(n.VNI)
+		devs = append(devs, nl.BridgeEgress{Name: gw, Egress: n.Egress})
+		forward[gw] = routesOut(n.Egress)
+	}
+	var errs []error
+	if err := d.fw.SetIsolation(devs); err != nil {
+		errs = append(errs, fmt.Errorf("offload datapath: egress rules: %w", err))
+		for gw := range forward {
+			forward[gw] = false
+		}
+	} else if slices.Contains(slices.Collect(maps.Values(forward)), true) {
+		// Replies come back through the underlay: the node routes.
+		if changed, err := d.fw.EnableIPv4Forwarding(); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
+		} else if changed {
+			d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
+		}
+	}
+	// After ip_forward, which sets every interface's forwarding.
+	for _, gw := range slices.Sorted(maps.Keys(forward)) {
+		if err := d.gatewayForwarding(gw, forward[gw]); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: forwarding on gateway %s: %w", gw, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// gatewayForwarding sets IPv4 forwarding on a gateway device, writing
+// only when it differs.
+func (d *Datapath) gatewayForwarding(gw string, on bool) error {
+	want := "0"
+	if on {
+		want = "1"
+	}
+	path := "/proc/sys/net/ipv4/conf/" + gw + "/forwarding"
+	return nl.InNetNS(d.opts.NetNS, func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(b)) == want {
+			return nil
+		}
+		d.write()
+		return os.WriteFile(path, []byte(want), 0o644)
+	})
+}

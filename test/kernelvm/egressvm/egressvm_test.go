@@ -1,0 +1,237 @@
+// Package egressvm shows a network's egress on offload nodes in the
+// kernel VM: the real controller and two agents in --mode offload (a
+// netdevsim eswitch in switchdev mode each, pods as veths standing in
+// for VFs), and a namespace standing for the internet on the underlay,
+// with no route back to pod addresses unless the test adds one.
+package egressvm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+)
+
+const ipBin = guest.IP
+
+func in(t testing.TB, ns string, args ...string) string { t.Helper(); return guest.In(t, ns, args...) }
+
+// Outside addresses, on the internet namespace's loopback.
+const (
+	denied  = "203.0.113.200" // excepted by the ipBlock policy below
+	allowed = "203.0.113.201"
+)
+
+// TestOffloadEgress: on offload nodes,
+//   - snat (network pods): a pod reaches the outside, which sees the
+//     node's underlay address; the node forwards, the gateway skg100
+//     forwards;
+//   - none (network tenant, the default): a pod cannot reach the outside
+//     even with a route back, the outside cannot reach it, and a snat
+//     pod cannot reach it (on its node or the other) while the tenant
+//     pods still reach each other across nodes;
+//   - routed (network flat): a pod's connection leaves with its own
+//     address (unanswered until the outside routes the subnet back);
+//   - a NetworkPolicy egress ipBlock still applies to a snat pod's
+//     traffic leaving the cluster (matched on the pod's own address, in
+//     the flower policy chains, before the node masquerades it).
+//
+// n2 has one pod: a second stand-in VF pod plumbed while the agent
+// applies was seen left with its stand-in veth down and its rules
+// pointing at the bare representor (a pre-existing race of the offload
+// datapath's stand-ins, not of egress; TestStandInPlumbedMidApply).
+func TestOffloadEgress(t *testing.T) {
+	guest.Require(t)
+	dir := t.TempDir()
+	guest.UnderlayBridge(t, "skegbr", "192.0.2.254/24")
+	ctlAddr := "192.0.2.254:7400"
+	ctl := guest.Ctl{T: t, Addr: ctlAddr}
+	guest.StartIn(t, "", "skiff-controller", "--listen", ctlAddr, "--data-dir", filepath.Join(dir, "etcd"))
+	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+		out, err := ctl.Run("get", "nodes")
+		return err == nil, out
+	})
+
+	// The internet: on the underlay, no route to any pod subnet.
+	inet := "skeginet"
+	guest.AddNetns(t, inet)
+	guest.Run(t, ipBin, "link", "add", "uinet", "type", "veth", "peer", "name", "eth0", "netns", inet)
+	guest.Run(t, ipBin, "link", "set", "uinet", "master", "skegbr", "up")
+	in(t, inet, ipBin, "addr", "add", "192.0.2.250/24", "dev", "eth0")
+	in(t, inet, ipBin, "link", "set", "eth0", "up")
+	for _, a := range []string{denied, allowed} {
+		in(t, inet, ipBin, "addr", "add", a+"/32", "dev", "lo")
+	}
+
+	pods := map[string][]string{ // node -> pods, in VF order
+		"n1": {"a", "t1", "r", "w"},
+		"n2": {"t2"}, // one VF pod: see TestOffloadEgress's comment
+	}
+	network := map[string]string{"a": "pods", "w": "pods", "t1": "tenant", "t2": "tenant", "r": "flat"}
+	socks, pfs := map[string]string{}, map[string]string{}
+	for i, name := range []string{"n1", "n2"} {
+		ns, ip := "skeg"+name, fmt.Sprintf("192.0.2.%d", i+1)
+		for _, p := range pods[name] {
+			guest.AddNetns(t, "skegp"+p) // before the agent: see offloadvm
+		}
+		guest.AddNetns(t, ns)
+		guest.Run(t, ipBin, "link", "add", "u"+name, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		guest.Run(t, ipBin, "link", "set", "u"+name, "master", "skegbr", "up")
+		in(t, ns, ipBin, "addr", "add", ip+"/24", "dev", "eth0")
+		in(t, ns, ipBin, "link", "set", "eth0", "up")
+		for _, a := range []string{denied, allowed} {
+			in(t, ns, ipBin, "route", "add", a+"/32", "via", "192.0.2.250")
+		}
+		pfs[name] = guest.SwitchdevEswitch(t, ns, 71+i, len(pods[name]))
+		socks[name] = filepath.Join(dir, name+".sock")
+		guest.StartIn(t, ns, "skiff-agent", "--controller", ctlAddr, "--node", name, "--underlay-ip", ip,
+			"--state-dir", filepath.Join(dir, name+".state"), "--socket", socks[name], "--mode", "offload")
+	}
+	guest.WaitFor(t, "two nodes registered", 60*time.Second, func() (bool, string) {
+		out, err := ctl.Run("get", "nodes", "-o", "json")
+		return err == nil && strings.Count(out, `"underlayIp"`) == 2, out
+	})
+	ctl.Must("network", "create", "pods", "--vni", "100", "--egress", "snat")
+	ctl.Must("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+	ctl.Must("network", "create", "tenant", "--vni", "200")
+	ctl.Must("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+	ctl.Must("network", "create", "flat", "--vni", "300", "--egress", "routed")
+	ctl.Must("subnet", "create", "flat-v4", "--network", "flat", "--cidr", "203.0.113.0/25")
+
+	ips := map[string]string{}
+	for _, node := range []string{"n1", "n2"} {
+		for vf, p := range pods[node] {
+			req := localapi.CreateRequest{Name: p, Network: network[p], NetNS: guest.HoldNetns(t, "skegp"+p), IfName: "eth0",
+				PF: pfs[node], VF: &vf, Labels: map[string]string{"app": p}, Owner: "pod:default/" + p, Namespace: "default"}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			resp, err := localapi.NewClient(socks[node]).Create(ctx, req)
+			cancel()
+			if err != nil {
+				t.Fatalf("create %s on %s: %v", p, node, err)
+			}
+			ips[p] = strings.Split(resp.IPs[0], "/")[0]
+			t.Logf("%s (%s) on %s: %s", p, network[p], node, resp.IPs[0])
+		}
+	}
+	pings := func(from, addr string) bool {
+		_, err := exec.Command(ipBin, "netns", "exec", "skegp"+from, "/bin/ping", "-c", "1", "-W", "1", addr).CombinedOutput()
+		return err == nil
+	}
+	diag := func() string { return diagnose(inet) }
+
+	// The overlay works in every network: the "cannot" checks below are
+	// about egress, not a broken network.
+	guest.WaitFor(t, "pods reach each other, across the offload nodes and on n1", 60*time.Second, func() (bool, string) {
+		var failed []string
+		for _, pr := range [][2]string{{"a", "w"}, {"t1", "t2"}, {"t2", "t1"}} {
+			if !pings(pr[0], ips[pr[1]]) {
+				failed = append(failed, pr[0]+"->"+pr[1])
+			}
+		}
+		return len(failed) == 0, fmt.Sprintf("no answer %v\n%s", failed, diag())
+	})
+
+	// snat: out, masqueraded to n1's address.
+	if seen, err := seenFrom(t, "skegpa", denied); err != nil || seen != "192.0.2.1" {
+		t.Errorf("snat pod a -> outside: seen from %q (%v), want n1's 192.0.2.1\n%s", seen, err, diag())
+	}
+	for key, want := range map[string]string{"ip_forward": "1", "conf/skg100/forwarding": "1", "conf/skg200/forwarding": "0", "conf/skg300/forwarding": "1"} {
+		if v := strings.TrimSpace(in(t, "skegn1", "/bin/cat", "/proc/sys/net/ipv4/"+key)); v != want {
+			t.Errorf("n1: net.ipv4.%s = %s, want %s", key, v, want)
+		}
+	}
+
+	// none: nothing out even with a route back, nothing in; no snat pod
+	// reaches it, on its node or the other.
+	in(t, inet, ipBin, "route", "add", "198.51.100.128/25", "via", "192.0.2.1")
+	if seen, err := seenFrom(t, "skegpt1", denied); err == nil {
+		t.Errorf("a pod of a network with egress none reached the outside (seen from %s)", seen)
+	}
+	if _, err := exec.Command(ipBin, "netns", "exec", inet, "/bin/ping", "-c", "1", "-W", "1", ips["t1"]).CombinedOutput(); err == nil {
+		t.Error("the outside reached a pod of a network with egress none")
+	}
+	for _, dst := range []string{"t1", "t2"} {
+		if pings("a", ips[dst]) {
+			t.Errorf("the snat pod a reached tenant pod %s (%s)", dst, ips[dst])
+		}
+	}
+	if pings("r", ips["a"]) {
+		t.Error("the routed pod r reached the snat pod a through n1")
+	}
+
+	// routed: the pod's own address, answered once the outside routes
+	// the subnet back.
+	if seen, err := seenFrom(t, "skegpr", denied); err == nil {
+		t.Errorf("the routed pod was answered by an outside with no route back (seen from %s): translated", seen)
+	}
+	in(t, inet, ipBin, "route", "add", "203.0.113.0/25", "via", "192.0.2.1")
+	if seen, err := seenFrom(t, "skegpr", denied); err != nil || seen != ips["r"] {
+		t.Errorf("routed pod r -> outside: seen from %q (%v), want its own %s\n%s", seen, err, ips["r"], diag())
+	}
+
+	// NetworkPolicy: w may leave only to 203.0.113.0/24 except denied.
+	file := filepath.Join(dir, "egress.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: w-out, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: w}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{ipBlock: {cidr: 203.0.113.0/24, except: [`+denied+`/32]}}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if seen, err := seenFrom(t, "skegpw", denied); err != nil || seen != "192.0.2.1" {
+		t.Fatalf("before the policy, w -> %s: seen from %q (%v)", denied, seen, err)
+	}
+	ctl.Must("policy", "apply", "-f", file)
+	guest.WaitFor(t, "w's egress policy in force", 30*time.Second, func() (bool, string) {
+		return !pings("w", denied), "w still reaches " + denied
+	})
+	if seen, err := seenFrom(t, "skegpw", allowed); err != nil || seen != "192.0.2.1" {
+		t.Errorf("w -> %s (inside its ipBlock): seen from %q (%v)\n%s", allowed, seen, err, diag())
+	}
+	if seen, err := seenFrom(t, "skegpw", denied); err == nil {
+		t.Errorf("w -> %s (excepted) connected, seen from %s", denied, seen)
+	}
+	if seen, err := seenFrom(t, "skegpa", denied); err != nil || seen != "192.0.2.1" {
+		t.Errorf("a (not selected) -> %s: seen from %q (%v)", denied, seen, err)
+	}
+	ctl.Must("delete", "policy", "w-out")
+	guest.WaitFor(t, "w out again once the policy is gone", 30*time.Second, func() (bool, string) {
+		return pings("w", denied), "w does not reach " + denied
+	})
+}
+
+// seenFrom: the source address the internet namespace sees of a TCP
+// connection from the named pod namespace to addr.
+func seenFrom(t *testing.T, from, addr string) (string, error) {
+	t.Helper()
+	return guest.SourceSeen("/run/netns/"+from, "/run/netns/skeginet", addr)
+}
+
+// diagnose renders the nodes' links, routes, neighbours and filters with
+// counters, and the internet's addresses and routes.
+func diagnose(inet string) string {
+	var b strings.Builder
+	const ip, tc = guest.IP, guest.TC // busybox sh prefers its own applets
+	node := ip + " -br link; " + ip + " -br addr; " + ip + " route; " + ip + " neigh; for d in $(ls /sys/class/net); do " +
+		tc + " -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent|chain|ct|not_in_hw' ; done"
+	for _, x := range []struct{ ns, cmd string }{
+		{"skegn1", node},
+		{"skegn2", node},
+		{inet, ip + " -br addr; " + ip + " route"},
+	} {
+		out, _ := exec.Command(ipBin, "netns", "exec", x.ns, "/bin/sh", "-c", x.cmd).CombinedOutput()
+		fmt.Fprintf(&b, "==== %s\n%s\n", x.ns, out)
+	}
+	return b.String()
+}
