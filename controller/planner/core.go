@@ -66,6 +66,20 @@ type Options struct {
 	// LogDeltas and LogItems bound each node's delta log (defaults 64 and
 	// 20000).
 	LogDeltas, LogItems int
+	// Interval is the least time between two deltas of one subscription
+	// (0: none): the changes made meanwhile go out as one delta, so that a
+	// busy stream sends one message per interval rather than one per
+	// change. A stream idle for Interval sends its next change at once.
+	Interval time.Duration
+	// After is time.After (tests pace subscriptions with their own).
+	After func(time.Duration) <-chan time.Time
+}
+
+func (o Options) after(d time.Duration) <-chan time.Time {
+	if o.After != nil {
+		return o.After(d)
+	}
+	return time.After(d)
 }
 
 // Planner holds the objects, their indexes and every node's plan. It is safe

@@ -51,7 +51,7 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 		p.syncPolicy(t)
 	}
 	p.forget() // the objects changed
-	var out []plan.Delta
+	out := make([]plan.Delta, 0, len(t))
 	eps := map[string]bool{}
 	for _, node := range slices.Sorted(maps.Keys(t)) {
 		if d, ok := p.reconcile(node, t[node], rev); ok {
@@ -336,12 +336,9 @@ func (p *Planner) fromLog(node string, have int64) (plan.Delta, bool) {
 	if i < 0 {
 		return plan.Delta{}, false
 	}
-	m := l[i]
-	for _, d := range l[i+1:] {
-		var err error
-		if m, err = plan.Merge(m, d); err != nil {
-			return plan.Delta{}, false
-		}
+	m, err := plan.MergeAll(l[i:]...)
+	if err != nil {
+		return plan.Delta{}, false
 	}
 	return m, true
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -331,48 +332,91 @@ func (p *Plan) Apply(d Delta) error {
 // Merge returns one delta with the effect of a followed by b. b must start
 // where a ends. The result's lists are sorted by name.
 func Merge(a, b Delta) (Delta, error) {
-	if a.Node != b.Node {
-		return Delta{}, fmt.Errorf("plan: merge of deltas for nodes %q and %q", a.Node, b.Node)
+	return MergeAll(a, b)
+}
+
+// MergeAll is Merge over any number of deltas, in one pass: one delta with
+// the effect of ds in order. ds must be of one node and contiguous (each
+// from the revision the one before ends at); one delta is returned as is.
+func MergeAll(ds ...Delta) (Delta, error) {
+	switch len(ds) {
+	case 0:
+		return Delta{}, errors.New("plan: merge of no deltas")
+	case 1:
+		return ds[0], nil
 	}
-	if b.From != a.Revision {
-		return Delta{}, fmt.Errorf("plan: merge of delta ending at %d with delta from %d", a.Revision, b.From)
+	first := ds[0]
+	m := Delta{Node: first.Node, From: first.From, Revision: first.Revision}
+	var (
+		nets   = newItemMerge(func(n Network) string { return n.Name })
+		local  = newItemMerge(func(e Endpoint) string { return e.Name })
+		remote = newItemMerge(func(r Remote) string { return r.Name })
+		pols   = newItemMerge(func(e EndpointPolicy) string { return e.Endpoint })
+		groups = newItemMerge(func(g AddressGroup) string { return g.Name })
+	)
+	for i, d := range ds {
+		if d.Node != m.Node {
+			return Delta{}, fmt.Errorf("plan: merge of deltas for nodes %q and %q", m.Node, d.Node)
+		}
+		if i > 0 && d.From != m.Revision {
+			return Delta{}, fmt.Errorf("plan: merge of delta ending at %d with delta from %d", m.Revision, d.From)
+		}
+		m.Revision = d.Revision
+		if d.UnderlayIP != nil {
+			m.UnderlayIP = d.UnderlayIP
+		}
+		if d.DPU != nil {
+			m.DPU = d.DPU
+		}
+		nets.add(d.UpsertNetworks, d.RemoveNetworks)
+		local.add(d.UpsertLocal, d.RemoveLocal)
+		remote.add(d.UpsertRemote, d.RemoveRemote)
+		pols.add(d.UpsertPolicies, d.RemovePolicies)
+		groups.add(d.UpsertGroups, d.RemoveGroups)
 	}
-	m := Delta{Node: a.Node, From: a.From, Revision: b.Revision, UnderlayIP: a.UnderlayIP}
-	if b.UnderlayIP != nil {
-		m.UnderlayIP = b.UnderlayIP
-	}
-	m.DPU = a.DPU
-	if b.DPU != nil {
-		m.DPU = b.DPU
-	}
-	m.UpsertNetworks, m.RemoveNetworks = mergeItems(a.UpsertNetworks, a.RemoveNetworks, b.UpsertNetworks, b.RemoveNetworks, func(n Network) string { return n.Name })
-	m.UpsertLocal, m.RemoveLocal = mergeItems(a.UpsertLocal, a.RemoveLocal, b.UpsertLocal, b.RemoveLocal, func(e Endpoint) string { return e.Name })
-	m.UpsertRemote, m.RemoveRemote = mergeItems(a.UpsertRemote, a.RemoveRemote, b.UpsertRemote, b.RemoveRemote, func(r Remote) string { return r.Name })
-	m.UpsertPolicies, m.RemovePolicies = mergeItems(a.UpsertPolicies, a.RemovePolicies, b.UpsertPolicies, b.RemovePolicies, func(e EndpointPolicy) string { return e.Endpoint })
-	m.UpsertGroups, m.RemoveGroups = mergeItems(a.UpsertGroups, a.RemoveGroups, b.UpsertGroups, b.RemoveGroups, func(g AddressGroup) string { return g.Name })
+	m.UpsertNetworks, m.RemoveNetworks = nets.result()
+	m.UpsertLocal, m.RemoveLocal = local.result()
+	m.UpsertRemote, m.RemoveRemote = remote.result()
+	m.UpsertPolicies, m.RemovePolicies = pols.result()
+	m.UpsertGroups, m.RemoveGroups = groups.result()
 	return m, nil
 }
 
-func mergeItems[V any](aUp []V, aRm []string, bUp []V, bRm []string, key func(V) string) ([]V, []string) {
-	up := map[string]V{}
-	rm := map[string]bool{}
-	for _, v := range aUp {
-		up[key(v)] = v
+// itemMerge folds one kind of item over deltas in order: the last upsert or
+// remove of a name wins.
+type itemMerge[V any] struct {
+	key func(V) string
+	up  map[string]V
+	rm  map[string]bool
+}
+
+func newItemMerge[V any](key func(V) string) *itemMerge[V] {
+	return &itemMerge[V]{key: key}
+}
+
+func (im *itemMerge[V]) add(up []V, rm []string) {
+	if len(up)+len(rm) == 0 {
+		return
 	}
-	for _, k := range aRm {
-		rm[k] = true
+	if im.up == nil {
+		im.up, im.rm = map[string]V{}, map[string]bool{}
 	}
-	for _, k := range bRm {
-		delete(up, k)
-		rm[k] = true
+	for _, k := range rm {
+		delete(im.up, k)
+		im.rm[k] = true
 	}
-	for _, v := range bUp {
-		up[key(v)] = v
-		delete(rm, key(v))
+	for _, v := range up {
+		k := im.key(v)
+		im.up[k] = v
+		delete(im.rm, k)
 	}
-	var outUp []V
-	for _, k := range slices.Sorted(maps.Keys(up)) {
-		outUp = append(outUp, up[k])
+}
+
+// result is the upserts and removes, each sorted by name.
+func (im *itemMerge[V]) result() ([]V, []string) {
+	var up []V
+	for _, k := range slices.Sorted(maps.Keys(im.up)) {
+		up = append(up, im.up[k])
 	}
-	return outUp, slices.Sorted(maps.Keys(rm))
+	return up, slices.Sorted(maps.Keys(im.rm))
 }
