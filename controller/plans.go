@@ -177,7 +177,7 @@ func startPlanner(ctx context.Context, st *store.Store, interval time.Duration, 
 		rev := state.Revision
 		for ctx.Err() == nil {
 			err := st.Watch(ctx, rev, func(r int64, evs []store.Event) error {
-				pl.Update(r, plannerChanges(evs, log))
+				pl.Advance(r, plannerChanges(evs, log))
 				rev = r
 				return nil
 			})

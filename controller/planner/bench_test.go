@@ -225,11 +225,11 @@ func BenchmarkWide(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			rev++
-			if n := len(p.Update(rev, []Change{{Endpoint: &e}})); n != 1000 {
+			if n := p.Advance(rev, []Change{{Endpoint: &e}}); n != 1000 {
 				b.Fatalf("%d deltas", n)
 			}
 			rev++
-			p.Update(rev, []Change{{Endpoint: &e, Delete: true}})
+			p.Advance(rev, []Change{{Endpoint: &e, Delete: true}})
 		}
 	})
 }

@@ -106,7 +106,8 @@ type Planner struct {
 	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
 	shared   remotes                        // remote endpoints, one record each
 	vtepMemo map[string]vteps               // network -> members' VTEPs (memberVTEPs)
-	dlog     map[string]deltaLog
+	dlog     map[string]*deltaLog
+	touch    touchSet // Update's, reused
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
 	pidx       *policy.Index
@@ -150,7 +151,8 @@ func (p *Planner) reset() {
 	p.ready = map[string]EndpointReady{}
 	p.plans = map[string]*plan.Plan{}
 	p.shared = newRemotes()
-	p.dlog = map[string]deltaLog{}
+	p.dlog = map[string]*deltaLog{}
+	p.touch = touchSet{}
 	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
 	p.epNode = map[string]string{}
