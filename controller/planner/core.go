@@ -108,6 +108,7 @@ type Planner struct {
 	vtepMemo map[string]vteps               // network -> members' VTEPs (memberVTEPs)
 	dlog     map[string]*deltaLog
 	touch    touchSet // Update's, reused
+	one      oneItem  // Update's shared one-item lists
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
 	pidx       *policy.Index
@@ -153,6 +154,7 @@ func (p *Planner) reset() {
 	p.shared = newRemotes()
 	p.dlog = map[string]*deltaLog{}
 	p.touch = touchSet{}
+	p.one = oneItem{up: map[string][]plan.Remote{}, rm: map[string][]string{}}
 	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
 	p.epNode = map[string]string{}

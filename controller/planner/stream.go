@@ -192,7 +192,8 @@ func (s *Subscription) Next(ctx context.Context) (Update, error) {
 				return Update{}, err
 			}
 			d := s.pending[0]
-			s.pending = nil
+			clear(s.pending)
+			s.pending = s.pending[:0] // its room serves the next changes
 			s.last = time.Now()
 			s.mu.Unlock()
 			return Update{Delta: &d}, nil

@@ -70,6 +70,8 @@ func (p *Planner) update(rev int64, changes []Change, changed func(plan.Delta)) 
 	}
 	t := p.touch
 	clear(t) // keeps the room of the updates before
+	clear(p.one.up)
+	clear(p.one.rm)
 	policyRelevant := false
 	for _, c := range changes {
 		p.apply(c, t)
@@ -316,9 +318,9 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 		hr, hadR := p.hasRemote(node, pl, ep)
 		switch {
 		case okR && (!hadR || !hr.Equal(wr)):
-			d.UpsertRemote = append(d.UpsertRemote, wr)
+			d.UpsertRemote = p.appendRemote(d.UpsertRemote, wr)
 		case !okR && hadR:
-			d.RemoveRemote = append(d.RemoveRemote, ep)
+			d.RemoveRemote = p.appendRemoved(d.RemoveRemote, ep)
 		}
 	}
 	if x.policy {
@@ -333,6 +335,43 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 	}
 	p.record(d)
 	return d, true
+}
+
+// oneItem holds, for one Update, the one-item lists of remote endpoints
+// that the deltas of many nodes share: a change to an endpoint of a network
+// of 1,000 nodes is then one list, not 1,000 copies. Deltas are read-only
+// once made, and a shared list is full (length and capacity 1), so that
+// appending to it copies.
+type oneItem struct {
+	up map[string][]plan.Remote
+	rm map[string][]string
+}
+
+// appendRemote appends r to up, sharing the list when r is its only item.
+// Caller holds mu.
+func (p *Planner) appendRemote(up []plan.Remote, r plan.Remote) []plan.Remote {
+	if len(up) > 0 || external(r.Name) {
+		return append(up, r)
+	}
+	if one, ok := p.one.up[r.Name]; ok && one[0].Equal(r) {
+		return one
+	}
+	one := []plan.Remote{r}
+	p.one.up[r.Name] = one
+	return one
+}
+
+// appendRemoved is appendRemote for removals. Caller holds mu.
+func (p *Planner) appendRemoved(rm []string, name string) []string {
+	if len(rm) > 0 || external(name) {
+		return append(rm, name)
+	}
+	if one, ok := p.one.rm[name]; ok {
+		return one
+	}
+	one := []string{name}
+	p.one.rm[name] = one
+	return one
 }
 
 // deltaLog is one node's bounded delta log, with the items it holds.
