@@ -41,9 +41,10 @@ import (
 const readBufferSize = 4 << 10
 
 // DefaultPlanInterval is Config.PlanInterval's default: at 100 changes/s
-// on a network every agent is on, one message per agent every 50 ms rather
-// than 100 (docs/benchmarks.md, run W5).
-const DefaultPlanInterval = 50 * time.Millisecond
+// on a network every agent is on, about one message per agent every 100 ms
+// rather than one per change (docs/benchmarks.md, run W5: 50 ms left the
+// controller's CPU mostly in per-message costs).
+const DefaultPlanInterval = 100 * time.Millisecond
 
 // Config configures a controller.
 type Config struct {
@@ -61,7 +62,7 @@ type Config struct {
 	// controller vanishes (default 15s).
 	StatusTTL time.Duration
 	// PlanInterval is the least time between two plan deltas to one agent
-	// (default 50ms; negative: none): the changes made meanwhile go in one
+	// (default 100ms; negative: none): the changes made meanwhile go in one
 	// message. An agent whose plan was quiet that long gets a change at once.
 	PlanInterval time.Duration
 	// BGP, when set, runs the embedded EVPN speaker.

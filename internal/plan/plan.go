@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -348,11 +349,11 @@ func MergeAll(ds ...Delta) (Delta, error) {
 	first := ds[0]
 	m := Delta{Node: first.Node, From: first.From, Revision: first.Revision}
 	var (
-		nets   = newItemMerge(func(n Network) string { return n.Name })
-		local  = newItemMerge(func(e Endpoint) string { return e.Name })
-		remote = newItemMerge(func(r Remote) string { return r.Name })
-		pols   = newItemMerge(func(e EndpointPolicy) string { return e.Endpoint })
-		groups = newItemMerge(func(g AddressGroup) string { return g.Name })
+		nets   = itemMerge[Network]{key: func(n Network) string { return n.Name }}
+		local  = itemMerge[Endpoint]{key: func(e Endpoint) string { return e.Name }}
+		remote = itemMerge[Remote]{key: func(r Remote) string { return r.Name }}
+		pols   = itemMerge[EndpointPolicy]{key: func(e EndpointPolicy) string { return e.Endpoint }}
+		groups = itemMerge[AddressGroup]{key: func(g AddressGroup) string { return g.Name }}
 	)
 	for i, d := range ds {
 		if d.Node != m.Node {
@@ -383,40 +384,82 @@ func MergeAll(ds ...Delta) (Delta, error) {
 }
 
 // itemMerge folds one kind of item over deltas in order: the last upsert or
-// remove of a name wins.
+// remove of a name wins. A few items (a stream's deltas of one interval)
+// are kept in slices; past smallMerge, in maps.
 type itemMerge[V any] struct {
-	key func(V) string
-	up  map[string]V
-	rm  map[string]bool
+	key   func(V) string
+	up    []V
+	rm    []string
+	upMap map[string]V
+	rmMap map[string]bool
 }
 
-func newItemMerge[V any](key func(V) string) *itemMerge[V] {
-	return &itemMerge[V]{key: key}
-}
+const smallMerge = 16
 
 func (im *itemMerge[V]) add(up []V, rm []string) {
 	if len(up)+len(rm) == 0 {
 		return
 	}
-	if im.up == nil {
-		im.up, im.rm = map[string]V{}, map[string]bool{}
+	if im.upMap == nil && len(im.up)+len(im.rm)+len(up)+len(rm) > smallMerge {
+		im.upMap, im.rmMap = map[string]V{}, map[string]bool{}
+		for _, v := range im.up {
+			im.upMap[im.key(v)] = v
+		}
+		for _, k := range im.rm {
+			im.rmMap[k] = true
+		}
+		im.up, im.rm = nil, nil
+	}
+	if im.upMap != nil {
+		for _, k := range rm {
+			delete(im.upMap, k)
+			im.rmMap[k] = true
+		}
+		for _, v := range up {
+			k := im.key(v)
+			im.upMap[k] = v
+			delete(im.rmMap, k)
+		}
+		return
 	}
 	for _, k := range rm {
-		delete(im.up, k)
-		im.rm[k] = true
+		im.up = slices.DeleteFunc(im.up, func(v V) bool { return im.key(v) == k })
+		if !slices.Contains(im.rm, k) {
+			im.rm = append(im.rm, k)
+		}
 	}
 	for _, v := range up {
 		k := im.key(v)
-		im.up[k] = v
-		delete(im.rm, k)
+		if i := slices.IndexFunc(im.up, func(o V) bool { return im.key(o) == k }); i >= 0 {
+			im.up[i] = v
+		} else {
+			im.up = append(im.up, v)
+		}
+		im.rm = slices.DeleteFunc(im.rm, func(r string) bool { return r == k })
 	}
 }
 
-// result is the upserts and removes, each sorted by name.
+// result is the upserts and removes, each sorted by name (nil when none).
 func (im *itemMerge[V]) result() ([]V, []string) {
-	var up []V
-	for _, k := range slices.Sorted(maps.Keys(im.up)) {
-		up = append(up, im.up[k])
+	var (
+		up []V
+		rm []string
+	)
+	if im.upMap != nil {
+		for _, k := range slices.Sorted(maps.Keys(im.upMap)) {
+			up = append(up, im.upMap[k])
+		}
+		rm = slices.Sorted(maps.Keys(im.rmMap))
+	} else {
+		up, rm = im.up, im.rm
+		slices.SortFunc(up, func(a, b V) int { return strings.Compare(im.key(a), im.key(b)) })
+		slices.Sort(rm)
 	}
-	return up, slices.Sorted(maps.Keys(im.rm))
+	if len(up) == 0 {
+		up = nil
+	}
+	if len(rm) == 0 {
+		rm = nil
+	}
+	return up, rm
 }
