@@ -42,7 +42,7 @@ const readBufferSize = 4 << 10
 
 // DefaultPlanInterval is Config.PlanInterval's default: at 100 changes/s
 // on a network every agent is on, about one message per agent every 100 ms
-// rather than one per change (docs/benchmarks.md, run W5: 50 ms left the
+// rather than one per change (docs/benchmarks.md, runs W5 and W5b: 50 ms left the
 // controller's CPU mostly in per-message costs).
 const DefaultPlanInterval = 100 * time.Millisecond
 
