@@ -40,6 +40,12 @@ import (
 // Run's server options).
 const readBufferSize = 4 << 10
 
+// DefaultPlanInterval is Config.PlanInterval's default: at 100 changes/s
+// on a network every agent is on, about one message per agent every 100 ms
+// rather than one per change (docs/benchmarks.md, runs W5 and W5b: 50 ms left the
+// controller's CPU mostly in per-message costs).
+const DefaultPlanInterval = 100 * time.Millisecond
+
 // Config configures a controller.
 type Config struct {
 	// Listen is the gRPC address, such as 127.0.0.1:7400.
@@ -55,6 +61,10 @@ type Config struct {
 	// StatusTTL is how long a node stays connected in the store after its
 	// controller vanishes (default 15s).
 	StatusTTL time.Duration
+	// PlanInterval is the least time between two plan deltas to one agent
+	// (default 100ms; negative: none): the changes made meanwhile go in one
+	// message. An agent whose plan was quiet that long gets a change at once.
+	PlanInterval time.Duration
 	// BGP, when set, runs the embedded EVPN speaker.
 	BGP *bgp.Config
 	// MetricsAddr serves Prometheus metrics at /metrics; empty: none.
@@ -88,6 +98,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if cfg.StatusTTL == 0 {
 		cfg.StatusTTL = 15 * time.Second
+	}
+	switch {
+	case cfg.PlanInterval == 0:
+		cfg.PlanInterval = DefaultPlanInterval
+	case cfg.PlanInterval < 0:
+		cfg.PlanInterval = 0
 	}
 	var sets *settings.Settings
 	if cfg.Settings != "" {
@@ -142,7 +158,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	} else if n > 0 {
 		log.Info("indexed the owners of endpoints stored before owner records", "endpoints", n)
 	}
-	pl, err := startPlanner(ctx, st, log)
+	pl, err := startPlanner(ctx, st, cfg.PlanInterval, log)
 	if err != nil {
 		return err
 	}

@@ -154,8 +154,9 @@ func (s subscription) Next(ctx context.Context) (*plan.Plan, *plan.Delta, error)
 }
 
 // startPlanner loads the planner from the store and keeps it current from
-// the etcd watch until ctx ends.
-func startPlanner(ctx context.Context, st *store.Store, log *slog.Logger) (plans, error) {
+// the etcd watch until ctx ends. Plan streams send one delta per interval
+// at most.
+func startPlanner(ctx context.Context, st *store.Store, interval time.Duration, log *slog.Logger) (plans, error) {
 	history := func(ctx context.Context, node string, rev int64) (plan.Plan, error) {
 		s, err := st.ReadState(ctx, rev)
 		if err != nil {
@@ -163,7 +164,7 @@ func startPlanner(ctx context.Context, st *store.Store, log *slog.Logger) (plans
 		}
 		return planner.Build(plannerState(s, log), node), nil
 	}
-	pl := planner.New(log, planner.Options{History: history})
+	pl := planner.New(log, planner.Options{History: history, Interval: interval})
 	state, err := st.ReadState(ctx, 0)
 	if err != nil {
 		return plans{}, fmt.Errorf("controller: load state: %w", err)
@@ -176,7 +177,7 @@ func startPlanner(ctx context.Context, st *store.Store, log *slog.Logger) (plans
 		rev := state.Revision
 		for ctx.Err() == nil {
 			err := st.Watch(ctx, rev, func(r int64, evs []store.Event) error {
-				pl.Update(r, plannerChanges(evs, log))
+				pl.Advance(r, plannerChanges(evs, log))
 				rev = r
 				return nil
 			})

@@ -75,6 +75,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
 	f.BoolVar(&cfg.Pprof, "pprof", false, "also serve Go's CPU and memory profiles at /debug/pprof/ on --metrics-addr")
+	f.DurationVar(&cfg.PlanInterval, "plan-interval", controller.DefaultPlanInterval, "least time between two plan messages to one agent: changes made meanwhile go in one message (negative: one message per change)")
 	bgpFlags.Add(f)
 	f.StringVar(&kubeCfg.Kubeconfig, "kubeconfig", "", "run the Kubernetes adapter with this kubeconfig")
 	f.BoolVar(&inCluster, "kube", false, "run the Kubernetes adapter with the pod's in-cluster configuration")

@@ -202,7 +202,14 @@ func BenchmarkWide(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "planner-heap-MiB")
 	})
+	load := func() {
+		if p == nil { // the load sub-benchmark was not selected
+			p = New(slog.New(slog.DiscardHandler), Options{})
+			p.Load(1, s)
+		}
+	}
 	b.Run("plan", func(b *testing.B) {
+		load()
 		b.ReportAllocs()
 		for b.Loop() {
 			if pl := p.Plan("node-7"); len(pl.Remote) != 29970 {
@@ -214,14 +221,15 @@ func BenchmarkWide(b *testing.B) {
 	e.Name, e.MAC = "new", "02:ff:00:00:00:01"
 	rev := int64(1)
 	b.Run("endpoint-add-delete", func(b *testing.B) {
+		load()
 		b.ReportAllocs()
 		for b.Loop() {
 			rev++
-			if n := len(p.Update(rev, []Change{{Endpoint: &e}})); n != 1000 {
+			if n := p.Advance(rev, []Change{{Endpoint: &e}}); n != 1000 {
 				b.Fatalf("%d deltas", n)
 			}
 			rev++
-			p.Update(rev, []Change{{Endpoint: &e, Delete: true}})
+			p.Advance(rev, []Change{{Endpoint: &e, Delete: true}})
 		}
 	})
 }

@@ -68,6 +68,20 @@ type Options struct {
 	// LogDeltas and LogItems bound each node's delta log (defaults 64 and
 	// 20000).
 	LogDeltas, LogItems int
+	// Interval is the least time between two deltas of one subscription
+	// (0: none): the changes made meanwhile go out as one delta, so that a
+	// busy stream sends one message per interval rather than one per
+	// change. A stream idle for Interval sends its next change at once.
+	Interval time.Duration
+	// After is time.After (tests pace subscriptions with their own).
+	After func(time.Duration) <-chan time.Time
+}
+
+func (o Options) after(d time.Duration) <-chan time.Time {
+	if o.After != nil {
+		return o.After(d)
+	}
+	return time.After(d)
 }
 
 // Planner holds the objects, their indexes and every node's plan. It is safe
@@ -94,7 +108,9 @@ type Planner struct {
 	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
 	shared   remotes                        // remote endpoints, one record each
 	vtepMemo map[string]vteps               // network -> members' VTEPs (memberVTEPs)
-	dlog     map[string]deltaLog
+	dlog     map[string]*deltaLog
+	touch    touchSet // Update's, reused
+	one      oneItem  // Update's shared one-item lists
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
 	pidx       *policy.Index
@@ -138,7 +154,9 @@ func (p *Planner) reset() {
 	p.ready = map[string]EndpointReady{}
 	p.plans = map[string]*plan.Plan{}
 	p.shared = newRemotes()
-	p.dlog = map[string]deltaLog{}
+	p.dlog = map[string]*deltaLog{}
+	p.touch = touchSet{}
+	p.one = oneItem{up: map[string][]plan.Remote{}, rm: map[string][]string{}}
 	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
 	p.epNode = map[string]string{}

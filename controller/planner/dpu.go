@@ -129,7 +129,7 @@ func (p *Planner) applyReady(r EndpointReady, del bool, t touchSet) {
 		p.ready[r.Endpoint] = r
 	}
 	if e, ok := p.eps[r.Endpoint]; ok && p.isHost(e.Node) {
-		t.node(e.Node).eps[r.Endpoint] = true
+		t.node(e.Node).eps.add(r.Endpoint)
 	}
 }
 

@@ -133,7 +133,7 @@ func (p *Planner) putExternal(routes []External, t touchSet) {
 			continue
 		}
 		for node := range p.members[w] {
-			t.node(node).networks[w] = true
+			t.node(node).networks.add(w)
 		}
 	}
 }
@@ -153,16 +153,16 @@ func union32(a, b map[uint32]map[netip.Addr]bool) map[uint32]bool {
 // external remote endpoints it should or does hold. Caller holds mu.
 func (p *Planner) touchExternal(t touchSet) {
 	for node, x := range t {
-		for w := range x.networks {
+		for _, w := range x.networks.sorted() {
 			vni := p.networks[w].VNI
 			for name, v := range p.ext.vnis {
 				if v == vni {
-					x.eps[name] = true
+					x.eps.add(name)
 				}
 			}
 			for name, r := range p.planOf(node).Remote {
 				if r.Network == w && strings.HasPrefix(name, externalPrefix) {
-					x.eps[name] = true
+					x.eps.add(name)
 				}
 			}
 		}

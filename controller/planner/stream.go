@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
@@ -14,10 +15,14 @@ type Update struct {
 	Delta    *plan.Delta
 }
 
-// Subscription is one node's plan stream. It holds at most one pending
-// delta: changes made while the consumer is not reading are merged into it,
-// so a slow consumer costs memory bounded by its plan, never a queue.
-// Next and Close may be called from different goroutines.
+// Subscription is one node's plan stream. Changes made while the consumer
+// is not reading are merged into one pending delta (folded every
+// foldDeltas changes, and on Next), so a slow consumer costs memory bounded
+// by its plan, never a queue. With Options.Interval, a consumer that reads
+// as fast as it can (a gRPC stream's Send returns before the message is
+// written) is still sent one delta per interval at most: the changes made
+// meanwhile go out together. Next and Close may be called from different
+// goroutines.
 type Subscription struct {
 	p    *Planner
 	node string
@@ -25,11 +30,17 @@ type Subscription struct {
 	mu      sync.Mutex
 	ready   bool // first is decided
 	first   *Update
-	pending *plan.Delta
+	pending []plan.Delta // contiguous, not yet merged
 	err     error
 	wake    chan struct{} // capacity 1
 	closed  bool
+	last    time.Time // when Next last returned an update
 }
+
+// foldDeltas bounds the unmerged deltas a subscription holds: past it they
+// are merged into one, so that merging costs O(items) per fold rather than
+// per change.
+const foldDeltas = 32
 
 // ErrClosed is returned by Next after Close.
 var ErrClosed = errors.New("planner: subscription closed")
@@ -113,18 +124,9 @@ func (s *Subscription) push(d plan.Delta) {
 	if s.closed || s.err != nil {
 		return
 	}
-	if s.pending == nil {
-		c := d
-		s.pending = &c
-	} else {
-		m, err := plan.Merge(*s.pending, d)
-		if err != nil {
-			// Cannot happen: deltas of one node are contiguous. Make the
-			// consumer reconnect rather than send a wrong plan.
-			s.err = err
-		} else {
-			s.pending = &m
-		}
+	s.pending = append(s.pending, d)
+	if len(s.pending) >= foldDeltas {
+		s.fold()
 	}
 	select {
 	case s.wake <- struct{}{}:
@@ -132,8 +134,29 @@ func (s *Subscription) push(d plan.Delta) {
 	}
 }
 
-// Next returns the next update, waiting for one until ctx ends.
+// fold merges the pending deltas into one. Caller holds s.mu.
+func (s *Subscription) fold() {
+	if len(s.pending) < 2 {
+		return
+	}
+	m, err := plan.MergeAll(s.pending...)
+	if err != nil {
+		// Cannot happen: deltas of one node are contiguous. Make the
+		// consumer reconnect rather than send a wrong plan.
+		s.err = err
+	}
+	s.pending = append(s.pending[:0], m)
+	clear(s.pending[1:cap(s.pending)]) // drop the merged deltas' items
+}
+
+// Next returns the next update, waiting for one until ctx ends. A delta
+// comes no sooner than Options.Interval after the update Next returned
+// before; every change made until then is in it.
 func (s *Subscription) Next(ctx context.Context) (Update, error) {
+	var (
+		wait  <-chan time.Time // the interval's end, once pacing
+		ended bool             // the interval ended
+	)
 	for {
 		s.mu.Lock()
 		switch {
@@ -145,21 +168,41 @@ func (s *Subscription) Next(ctx context.Context) (Update, error) {
 		case s.first != nil:
 			u := *s.first
 			s.first = nil
+			s.last = time.Now()
 			s.mu.Unlock()
 			return u, nil
 		case s.err != nil:
 			err := s.err
 			s.mu.Unlock()
 			return Update{}, err
-		case s.pending != nil:
-			d := s.pending
-			s.pending = nil
+		case len(s.pending) > 0:
+			if wait == nil && !ended {
+				if left := s.p.opts.Interval - time.Since(s.last); left > 0 {
+					wait = s.p.opts.after(left)
+				} else {
+					ended = true
+				}
+			}
+			if !ended {
+				break // the changes until the interval's end go with these
+			}
+			s.fold()
+			if err := s.err; err != nil {
+				s.mu.Unlock()
+				return Update{}, err
+			}
+			d := s.pending[0]
+			clear(s.pending)
+			s.pending = s.pending[:0] // its room serves the next changes
+			s.last = time.Now()
 			s.mu.Unlock()
-			return Update{Delta: d}, nil
+			return Update{Delta: &d}, nil
 		}
 		s.mu.Unlock()
 		select {
 		case <-s.wake:
+		case <-wait:
+			ended = true
 		case <-ctx.Done():
 			return Update{}, ctx.Err()
 		}
@@ -170,10 +213,11 @@ func (s *Subscription) Next(ctx context.Context) (Update, error) {
 func (s *Subscription) Pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending == nil {
-		return 0
+	n := 0
+	for _, d := range s.pending {
+		n += d.Size()
 	}
-	return s.pending.Size()
+	return n
 }
 
 // Close ends the subscription. Idempotent.

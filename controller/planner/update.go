@@ -14,8 +14,21 @@ import (
 type touched struct {
 	header   bool
 	policy   bool
-	networks map[string]bool
-	eps      map[string]bool // local and remote keys
+	networks names
+	eps      names // local and remote keys
+}
+
+// names is a set of names, most often of one or two: added to, then sorted
+// and deduplicated when read (cheaper than a map per node and change).
+type names []string
+
+func (n *names) add(name string) { *n = append(*n, name) }
+
+// sorted returns the names, sorted, each once.
+func (n *names) sorted() []string {
+	slices.Sort(*n)
+	*n = slices.Compact(*n)
+	return *n
 }
 
 type touchSet map[string]*touched
@@ -23,7 +36,7 @@ type touchSet map[string]*touched
 func (t touchSet) node(n string) *touched {
 	x := t[n]
 	if x == nil {
-		x = &touched{networks: map[string]bool{}, eps: map[string]bool{}}
+		x = &touched{}
 		t[n] = x
 	}
 	return x
@@ -34,13 +47,31 @@ func (t touchSet) node(n string) *touched {
 // Subscribers of those nodes are notified. An Update with no changes only
 // advances the revision.
 func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
+	var out []plan.Delta
+	p.update(rev, changes, func(d plan.Delta) { out = append(out, d) })
+	return out
+}
+
+// Advance is Update for a caller that needs no deltas (the subscribers get
+// theirs): it returns the number of nodes whose plan changed.
+func (p *Planner) Advance(rev int64, changes []Change) int {
+	n := 0
+	p.update(rev, changes, func(plan.Delta) { n++ })
+	return n
+}
+
+// update is Update; changed is called with each node's delta.
+func (p *Planner) update(rev int64, changes []Change, changed func(plan.Delta)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if rev <= p.rev {
 		p.log.Warn("planner: stale update ignored", "revision", rev, "current", p.rev)
-		return nil
+		return
 	}
-	t := touchSet{}
+	t := p.touch
+	clear(t) // keeps the room of the updates before
+	clear(p.one.up)
+	clear(p.one.rm)
 	policyRelevant := false
 	for _, c := range changes {
 		p.apply(c, t)
@@ -51,19 +82,19 @@ func (p *Planner) Update(rev int64, changes []Change) []plan.Delta {
 		p.syncPolicy(t)
 	}
 	p.forget() // the objects changed
-	var out []plan.Delta
 	eps := map[string]bool{}
 	for _, node := range slices.Sorted(maps.Keys(t)) {
 		if d, ok := p.reconcile(node, t[node], rev); ok {
-			out = append(out, d)
+			changed(d)
 		}
-		maps.Copy(eps, t[node].eps)
+		for _, ep := range t[node].eps.sorted() {
+			eps[ep] = true
+		}
 	}
 	// Every node holding a record that changed was reconciled against the
 	// record as it was; now the records follow the objects.
 	p.syncShared(eps)
 	p.setRev(rev)
-	return out
 }
 
 func (p *Planner) apply(c Change, t touchSet) {
@@ -120,9 +151,9 @@ func (p *Planner) apply(c Change, t touchSet) {
 			for _, n := range []string{o, p.dpNode(o)} {
 				p.planOf(n)
 				x := t.node(n)
-				x.eps[name] = true
+				x.eps.add(name)
 				for w := range nets {
-					x.networks[w] = true
+					x.networks.add(w)
 				}
 			}
 		}
@@ -137,9 +168,9 @@ func (p *Planner) apply(c Change, t touchSet) {
 			// network items (flood lists) change only with the members.
 			touch := func(n string) {
 				x := t.node(n)
-				x.eps[name] = true
+				x.eps.add(name)
 				if len(joined) > 0 {
-					x.networks[w] = true
+					x.networks.add(w)
 				}
 				if joined[n] {
 					p.touchNetworkItems(n, w, x)
@@ -165,12 +196,12 @@ func (p *Planner) apply(c Change, t touchSet) {
 		}
 		for n := range p.netNodes(w) {
 			x := t.node(n)
-			x.networks[w] = true
+			x.networks.add(w)
 			for ep := range p.byNet[w] {
-				x.eps[ep] = true
+				x.eps.add(ep)
 			}
 			for ep := range p.shared.byNet[w] {
-				x.eps[ep] = true
+				x.eps.add(ep)
 			}
 		}
 	case c.Subnet != nil:
@@ -181,7 +212,7 @@ func (p *Planner) apply(c Change, t touchSet) {
 			p.putSubnet(*c.Subnet)
 		}
 		for n := range p.netNodes(w) {
-			t.node(n).networks[w] = true
+			t.node(n).networks.add(w)
 		}
 	case c.Node != nil:
 		name := c.Node.Name
@@ -212,20 +243,20 @@ func (p *Planner) apply(c Change, t touchSet) {
 			}
 			for n := range m {
 				x := t.node(n)
-				x.networks[w] = true
+				x.networks.add(w)
 				if n == name {
 					if len(moved) > 0 || wasHost != p.isHost(name) {
 						// Whether it is a host decides which of
 						// the network's endpoints it holds.
 						for ep := range p.byNet[w] {
-							x.eps[ep] = true
+							x.eps.add(ep)
 						}
 					}
 					continue
 				}
 				for ep := range p.byNet[w] {
 					if p.dpNode(p.eps[ep].Node) == name {
-						x.eps[ep] = true
+						x.eps.add(ep)
 					}
 				}
 			}
@@ -237,15 +268,15 @@ func (p *Planner) apply(c Change, t touchSet) {
 // should or does hold: node joined or left w. Caller holds mu.
 func (p *Planner) touchNetworkItems(node, w string, x *touched) {
 	for ep := range p.byNet[w] {
-		x.eps[ep] = true
+		x.eps.add(ep)
 	}
 	// Items of the network that were removed from the index.
 	for ep := range p.shared.byNet[w] {
-		x.eps[ep] = true
+		x.eps.add(ep)
 	}
 	for ep, r := range p.planOf(node).Remote {
 		if r.Network == w {
-			x.eps[ep] = true
+			x.eps.add(ep)
 		}
 	}
 }
@@ -264,7 +295,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 			d.DPU = &st
 		}
 	}
-	for _, w := range slices.Sorted(maps.Keys(x.networks)) {
+	for _, w := range x.networks.sorted() {
 		want, ok := p.wantNetwork(node, w)
 		have, had := pl.Networks[w]
 		switch {
@@ -274,7 +305,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 			d.RemoveNetworks = append(d.RemoveNetworks, w)
 		}
 	}
-	for _, ep := range slices.Sorted(maps.Keys(x.eps)) {
+	for _, ep := range x.eps.sorted() {
 		wl, okL := p.wantLocal(node, ep)
 		hl, hadL := pl.Local[ep]
 		switch {
@@ -287,9 +318,9 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 		hr, hadR := p.hasRemote(node, pl, ep)
 		switch {
 		case okR && (!hadR || !hr.Equal(wr)):
-			d.UpsertRemote = append(d.UpsertRemote, wr)
+			d.UpsertRemote = p.appendRemote(d.UpsertRemote, wr)
 		case !okR && hadR:
-			d.RemoveRemote = append(d.RemoveRemote, ep)
+			d.RemoveRemote = p.appendRemoved(d.RemoveRemote, ep)
 		}
 	}
 	if x.policy {
@@ -306,23 +337,81 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 	return d, true
 }
 
+// oneItem holds, for one Update, the one-item lists of remote endpoints
+// that the deltas of many nodes share: a change to an endpoint of a network
+// of 1,000 nodes is then one list, not 1,000 copies. Deltas are read-only
+// once made, and a shared list is full (length and capacity 1), so that
+// appending to it copies.
+type oneItem struct {
+	up map[string][]plan.Remote
+	rm map[string][]string
+}
+
+// appendRemote appends r to up, sharing the list when r is its only item.
+// Caller holds mu.
+func (p *Planner) appendRemote(up []plan.Remote, r plan.Remote) []plan.Remote {
+	if len(up) > 0 || external(r.Name) {
+		return append(up, r)
+	}
+	if one, ok := p.one.up[r.Name]; ok && one[0].Equal(r) {
+		return one
+	}
+	one := []plan.Remote{r}
+	p.one.up[r.Name] = one
+	return one
+}
+
+// appendRemoved is appendRemote for removals. Caller holds mu.
+func (p *Planner) appendRemoved(rm []string, name string) []string {
+	if len(rm) > 0 || external(name) {
+		return append(rm, name)
+	}
+	if one, ok := p.one.rm[name]; ok {
+		return one
+	}
+	one := []string{name}
+	p.one.rm[name] = one
+	return one
+}
+
 // deltaLog is one node's bounded delta log, with the items it holds.
+// buf[head:] is the log: the oldest deltas are dropped by moving head, and
+// the log moves to the front of buf when buf is full, so that appending
+// allocates only while the log grows.
 type deltaLog struct {
-	deltas []plan.Delta
-	items  int
+	buf   []plan.Delta
+	head  int
+	items int
+}
+
+// deltas is the log, oldest first; a nil log is empty.
+func (l *deltaLog) deltas() []plan.Delta {
+	if l == nil {
+		return nil
+	}
+	return l.buf[l.head:]
 }
 
 // record appends d to its node's bounded log and wakes the node's
 // subscribers. Caller holds mu.
 func (p *Planner) record(d plan.Delta) {
 	l := p.dlog[d.Node]
-	l.deltas = append(l.deltas, d)
-	l.items += d.Size()
-	for len(l.deltas) > 0 && (len(l.deltas) > p.opts.LogDeltas || l.items > p.opts.LogItems) {
-		l.items -= l.deltas[0].Size()
-		l.deltas = l.deltas[1:]
+	if l == nil {
+		l = &deltaLog{}
+		p.dlog[d.Node] = l
 	}
-	p.dlog[d.Node] = l
+	if len(l.buf) == cap(l.buf) && l.head > 0 {
+		n := copy(l.buf, l.buf[l.head:])
+		clear(l.buf[n:])
+		l.buf, l.head = l.buf[:n], 0
+	}
+	l.buf = append(l.buf, d)
+	l.items += d.Size()
+	for l.head < len(l.buf) && (len(l.buf)-l.head > p.opts.LogDeltas || l.items > p.opts.LogItems) {
+		l.items -= l.buf[l.head].Size()
+		l.buf[l.head] = plan.Delta{} // its items are no longer held
+		l.head++
+	}
 	for s := range p.subs[d.Node] {
 		s.push(d)
 	}
@@ -331,17 +420,14 @@ func (p *Planner) record(d plan.Delta) {
 // fromLog merges the logged deltas from have to the current revision of
 // node. Caller holds mu.
 func (p *Planner) fromLog(node string, have int64) (plan.Delta, bool) {
-	l := p.dlog[node].deltas
+	l := p.dlog[node].deltas()
 	i := slices.IndexFunc(l, func(d plan.Delta) bool { return d.From == have })
 	if i < 0 {
 		return plan.Delta{}, false
 	}
-	m := l[i]
-	for _, d := range l[i+1:] {
-		var err error
-		if m, err = plan.Merge(m, d); err != nil {
-			return plan.Delta{}, false
-		}
+	m, err := plan.MergeAll(l[i:]...)
+	if err != nil {
+		return plan.Delta{}, false
 	}
 	return m, true
 }

@@ -1,10 +1,12 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -378,48 +380,133 @@ func (p *Plan) Apply(d Delta) error {
 // Merge returns one delta with the effect of a followed by b. b must start
 // where a ends. The result's lists are sorted by name.
 func Merge(a, b Delta) (Delta, error) {
-	if a.Node != b.Node {
-		return Delta{}, fmt.Errorf("plan: merge of deltas for nodes %q and %q", a.Node, b.Node)
+	return MergeAll(a, b)
+}
+
+// MergeAll is Merge over any number of deltas, in one pass: one delta with
+// the effect of ds in order. ds must be of one node and contiguous (each
+// from the revision the one before ends at); one delta is returned as is.
+func MergeAll(ds ...Delta) (Delta, error) {
+	switch len(ds) {
+	case 0:
+		return Delta{}, errors.New("plan: merge of no deltas")
+	case 1:
+		return ds[0], nil
 	}
-	if b.From != a.Revision {
-		return Delta{}, fmt.Errorf("plan: merge of delta ending at %d with delta from %d", a.Revision, b.From)
+	first := ds[0]
+	m := Delta{Node: first.Node, From: first.From, Revision: first.Revision}
+	var (
+		nets   = itemMerge[Network]{key: func(n Network) string { return n.Name }}
+		local  = itemMerge[Endpoint]{key: func(e Endpoint) string { return e.Name }}
+		remote = itemMerge[Remote]{key: func(r Remote) string { return r.Name }}
+		pols   = itemMerge[EndpointPolicy]{key: func(e EndpointPolicy) string { return e.Endpoint }}
+		groups = itemMerge[AddressGroup]{key: func(g AddressGroup) string { return g.Name }}
+	)
+	for i, d := range ds {
+		if d.Node != m.Node {
+			return Delta{}, fmt.Errorf("plan: merge of deltas for nodes %q and %q", m.Node, d.Node)
+		}
+		if i > 0 && d.From != m.Revision {
+			return Delta{}, fmt.Errorf("plan: merge of delta ending at %d with delta from %d", m.Revision, d.From)
+		}
+		m.Revision = d.Revision
+		if d.UnderlayIP != nil {
+			m.UnderlayIP = d.UnderlayIP
+		}
+		if d.DPU != nil {
+			m.DPU = d.DPU
+		}
+		nets.add(d.UpsertNetworks, d.RemoveNetworks)
+		local.add(d.UpsertLocal, d.RemoveLocal)
+		remote.add(d.UpsertRemote, d.RemoveRemote)
+		pols.add(d.UpsertPolicies, d.RemovePolicies)
+		groups.add(d.UpsertGroups, d.RemoveGroups)
 	}
-	m := Delta{Node: a.Node, From: a.From, Revision: b.Revision, UnderlayIP: a.UnderlayIP}
-	if b.UnderlayIP != nil {
-		m.UnderlayIP = b.UnderlayIP
-	}
-	m.DPU = a.DPU
-	if b.DPU != nil {
-		m.DPU = b.DPU
-	}
-	m.UpsertNetworks, m.RemoveNetworks = mergeItems(a.UpsertNetworks, a.RemoveNetworks, b.UpsertNetworks, b.RemoveNetworks, func(n Network) string { return n.Name })
-	m.UpsertLocal, m.RemoveLocal = mergeItems(a.UpsertLocal, a.RemoveLocal, b.UpsertLocal, b.RemoveLocal, func(e Endpoint) string { return e.Name })
-	m.UpsertRemote, m.RemoveRemote = mergeItems(a.UpsertRemote, a.RemoveRemote, b.UpsertRemote, b.RemoveRemote, func(r Remote) string { return r.Name })
-	m.UpsertPolicies, m.RemovePolicies = mergeItems(a.UpsertPolicies, a.RemovePolicies, b.UpsertPolicies, b.RemovePolicies, func(e EndpointPolicy) string { return e.Endpoint })
-	m.UpsertGroups, m.RemoveGroups = mergeItems(a.UpsertGroups, a.RemoveGroups, b.UpsertGroups, b.RemoveGroups, func(g AddressGroup) string { return g.Name })
+	m.UpsertNetworks, m.RemoveNetworks = nets.result()
+	m.UpsertLocal, m.RemoveLocal = local.result()
+	m.UpsertRemote, m.RemoveRemote = remote.result()
+	m.UpsertPolicies, m.RemovePolicies = pols.result()
+	m.UpsertGroups, m.RemoveGroups = groups.result()
 	return m, nil
 }
 
-func mergeItems[V any](aUp []V, aRm []string, bUp []V, bRm []string, key func(V) string) ([]V, []string) {
-	up := map[string]V{}
-	rm := map[string]bool{}
-	for _, v := range aUp {
-		up[key(v)] = v
+// itemMerge folds one kind of item over deltas in order: the last upsert or
+// remove of a name wins. A few items (a stream's deltas of one interval)
+// are kept in slices; past smallMerge, in maps.
+type itemMerge[V any] struct {
+	key   func(V) string
+	up    []V
+	rm    []string
+	upMap map[string]V
+	rmMap map[string]bool
+}
+
+const smallMerge = 16
+
+func (im *itemMerge[V]) add(up []V, rm []string) {
+	if len(up)+len(rm) == 0 {
+		return
 	}
-	for _, k := range aRm {
-		rm[k] = true
+	if im.upMap == nil && len(im.up)+len(im.rm)+len(up)+len(rm) > smallMerge {
+		im.upMap, im.rmMap = map[string]V{}, map[string]bool{}
+		for _, v := range im.up {
+			im.upMap[im.key(v)] = v
+		}
+		for _, k := range im.rm {
+			im.rmMap[k] = true
+		}
+		im.up, im.rm = nil, nil
 	}
-	for _, k := range bRm {
-		delete(up, k)
-		rm[k] = true
+	if im.upMap != nil {
+		for _, k := range rm {
+			delete(im.upMap, k)
+			im.rmMap[k] = true
+		}
+		for _, v := range up {
+			k := im.key(v)
+			im.upMap[k] = v
+			delete(im.rmMap, k)
+		}
+		return
 	}
-	for _, v := range bUp {
-		up[key(v)] = v
-		delete(rm, key(v))
+	for _, k := range rm {
+		im.up = slices.DeleteFunc(im.up, func(v V) bool { return im.key(v) == k })
+		if !slices.Contains(im.rm, k) {
+			im.rm = append(im.rm, k)
+		}
 	}
-	var outUp []V
-	for _, k := range slices.Sorted(maps.Keys(up)) {
-		outUp = append(outUp, up[k])
+	for _, v := range up {
+		k := im.key(v)
+		if i := slices.IndexFunc(im.up, func(o V) bool { return im.key(o) == k }); i >= 0 {
+			im.up[i] = v
+		} else {
+			im.up = append(im.up, v)
+		}
+		im.rm = slices.DeleteFunc(im.rm, func(r string) bool { return r == k })
 	}
-	return outUp, slices.Sorted(maps.Keys(rm))
+}
+
+// result is the upserts and removes, each sorted by name (nil when none).
+func (im *itemMerge[V]) result() ([]V, []string) {
+	var (
+		up []V
+		rm []string
+	)
+	if im.upMap != nil {
+		for _, k := range slices.Sorted(maps.Keys(im.upMap)) {
+			up = append(up, im.upMap[k])
+		}
+		rm = slices.Sorted(maps.Keys(im.rmMap))
+	} else {
+		up, rm = im.up, im.rm
+		slices.SortFunc(up, func(a, b V) int { return strings.Compare(im.key(a), im.key(b)) })
+		slices.Sort(rm)
+	}
+	if len(up) == 0 {
+		up = nil
+	}
+	if len(rm) == 0 {
+		rm = nil
+	}
+	return up, rm
 }

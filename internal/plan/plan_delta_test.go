@@ -73,3 +73,32 @@ func TestApplyRefusesWrongRevisionOrNode(t *testing.T) {
 		t.Fatal("merge of non-adjacent deltas accepted")
 	}
 }
+
+// MergeAll of a chain of deltas has their effect, whether it merges in
+// slices (few items) or in maps (past smallMerge).
+func TestMergeAllChains(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 500 {
+		n := 1 + r.IntN(40)
+		plans := []Plan{randomPlan(r, 1)}
+		var ds []Delta
+		for k := range n {
+			plans = append(plans, randomPlan(r, int64(k+2)))
+			ds = append(ds, Diff(plans[k], plans[k+1]))
+		}
+		m, err := MergeAll(ds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := plans[0].Clone()
+		if err := got.Apply(m); err != nil {
+			t.Fatal(err)
+		}
+		if want := plans[n]; !got.Equal(want) || got.Revision != want.Revision {
+			t.Fatalf("case %d: merge of %d deltas gives a different plan", i, n)
+		}
+	}
+	if _, err := MergeAll(Delta{Node: "n1", From: 1, Revision: 2}, Delta{Node: "n1", From: 3, Revision: 4}); err == nil {
+		t.Fatal("deltas 1->2 and 3->4 merged")
+	}
+}
