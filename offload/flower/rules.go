@@ -499,18 +499,26 @@ func flood(base Rule, last []Action, copies [][]Action) ([]Rule, error) {
 // floods are the destination MACs a network floods: broadcast, and IPv6
 // multicast when the network has an IPv6 subnet.
 func floods(n plan.Network) []string {
-	for _, sn := range n.Subnets {
-		if sn.CIDR.Addr().Is6() {
-			return []string{Broadcast, Multicast6}
-		}
+	if dualStack(n) {
+		return []string{Broadcast, Multicast6}
 	}
 	return []string{Broadcast}
 }
 
-func ipv4s(ps []netip.Prefix) []netip.Addr {
+// dualStack reports whether n has an IPv6 subnet.
+func dualStack(n plan.Network) bool {
+	return slices.ContainsFunc(n.Subnets, func(sn plan.Subnet) bool { return sn.CIDR.Addr().Is6() })
+}
+
+// ipv6s and ipv4s are the addresses of ps of one family.
+func ipv6s(ps []netip.Prefix) []netip.Addr { return addrs(ps, true) }
+
+func ipv4s(ps []netip.Prefix) []netip.Addr { return addrs(ps, false) }
+
+func addrs(ps []netip.Prefix, v6 bool) []netip.Addr {
 	var out []netip.Addr
 	for _, p := range ps {
-		if p.Addr().Is4() {
+		if p.Addr().Is6() == v6 {
 			out = append(out, p.Addr())
 		}
 	}

@@ -3,8 +3,6 @@ package flower
 import (
 	"net/netip"
 	"testing"
-
-	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
 // A dual-stack network: IPv6 unicast rides the dst_mac rules (every
@@ -14,23 +12,12 @@ import (
 // and from the gateway to the local endpoints. ARP rules stay IPv4 only;
 // the gateway's IPv6 address is solicited through the flood.
 func TestCompileDualStack(t *testing.T) {
-	p, reps := base()
+	p, reps := dualBase()
 	n := p.Networks["blue"]
-	n.Subnets = []plan.Subnet{
-		{Name: "blue-v4", Network: "blue", CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.254")},
-		{Name: "blue-v6", Network: "blue", CIDR: netip.MustParsePrefix("2001:db8:100::/64"), Gateway: netip.MustParseAddr("2001:db8:100::1")},
-	}
+	n.Subnets[0].Gateway, n.Subnets[1].Gateway = netip.MustParseAddr("198.51.100.254"), netip.MustParseAddr("2001:db8:100::fe")
 	p.Networks["blue"] = n
-	for name, v6 := range map[string]string{"a": "2001:db8:100::a/64", "b": "2001:db8:100::b/64"} {
-		e := p.Local[name]
-		e.IPs = append(e.IPs, netip.MustParsePrefix(v6))
-		p.Local[name] = e
-	}
-	r := p.Remote["r1"]
-	r.IPs = append(r.IPs, netip.MustParsePrefix("2001:db8:100::1:1/64"))
-	p.Remote["r1"] = r
 	in := Input{Reps: reps, VXLAN: "skvx", Gateways: map[string]Gateway{
-		"blue": {Port: "skh100", MAC: "02:73:6b:00:00:64", IPs: vteps("198.51.100.254", "2001:db8:100::1")}}}
+		"blue": {Port: "skh100", MAC: "02:73:6b:00:00:64", IPs: vteps("198.51.100.254", "2001:db8:100::fe")}}}
 	const m6 = "dst_mac 33:33:00:00:00:00/ff:ff:00:00:00:00"
 	expect(t, "dual stack", in, p, sorted(baseRules, []string{
 		"repa ARP tip 198.51.100.254 action redirect:skh100 [gateway a]",

@@ -85,7 +85,8 @@ func (f *Filter) decodeFlower(b []byte) error {
 			be16s = map[uint16]*uint16{TCA_FLOWER_KEY_ENC_UDP_DST_PORT: &m.EncDstPort, TCA_FLOWER_KEY_PORT_DST_MIN: &m.DstPortMin,
 				TCA_FLOWER_KEY_PORT_DST_MAX: &m.DstPortMax}
 			u16s = map[uint16]*uint16{TCA_FLOWER_KEY_CT_STATE: &m.CtState, TCA_FLOWER_KEY_CT_STATE_MASK: &m.CtStateMask}
-			u8s = map[uint16]*uint8{TCA_FLOWER_KEY_ARP_OP: &m.ArpOp, TCA_FLOWER_KEY_IP_PROTO: &m.IPProto}
+			u8s = map[uint16]*uint8{TCA_FLOWER_KEY_ARP_OP: &m.ArpOp, TCA_FLOWER_KEY_IP_PROTO: &m.IPProto,
+				TCA_FLOWER_KEY_ICMPV4_TYPE: &m.ICMPType, TCA_FLOWER_KEY_ICMPV6_TYPE: &m.ICMPType}
 		}
 		if p, ok := addrs[t]; ok {
 			*p = addr(d.Bytes())

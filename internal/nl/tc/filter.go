@@ -48,7 +48,10 @@ type Match struct {
 	EncDst     netip.Addr // tunnel destination (IPv4)
 	EncDstPort uint16
 	IPProto    uint8
-	Src, Dst   netip.Prefix // IPv4 (with Proto ETH_P_IP) or IPv6 (ETH_P_IPV6)
+	// ICMPType is the ICMP (IPProto ICMP) or ICMPv6 (IPProto ICMPV6)
+	// type, matched whole; 0: not matched.
+	ICMPType uint8
+	Src, Dst netip.Prefix // IPv4 (with Proto ETH_P_IP) or IPv6 (ETH_P_IPV6)
 	// DstPortMin..DstPortMax: one port (the IPProto's key) when equal, a
 	// range (TCA_FLOWER_KEY_PORT_DST_MIN/MAX) otherwise.
 	DstPortMin, DstPortMax uint16
@@ -167,6 +170,14 @@ func (m *Match) encode(e *rtnl.Encoder, proto uint16) {
 	}
 	if m.IPProto != 0 {
 		e.U8(TCA_FLOWER_KEY_IP_PROTO, m.IPProto)
+	}
+	if m.ICMPType != 0 {
+		key, mask := uint16(TCA_FLOWER_KEY_ICMPV4_TYPE), uint16(TCA_FLOWER_KEY_ICMPV4_TYPE_MASK)
+		if m.IPProto == unix.IPPROTO_ICMPV6 {
+			key, mask = TCA_FLOWER_KEY_ICMPV6_TYPE, TCA_FLOWER_KEY_ICMPV6_TYPE_MASK
+		}
+		e.U8(key, m.ICMPType)
+		e.U8(mask, 0xff)
 	}
 	prefix := func(key, mask uint16, p netip.Prefix) {
 		a := p.Masked().Addr().As4()
