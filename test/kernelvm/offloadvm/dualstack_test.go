@@ -88,6 +88,24 @@ func TestOffloadDualStack(t *testing.T) {
 		t.Logf("%s on %s: %s %v gateways %v", p.name, p.node.name, resp.MAC, resp.IPs, resp.Gateways)
 	}
 	nss := []string{"skdsn1", "skdsn2", "skdsp1", "skdsp1b", "skdsp2"}
+	// Traffic only once each node has programmed the other's endpoints:
+	// every pod's representor holds the encap to the other node's pod
+	// and an IPv6 multicast flood reaching the other VTEP (the rules'
+	// states at the controller).
+	guest.WaitFor(t, "each node's rules for the other node's pods", 60*time.Second, func() (bool, string) {
+		eps := endpoints(t, ctl)
+		for pod, vtep := range map[string]string{"skdsp1": "203.0.113.2", "skdsp1b": "203.0.113.2", "skdsp2": "203.0.113.1"} {
+			var encap, flood bool
+			for _, r := range eps[pod].OffloadRules {
+				encap = encap || r.Kind == "encap" && strings.Contains(r.Rule, "dst_ip "+vtep+" ")
+				flood = flood || r.Kind == "flood" && strings.Contains(r.Rule, "33:33:00:00:00:00/ff:ff:00:00:00:00") && strings.Contains(r.Rule, "dst_ip "+vtep+" ")
+			}
+			if !encap || !flood {
+				return false, fmt.Sprintf("%s: encap to %s %v, IPv6 multicast flood to it %v: %+v", pod, vtep, encap, flood, eps[pod].OffloadRules)
+			}
+		}
+		return true, ""
+	})
 	ping := func(from, to string) {
 		t.Helper()
 		out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "3", "-W", "3", to).CombinedOutput()
