@@ -165,7 +165,7 @@ func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[stri
 		var addrs []netip.Prefix
 		var ips []netip.Addr
 		for _, sn := range n.Subnets {
-			if sn.Gateway.Is4() {
+			if sn.Gateway.IsValid() { // IPv4 and IPv6 (added without DAD)
 				addrs = append(addrs, netip.PrefixFrom(sn.Gateway, sn.CIDR.Bits()))
 				ips = append(ips, sn.Gateway)
 			}
@@ -248,10 +248,7 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 		return err
 	}
 	seen := map[netip.Prefix]bool{}
-	for _, a := range have {
-		if !a.Addr().Is4() {
-			continue
-		}
+	for _, a := range have { // link-local addresses are not listed
 		seen[a] = true
 		if !slices.Contains(addrs, a) {
 			d.write()

@@ -76,21 +76,22 @@ func TestPolicyValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for field, mod := range map[string]func(r *PolicyRule){
-		"index":                func(r *PolicyRule) { r.Index = 0 },
-		"prio: 0":              func(r *PolicyRule) { r.Prio = 0 },
-		"prio 0x5300":          func(r *PolicyRule) { r.Prio = PrioARP },
-		"match.EthType:":       func(r *PolicyRule) { r.Match.EthType = 0 },
-		"match.EthType 0x0806": func(r *PolicyRule) { r.Match.EthType, r.Match.IPProto = EthARP, 6 },
-		"IPv4 prefixes":        func(r *PolicyRule) { r.Match.Src = netip.MustParsePrefix("2001:db8::/64") },
-		"match.IPProto 1":      func(r *PolicyRule) { r.Match.IPProto, r.Match.DstPortMin, r.Match.DstPortMax = 1, 80, 80 },
-		"DstPortMin/Max":       func(r *PolicyRule) { r.Match.IPProto, r.Match.DstPortMin, r.Match.DstPortMax = 6, 90, 80 },
-		"outside the mask":     func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = CtTracked|CtNew, CtTracked },
-		"without +trk":         func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = CtNew, CtTracked|CtNew },
-		"exclude each other":   func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = ctAll&^CtInvalid, ctAll },
-		"actions: none":        func(r *PolicyRule) { r.Actions = nil },
-		"actions[0].Chain 0":   func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyGoto}} },
-		"actions[0].Index":     func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyRedirect}} },
-		"actions[1].Kind":      func(r *PolicyRule) { r.Actions = append(r.Actions, PolicyAction{Kind: "accept"}) },
+		"index":                               func(r *PolicyRule) { r.Index = 0 },
+		"prio: 0":                             func(r *PolicyRule) { r.Prio = 0 },
+		"prio 0x5300":                         func(r *PolicyRule) { r.Prio = PrioARP },
+		"match.EthType:":                      func(r *PolicyRule) { r.Match.EthType = 0 },
+		"match.EthType 0x0806":                func(r *PolicyRule) { r.Match.EthType, r.Match.IPProto = EthARP, 6 },
+		"Src/Dst: prefixes of another family": func(r *PolicyRule) { r.Match.Src = netip.MustParsePrefix("2001:db8::/64") },
+		"match.ICMPType 135":                  func(r *PolicyRule) { r.Match.ICMPType = 135 },
+		"match.IPProto 1":                     func(r *PolicyRule) { r.Match.IPProto, r.Match.DstPortMin, r.Match.DstPortMax = 1, 80, 80 },
+		"DstPortMin/Max":                      func(r *PolicyRule) { r.Match.IPProto, r.Match.DstPortMin, r.Match.DstPortMax = 6, 90, 80 },
+		"outside the mask":                    func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = CtTracked|CtNew, CtTracked },
+		"without +trk":                        func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = CtNew, CtTracked|CtNew },
+		"exclude each other":                  func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = ctAll&^CtInvalid, ctAll },
+		"actions: none":                       func(r *PolicyRule) { r.Actions = nil },
+		"actions[0].Chain 0":                  func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyGoto}} },
+		"actions[0].Index":                    func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyRedirect}} },
+		"actions[1].Kind":                     func(r *PolicyRule) { r.Actions = append(r.Actions, PolicyAction{Kind: "accept"}) },
 	} {
 		r := ok
 		r.Actions = append([]PolicyAction(nil), ok.Actions...)

@@ -4,11 +4,12 @@ package flower
 // over plan.Groups) as flower filters with conntrack, in chains ahead of
 // the forwarding rules. On every device that holds Skiff rules:
 //
-//	chain 0 (entry)    IPv4 of a network with an isolated local endpoint:
-//	                   ct zone Z, goto 1. IPv6 from an isolated endpoint:
-//	                   drop (offload nodes carry no IPv6). Everything
-//	                   else: goto 3.
-//	chain 1 (egress)   +trk+est, +trk+rel: goto 3. On the representor of
+//	chain 0 (entry)    IPv4 (and IPv6, on a network with an IPv6 subnet)
+//	                   of a network with an isolated local endpoint:
+//	                   ct zone Z, goto 1. IPv6 from an isolated endpoint
+//	                   of an IPv4-only network: drop. Everything else:
+//	                   goto 3.
+//	chain 1 (egress)   +trk+est, +trk+rel, ICMPv6 ND: goto 3. On the representor of
 //	                   an egress-isolated endpoint: its egress rules
 //	                   (+trk+new), goto 2; else drop. Elsewhere: goto 2.
 //	chain 2 (ingress)  for each ingress-isolated local endpoint the
@@ -46,20 +47,37 @@ const (
 )
 
 // Priorities of the policy pipeline's filters (outside the forwarding
-// rules' PrioARP..PrioFloodLast).
+// rules' PrioARP..PrioFloodLast). A priority holds one ethernet type: the
+// families' filters sit at their own.
 const (
-	PrioEntryCt   uint16 = 0x5310 // chain 0: IPv4 into conntrack
-	PrioEntryIPv6 uint16 = 0x5311 // chain 0: IPv6 of an isolated endpoint
+	PrioEntryCt  uint16 = 0x5310 // chain 0: IPv4 into conntrack
+	PrioEntryCt6 uint16 = 0x5311 // chain 0: IPv6 into conntrack (dual-stack networks)
+	// PrioEntryIPv6: chain 0, IPv6 of an isolated endpoint of a network
+	// without an IPv6 subnet (its link-local traffic): drop.
+	PrioEntryIPv6 uint16 = 0x5311
 	PrioEntryAll  uint16 = 0x5312 // chain 0: the rest, to forwarding
-	PrioTracked   uint16 = 0x5310 // chains 1: established
-	PrioRelated   uint16 = 0x5311 // chains 1: related
-	PrioRule      uint16 = 0x5400 // rule i of an endpoint's direction at PrioRule+i
-	PrioDeny      uint16 = 0x6400 // the default deny of an isolated endpoint
-	PrioOpen      uint16 = 0x6401 // not isolated: on
+	PrioTracked   uint16 = 0x5310 // chain 1: established
+	PrioRelated   uint16 = 0x5311 // chain 1: related
+	PrioTracked6  uint16 = 0x5312 // chain 1: IPv6 established
+	PrioRelated6  uint16 = 0x5313 // chain 1: IPv6 related
+	// PrioND: chain 1, ICMPv6 router and neighbour discovery (types
+	// 133-137) to forwarding, as the software table lets it through:
+	// conntrack does not track it, NetworkPolicy does not govern it.
+	PrioND    uint16 = 0x5314
+	PrioRule  uint16 = 0x5400 // IPv4 rule i of an endpoint's direction at PrioRule+i
+	PrioRule6 uint16 = 0x5c00 // IPv6 rule i at PrioRule6+i
+	PrioDeny  uint16 = 0x6400 // the default deny of an isolated endpoint (IPv4)
+	PrioOpen  uint16 = 0x6401 // not isolated: on (IPv4)
+	PrioDeny6 uint16 = 0x6402 // the same for IPv6
+	PrioOpen6 uint16 = 0x6403
 	// MaxPolicyRules is how many rules one direction of an endpoint's
 	// policy may have on an offload node.
-	MaxPolicyRules = int(PrioDeny - PrioRule)
+	MaxPolicyRules = int(PrioRule6 - PrioRule)
 )
+
+// ndTypes are the ICMPv6 types that pass policy: router solicitation and
+// advertisement, neighbour solicitation and advertisement, redirect.
+var ndTypes = []uint8{133, 134, 135, 136, 137}
 
 // EthAll is also a policy match's EthType: every protocol.
 
@@ -76,6 +94,32 @@ func Zone(vni uint32) uint16 { return uint16(vni%65535) + 1 }
 
 var protoNumbers = map[string]uint8{"TCP": unix.IPPROTO_TCP, "UDP": unix.IPPROTO_UDP, "SCTP": unix.IPPROTO_SCTP}
 
+// family is an address family's part of the pipeline: its ethernet type,
+// priorities and addresses.
+type family struct {
+	eth                     uint16
+	entry, tracked, related uint16
+	rule, deny, open        uint16
+	v6                      bool
+	addrs                   func([]netip.Prefix) []netip.Addr
+}
+
+var (
+	fam4 = family{eth: EthIPv4, entry: PrioEntryCt, tracked: PrioTracked, related: PrioRelated,
+		rule: PrioRule, deny: PrioDeny, open: PrioOpen, addrs: ipv4s}
+	fam6 = family{eth: EthIPv6, entry: PrioEntryCt6, tracked: PrioTracked6, related: PrioRelated6,
+		rule: PrioRule6, deny: PrioDeny6, open: PrioOpen6, v6: true, addrs: ipv6s}
+)
+
+// families are those a network's policy covers: IPv4, and IPv6 when the
+// network has an IPv6 subnet.
+func families(n plan.Network) []family {
+	if dualStack(n) {
+		return []family{fam4, fam6}
+	}
+	return []family{fam4}
+}
+
 // CompilePolicy returns the policy pipeline of p (chains 0-2) for the
 // devices of in, and a chain-0 filter sending everything else to
 // ChainForward on every device that holds one of fwd (the forwarding
@@ -86,7 +130,6 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 	var out []PolicyRule
 	add := func(r PolicyRule) { out = append(out, r) }
 	gotoChain := func(c uint32) PolicyAction { return PolicyAction{Kind: PolicyGoto, Chain: c} }
-	ip := func() PolicyMatch { return PolicyMatch{EthType: EthIPv4} }
 
 	// Local endpoints with representors, by network.
 	byNet := map[string][]plan.Endpoint{}
@@ -122,27 +165,39 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 		zones[z], netZone[nname] = nname, z
 	}
 
-	// Each endpoint's rules, expanded once.
+	// Each endpoint's rules, expanded once per family.
 	type expanded struct {
 		in, eg [][]PolicyMatch // by rule index: the matches that allow
 	}
-	exp := map[string]expanded{}
+	exp := map[string][2]expanded{}
 	for _, nname := range slices.Sorted(maps.Keys(netZone)) {
 		for _, e := range byNet[nname] {
 			pol, ok := p.Policies[e.Name]
 			if !ok {
 				continue
 			}
-			var x expanded
-			var err error
-			if x.in, err = expandRules(pol.Ingress, p.Groups, true); err != nil {
-				return nil, fmt.Errorf("policies[%s].ingress%w", e.Name, err)
-			}
-			if x.eg, err = expandRules(pol.Egress, p.Groups, false); err != nil {
-				return nil, fmt.Errorf("policies[%s].egress%w", e.Name, err)
+			var x [2]expanded
+			for _, f := range families(p.Networks[nname]) {
+				var err error
+				i := 0
+				if f.v6 {
+					i = 1
+				}
+				if x[i].in, err = expandRules(pol.Ingress, p.Groups, true, f.v6); err != nil {
+					return nil, fmt.Errorf("policies[%s].ingress%w", e.Name, err)
+				}
+				if x[i].eg, err = expandRules(pol.Egress, p.Groups, false, f.v6); err != nil {
+					return nil, fmt.Errorf("policies[%s].egress%w", e.Name, err)
+				}
 			}
 			exp[e.Name] = x
 		}
+	}
+	rulesOf := func(name string, f family) expanded {
+		if f.v6 {
+			return exp[name][1]
+		}
+		return exp[name][0]
 	}
 
 	// Chain 2 of a device of network nname: the ingress rules of its
@@ -150,96 +205,104 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 	// whatever enters comes from from: rules for other sources can never
 	// match there and are left out (a forged source meets the deny).
 	ingress := func(dev, nname string, vni uint32, from *plan.Endpoint) {
-		skip := ""
-		var srcs []netip.Addr
-		if from != nil {
-			skip, srcs = from.Name, ipv4s(from.IPs)
-		}
-		reaches := func(m PolicyMatch) bool {
-			if from == nil || !m.Src.IsValid() {
-				return true
-			}
-			for _, a := range srcs {
-				if m.Src.Contains(a) {
-					return true
-				}
-			}
-			return false
-		}
 		z := netZone[nname]
 		commit := []PolicyAction{{Kind: PolicyCt, Zone: z, Commit: true}, gotoChain(ChainForward)}
-		for _, e := range byNet[nname] {
-			if i, _ := isolated(e.Name); !i || e.Name == skip {
-				continue
+		for _, f := range families(p.Networks[nname]) {
+			skip := ""
+			var srcs []netip.Addr
+			if from != nil {
+				skip, srcs = from.Name, f.addrs(from.IPs)
 			}
-			for _, a := range ipv4s(e.IPs) {
-				dst := netip.PrefixFrom(a, 32)
-				for ri, ms := range exp[e.Name].in {
-					for _, m := range ms {
-						if !reaches(m) {
-							continue
-						}
-						m.Dst, m.EncKeyID = dst, vni
-						add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: PrioRule + uint16(ri), Match: m, Actions: commit,
-							Endpoint: e.Name, Direction: Ingress, RuleIndex: ri})
-					}
+			reaches := func(m PolicyMatch) bool {
+				if from == nil || !m.Src.IsValid() {
+					return true
 				}
-				m := ip()
-				m.Dst, m.EncKeyID = dst, vni
-				add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: PrioDeny, Match: m, Actions: []PolicyAction{{Kind: PolicyDrop}},
-					Endpoint: e.Name, Direction: Ingress, RuleIndex: -1})
+				return slices.ContainsFunc(srcs, m.Src.Contains)
+			}
+			for _, e := range byNet[nname] {
+				if i, _ := isolated(e.Name); !i || e.Name == skip {
+					continue
+				}
+				for _, a := range f.addrs(e.IPs) {
+					dst := netip.PrefixFrom(a, a.BitLen())
+					for ri, ms := range rulesOf(e.Name, f).in {
+						for _, m := range ms {
+							if !reaches(m) {
+								continue
+							}
+							m.Dst, m.EncKeyID = dst, vni
+							add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: f.rule + uint16(ri), Match: m, Actions: commit,
+								Endpoint: e.Name, Direction: Ingress, RuleIndex: ri})
+						}
+					}
+					m := PolicyMatch{EthType: f.eth, Dst: dst, EncKeyID: vni}
+					add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: f.deny, Match: m, Actions: []PolicyAction{{Kind: PolicyDrop}},
+						Endpoint: e.Name, Direction: Ingress, RuleIndex: -1})
+				}
+			}
+			add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: f.open, Match: PolicyMatch{EthType: f.eth, EncKeyID: vni}, Actions: commit})
+		}
+	}
+	// Chain 1's conntrack verdicts (and, for IPv6, neighbour discovery).
+	tracked := func(dev string, fams []family) {
+		for _, f := range fams {
+			for _, s := range []struct {
+				prio  uint16
+				state uint16
+			}{{f.tracked, CtEstablished}, {f.related, CtRelated}} {
+				m := PolicyMatch{EthType: f.eth, CtState: CtTracked | s.state, CtStateMask: CtTracked | s.state}
+				add(PolicyRule{Dev: dev, Chain: ChainEgress, Prio: s.prio, Match: m, Actions: []PolicyAction{gotoChain(ChainForward)}})
+			}
+			if f.v6 {
+				for _, t := range ndTypes {
+					m := PolicyMatch{EthType: EthIPv6, IPProto: unix.IPPROTO_ICMPV6, ICMPType: t}
+					add(PolicyRule{Dev: dev, Chain: ChainEgress, Prio: PrioND, Match: m, Actions: []PolicyAction{gotoChain(ChainForward)}})
+				}
 			}
 		}
-		m := ip()
-		m.EncKeyID = vni
-		add(PolicyRule{Dev: dev, Chain: ChainIngress, Prio: PrioOpen, Match: m, Actions: commit})
 	}
-	// Chain 1's conntrack verdicts.
-	tracked := func(dev string) {
-		for _, s := range []struct {
-			prio  uint16
-			state uint16
-		}{{PrioTracked, CtEstablished}, {PrioRelated, CtRelated}} {
-			m := ip()
-			m.CtState, m.CtStateMask = CtTracked|s.state, CtTracked|s.state
-			add(PolicyRule{Dev: dev, Chain: ChainEgress, Prio: s.prio, Match: m, Actions: []PolicyAction{gotoChain(ChainForward)}})
+	entry := func(dev string, zone uint16, vni uint32, fams []family) {
+		for _, f := range fams {
+			add(PolicyRule{Dev: dev, Chain: ChainEntry, Prio: f.entry, Match: PolicyMatch{EthType: f.eth, EncKeyID: vni},
+				Actions: []PolicyAction{{Kind: PolicyCt, Zone: zone}, gotoChain(ChainEgress)}})
 		}
-	}
-	entry := func(dev string, zone uint16, vni uint32) {
-		m := ip()
-		m.EncKeyID = vni
-		add(PolicyRule{Dev: dev, Chain: ChainEntry, Prio: PrioEntryCt, Match: m,
-			Actions: []PolicyAction{{Kind: PolicyCt, Zone: zone}, gotoChain(ChainEgress)}})
 	}
 
+	var vxlanFams []family // of every network with a zone
 	for _, nname := range slices.Sorted(maps.Keys(netZone)) {
 		z := netZone[nname]
+		n := p.Networks[nname]
+		fams := families(n)
+		if len(fams) > len(vxlanFams) {
+			vxlanFams = fams
+		}
 		for _, e := range byNet[nname] {
 			rep := in.Reps[e.Name]
 			ii, ei := isolated(e.Name)
-			entry(rep, z, 0)
-			if ii || ei {
+			entry(rep, z, 0, fams)
+			if (ii || ei) && !dualStack(n) {
 				add(PolicyRule{Dev: rep, Chain: ChainEntry, Prio: PrioEntryIPv6, Match: PolicyMatch{EthType: EthIPv6},
 					Actions: []PolicyAction{{Kind: PolicyDrop}}, Endpoint: e.Name, RuleIndex: -1})
 			}
-			tracked(rep)
-			if ei {
-				for ri, ms := range exp[e.Name].eg {
+			tracked(rep, fams)
+			for _, f := range fams {
+				if !ei {
+					add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.open, Match: PolicyMatch{EthType: f.eth}, Actions: []PolicyAction{gotoChain(ChainIngress)}})
+					continue
+				}
+				for ri, ms := range rulesOf(e.Name, f).eg {
 					for _, m := range ms {
-						add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: PrioRule + uint16(ri), Match: m,
+						add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.rule + uint16(ri), Match: m,
 							Actions: []PolicyAction{gotoChain(ChainIngress)}, Endpoint: e.Name, Direction: Egress, RuleIndex: ri})
 					}
 				}
-				add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: PrioDeny, Match: ip(), Actions: []PolicyAction{{Kind: PolicyDrop}},
+				add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.deny, Match: PolicyMatch{EthType: f.eth}, Actions: []PolicyAction{{Kind: PolicyDrop}},
 					Endpoint: e.Name, Direction: Egress, RuleIndex: -1})
-			} else {
-				add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: PrioOpen, Match: ip(), Actions: []PolicyAction{gotoChain(ChainIngress)}})
 			}
 			ingress(rep, nname, 0, &e)
 		}
 		// Into the network from the tunnel and from the node's gateway:
 		// the sender's node checked its egress.
-		n := p.Networks[nname]
 		for _, d := range []struct {
 			dev string
 			vni uint32
@@ -247,19 +310,20 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 			if d.dev == "" {
 				continue
 			}
-			entry(d.dev, z, d.vni)
-			m := ip()
-			m.EncKeyID = d.vni
-			add(PolicyRule{Dev: d.dev, Chain: ChainEgress, Prio: PrioOpen, Match: m, Actions: []PolicyAction{gotoChain(ChainIngress)}})
+			entry(d.dev, z, d.vni, fams)
+			for _, f := range fams {
+				add(PolicyRule{Dev: d.dev, Chain: ChainEgress, Prio: f.open, Match: PolicyMatch{EthType: f.eth, EncKeyID: d.vni},
+					Actions: []PolicyAction{gotoChain(ChainIngress)}})
+			}
 			ingress(d.dev, nname, d.vni, nil)
 		}
 	}
 	if len(netZone) > 0 && in.VXLAN != "" {
-		tracked(in.VXLAN) // once for every network
+		tracked(in.VXLAN, vxlanFams) // once for every network
 	}
 	for _, nname := range slices.Sorted(maps.Keys(netZone)) {
 		if gw := in.Gateways[nname].Port; gw != "" {
-			tracked(gw)
+			tracked(gw, families(p.Networks[nname]))
 		}
 	}
 	// Everything else on every device with forwarding rules.
@@ -300,11 +364,12 @@ func sortPolicy(rs []PolicyRule) ([]PolicyRule, error) {
 	return out, nil
 }
 
-// expandRules turns a direction's rules into flower matches (IPv4,
-// +trk+new), by rule index: the peers' prefixes (Src for ingress, Dst for
-// egress) times the ports. A rule whose peers select no IPv4 address
-// has no match: it allows nothing here.
-func expandRules(rules []plan.PolicyRule, groups map[string]plan.AddressGroup, ingress bool) ([][]PolicyMatch, error) {
+// expandRules turns a direction's rules into flower matches of one family
+// (IPv4, or IPv6 when v6; +trk+new), by rule index: the peers' prefixes
+// of that family (Src for ingress, Dst for egress) times the ports. A
+// rule whose peers select no address of the family has no match: it
+// allows nothing of that family here.
+func expandRules(rules []plan.PolicyRule, groups map[string]plan.AddressGroup, ingress, v6 bool) ([][]PolicyMatch, error) {
 	if len(rules) > MaxPolicyRules {
 		return nil, fmt.Errorf(": %d rules, more than the %d an offload node takes", len(rules), MaxPolicyRules)
 	}
@@ -320,13 +385,13 @@ func expandRules(rules []plan.PolicyRule, groups map[string]plan.AddressGroup, i
 					return nil, fmt.Errorf("[%d].peers[%d].group: %q is not in the plan", ri, pi, peer.Group)
 				}
 				for _, a := range g.Members {
-					if a.Is4() {
-						prefixes = append(prefixes, netip.PrefixFrom(a, 32))
+					if a.Is6() == v6 {
+						prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
 					}
 				}
 			case peer.CIDR.IsValid():
-				if !peer.CIDR.Addr().Is4() {
-					continue // offload nodes carry IPv4 only
+				if peer.CIDR.Addr().Is6() != v6 {
+					continue // the other family's
 				}
 				ps, err := subtract(peer.CIDR, peer.Except)
 				if err != nil {
@@ -369,6 +434,9 @@ func expandRules(rules []plan.PolicyRule, groups map[string]plan.AddressGroup, i
 			for _, pt := range ports {
 				m := PolicyMatch{EthType: EthIPv4, IPProto: pt.proto, DstPortMin: pt.min, DstPortMax: pt.max,
 					CtState: CtTracked | CtNew, CtStateMask: CtTracked | CtNew}
+				if v6 {
+					m.EthType = EthIPv6
+				}
 				if ingress {
 					m.Src = pre
 				} else {
@@ -389,7 +457,7 @@ func subtract(p netip.Prefix, except []netip.Prefix) ([]netip.Prefix, error) {
 	set := []netip.Prefix{p}
 	for _, x := range except {
 		x = x.Masked()
-		if !x.Addr().Is4() || !p.Contains(x.Addr()) || x.Bits() < p.Bits() {
+		if x.Addr().Is4() != p.Addr().Is4() || !p.Contains(x.Addr()) || x.Bits() < p.Bits() {
 			return nil, fmt.Errorf("%s is not inside %s", x, p)
 		}
 		var next []netip.Prefix
@@ -423,11 +491,12 @@ func subtract(p netip.Prefix, except []netip.Prefix) ([]netip.Prefix, error) {
 	return set, nil
 }
 
-// halves splits an IPv4 prefix in its two halves.
+// halves splits a prefix in its two halves.
 func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
 	b := p.Bits() + 1
 	lo := netip.PrefixFrom(p.Addr(), b)
-	a := p.Addr().As4()
+	a := p.Addr().AsSlice()
 	a[(b-1)/8] |= 0x80 >> ((b - 1) % 8)
-	return lo, netip.PrefixFrom(netip.AddrFrom4(a), b)
+	hi, _ := netip.AddrFromSlice(a)
+	return lo, netip.PrefixFrom(hi, b)
 }

@@ -12,7 +12,7 @@ import (
 // renderPolicy: "dev chain prio match: actions [endpoint direction rule]"
 // with the priorities by name.
 func renderPolicy(rs []PolicyRule) []string {
-	names := map[uint16]string{PrioDeny: "DENY", PrioOpen: "OPEN"}
+	names := map[uint16]string{PrioDeny: "DENY", PrioOpen: "OPEN", PrioDeny6: "DENY6", PrioOpen6: "OPEN6"}
 	var out []string
 	for _, r := range rs {
 		prio, ok := names[r.Prio]
@@ -28,6 +28,14 @@ func renderPolicy(rs []PolicyRule) []string {
 			prio = "EST"
 		case r.Chain == ChainEgress && r.Prio == PrioRelated:
 			prio = "REL"
+		case r.Chain == ChainEgress && r.Prio == PrioTracked6:
+			prio = "EST6"
+		case r.Chain == ChainEgress && r.Prio == PrioRelated6:
+			prio = "REL6"
+		case r.Chain == ChainEgress && r.Prio == PrioND:
+			prio = "ND"
+		case r.Prio >= PrioRule6 && r.Prio < PrioDeny:
+			prio = "S" + string(rune('0'+r.Prio-PrioRule6))
 		case r.Prio >= PrioRule && r.Prio < PrioDeny:
 			prio = "R" + string(rune('0'+r.Prio-PrioRule))
 		}

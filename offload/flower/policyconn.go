@@ -15,7 +15,7 @@ import (
 func (r PolicyRule) filter(handle, flags uint32) tc.Filter {
 	m := r.Match
 	f := tc.Filter{Ifindex: r.Index, Chain: r.Chain, Prio: r.Prio, Proto: m.EthType, Handle: handle, Kind: "flower", Flags: flags,
-		Match: tc.Match{EncKeyID: m.EncKeyID, IPProto: m.IPProto, Src: m.Src, Dst: m.Dst, DstPortMin: m.DstPortMin, DstPortMax: m.DstPortMax,
+		Match: tc.Match{EncKeyID: m.EncKeyID, IPProto: m.IPProto, ICMPType: m.ICMPType, Src: m.Src, Dst: m.Dst, DstPortMin: m.DstPortMin, DstPortMax: m.DstPortMax,
 			CtState: m.CtState, CtStateMask: m.CtStateMask}}
 	f.Actions = make([]tc.Action, len(r.Actions))
 	for i, a := range r.Actions {
@@ -84,7 +84,7 @@ func policyFilter(tf *tc.Filter) PolicyFilter {
 	m := tf.Match
 	f := PolicyFilter{Handle: tf.Handle, Flags: tf.Flags, Info: uint32(tf.Prio)<<16 | uint32(htons(tf.Proto)),
 		Rule: PolicyRule{Index: tf.Ifindex, Chain: tf.Chain, Prio: tf.Prio,
-			Match: PolicyMatch{EthType: tf.Proto, EncKeyID: m.EncKeyID, IPProto: m.IPProto, Src: m.Src, Dst: m.Dst,
+			Match: PolicyMatch{EthType: tf.Proto, EncKeyID: m.EncKeyID, IPProto: m.IPProto, ICMPType: m.ICMPType, Src: m.Src, Dst: m.Dst,
 				DstPortMin: m.DstPortMin, DstPortMax: m.DstPortMax, CtState: m.CtState, CtStateMask: m.CtStateMask}}}
 	for _, ta := range tf.Actions {
 		if f.Cookie == nil && ta.Cookie != nil {

@@ -67,11 +67,13 @@ type PolicyRule struct {
 }
 
 // PolicyMatch is what a policy rule matches. EthType is required; the IP
-// keys need EthIPv4 (IPv6 addresses are not encoded yet).
+// keys need EthIPv4 or EthIPv6, with prefixes of that family.
 type PolicyMatch struct {
 	EthType  uint16 // EthIPv4, EthIPv6, EthARP, or EthAll (every protocol)
 	EncKeyID uint32 // the tunnel's VNI (on the VXLAN device); 0: any
 	IPProto  uint8  // 0: any; unix.IPPROTO_TCP, _UDP, _SCTP for ports
+	// ICMPType with IPProto ICMP (IPv4) or ICMPV6 (IPv6); 0: any.
+	ICMPType uint8
 	Src, Dst netip.Prefix
 	// DstPortMin..DstPortMax: one port when equal, a range
 	// (TCA_FLOWER_KEY_PORT_DST_MIN/MAX) otherwise; 0: any.
@@ -124,6 +126,9 @@ func (m PolicyMatch) String() string {
 	}
 	if m.IPProto != 0 {
 		fmt.Fprintf(&b, " ip_proto %d", m.IPProto)
+	}
+	if m.ICMPType != 0 {
+		fmt.Fprintf(&b, " type %d", m.ICMPType)
 	}
 	if m.Src.IsValid() {
 		fmt.Fprintf(&b, " src %s", m.Src)
@@ -192,14 +197,21 @@ func (r PolicyRule) Validate() error {
 		return fmt.Errorf("policy rule on %s: prio %#x: in the datapath's range %#x-%#x", r.Dev, r.Prio, PrioARP, PrioFloodLast)
 	}
 	m := r.Match
-	ip := m.IPProto != 0 || m.Src.IsValid() || m.Dst.IsValid() || m.DstPortMin != 0
+	ip := m.IPProto != 0 || m.Src.IsValid() || m.Dst.IsValid() || m.DstPortMin != 0 || m.ICMPType != 0
+	v6 := m.EthType == EthIPv6
+	icmp := uint8(unix.IPPROTO_ICMP)
+	if v6 {
+		icmp = unix.IPPROTO_ICMPV6
+	}
 	switch {
 	case m.EthType == 0:
 		return fmt.Errorf("policy rule %s on %s: match.EthType: required", r, r.Dev)
-	case ip && m.EthType != EthIPv4:
-		return fmt.Errorf("policy rule %s on %s: match.EthType %#04x: IP keys need IPv4", r, r.Dev, m.EthType)
-	case m.Src.IsValid() && !m.Src.Addr().Is4(), m.Dst.IsValid() && !m.Dst.Addr().Is4():
-		return fmt.Errorf("policy rule %s on %s: match.Src/Dst: IPv4 prefixes only", r, r.Dev)
+	case ip && m.EthType != EthIPv4 && !v6:
+		return fmt.Errorf("policy rule %s on %s: match.EthType %#04x: IP keys need IPv4 or IPv6", r, r.Dev, m.EthType)
+	case m.Src.IsValid() && m.Src.Addr().Is6() != v6, m.Dst.IsValid() && m.Dst.Addr().Is6() != v6:
+		return fmt.Errorf("policy rule %s on %s: match.Src/Dst: prefixes of another family than the eth type's", r, r.Dev)
+	case m.ICMPType != 0 && m.IPProto != icmp:
+		return fmt.Errorf("policy rule %s on %s: match.ICMPType %d: needs IPProto %d", r, r.Dev, m.ICMPType, icmp)
 	case m.DstPortMin != 0 && m.IPProto != unix.IPPROTO_TCP && m.IPProto != unix.IPPROTO_UDP && m.IPProto != unix.IPPROTO_SCTP:
 		return fmt.Errorf("policy rule %s on %s: match.IPProto %d: ports need tcp, udp or sctp", r, r.Dev, m.IPProto)
 	case m.DstPortMax < m.DstPortMin || (m.DstPortMin == 0 && m.DstPortMax != 0):

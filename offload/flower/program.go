@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -520,11 +521,17 @@ func ruleFilter(devs map[string]Device, dev Device, r Rule, handle, flags uint32
 	f := tc.Filter{Ifindex: dev.Index, Chain: ChainForward, Prio: r.Prio, Proto: r.EthType, Handle: handle, Kind: "flower", Flags: flags}
 	m := r.Match
 	if m.DstMAC != "" {
-		mac, err := net.ParseMAC(m.DstMAC)
+		addr, mask, masked := strings.Cut(m.DstMAC, "/")
+		mac, err := net.ParseMAC(addr)
 		if err != nil {
 			return f, fmt.Errorf("flower: match dst_mac: %w", err)
 		}
 		f.Match.DstMAC = mac
+		if masked {
+			if f.Match.DstMACMask, err = net.ParseMAC(mask); err != nil {
+				return f, fmt.Errorf("flower: match dst_mac mask: %w", err)
+			}
+		}
 	}
 	if m.ArpTIP.IsValid() {
 		f.Match.ArpTIP, f.Match.ArpOp = m.ArpTIP, 1 // request

@@ -40,6 +40,12 @@ const (
 // Broadcast is the broadcast MAC.
 const Broadcast = "ff:ff:ff:ff:ff:ff"
 
+// Multicast6 matches every IPv6 multicast frame (33:33:xx:xx:xx:xx, RFC
+// 2464): neighbour solicitations to solicited-node groups, DAD, MLD. A
+// network with an IPv6 subnet floods it as broadcast, and from its local
+// endpoints to the node's gateway too (whose address they solicit).
+const Multicast6 = "33:33:00:00:00:00/ff:ff:00:00:00:00"
+
 // Rule kinds.
 const (
 	KindEncap = "encap" // representor -> tunnel
@@ -343,6 +349,9 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 				r.Kind, r.Match, r.Actions = KindGateway, Match{DstMAC: gw.MAC}, []Action{{Kind: Redirect, Dev: gw.Port}}
 				out = append(out, r)
 				for _, ip := range gw.IPs {
+					if !ip.Is4() {
+						continue // IPv6: solicited by multicast (floods)
+					}
 					a := base
 					a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindGateway
 					a.Match, a.Actions = Match{ArpTIP: ip}, []Action{{Kind: Redirect, Dev: gw.Port}}
@@ -362,24 +371,30 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 					out = append(out, a)
 				}
 			}
-			// Broadcast: mirrored to every other local endpoint and
-			// every remote VTEP, the last copy redirected.
-			var copies [][]Action
-			for _, o := range locals {
-				if o.ep.Name != l.ep.Name {
-					copies = append(copies, []Action{{Kind: Mirror, Dev: o.to}})
+			// Broadcast (and IPv6 multicast): mirrored to every other
+			// local endpoint and every remote VTEP (IPv6 multicast to
+			// the gateway too), the last copy redirected.
+			for _, dst := range floods(n) {
+				var copies [][]Action
+				for _, o := range locals {
+					if o.ep.Name != l.ep.Name {
+						copies = append(copies, []Action{{Kind: Mirror, Dev: o.to}})
+					}
 				}
+				if gw, ok := in.Gateways[nname]; ok && dst == Multicast6 {
+					copies = append(copies, []Action{{Kind: Mirror, Dev: gw.Port}})
+				}
+				for _, v := range n.FloodVTEPs {
+					copies = append(copies, []Action{set(v), {Kind: Mirror, Dev: in.VXLAN}})
+				}
+				f := base
+				f.Kind, f.Match = KindFlood, Match{DstMAC: dst}
+				fl, err := flood(f, nil, copies)
+				if err != nil {
+					return nil, fmt.Errorf("networks[%s].floodVTEPs: broadcast from %s: %w", nname, l.ep.Name, err)
+				}
+				out = append(out, fl...)
 			}
-			for _, v := range n.FloodVTEPs {
-				copies = append(copies, []Action{set(v), {Kind: Mirror, Dev: in.VXLAN}})
-			}
-			f := base
-			f.Kind, f.Match = KindFlood, Match{DstMAC: Broadcast}
-			fl, err := flood(f, nil, copies)
-			if err != nil {
-				return nil, fmt.Errorf("networks[%s].floodVTEPs: broadcast from %s: %w", nname, l.ep.Name, err)
-			}
-			out = append(out, fl...)
 			// Decap on the VXLAN device, to this endpoint.
 			d := Rule{Dev: in.VXLAN, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindDecap}
 			d.Match = decap
@@ -412,11 +427,13 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 				}
 				copies = append(copies, []Action{{Kind: Mirror, Dev: l.to}})
 			}
-			fl, err := flood(Rule{Dev: gw.Port, Network: nname, EthType: EthAll, Kind: KindFlood, Match: Match{DstMAC: Broadcast}}, nil, copies)
-			if err != nil {
-				return nil, fmt.Errorf("gateways[%s]: %w", nname, err)
+			for _, dst := range floods(n) {
+				fl, err := flood(Rule{Dev: gw.Port, Network: nname, EthType: EthAll, Kind: KindFlood, Match: Match{DstMAC: dst}}, nil, copies)
+				if err != nil {
+					return nil, fmt.Errorf("gateways[%s]: %w", nname, err)
+				}
+				out = append(out, fl...)
 			}
-			out = append(out, fl...)
 		}
 		// Broadcast from the tunnel to every local endpoint. The tunnel
 		// metadata goes (unset) only in the last chunk: the chunks
@@ -425,13 +442,15 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		for _, l := range locals {
 			copies = append(copies, []Action{{Kind: Mirror, Dev: l.to}})
 		}
-		f := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Kind: KindFlood, Match: decap}
-		f.Match.DstMAC = Broadcast
-		fl, err := flood(f, []Action{{Kind: TunnelUnset}}, copies)
-		if err != nil {
-			return nil, fmt.Errorf("networks[%s]: broadcast to %d local endpoints: %w", nname, len(locals), err)
+		for _, dst := range floods(n) {
+			f := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Kind: KindFlood, Match: decap}
+			f.Match.DstMAC = dst
+			fl, err := flood(f, []Action{{Kind: TunnelUnset}}, copies)
+			if err != nil {
+				return nil, fmt.Errorf("networks[%s]: broadcast to %d local endpoints: %w", nname, len(locals), err)
+			}
+			out = append(out, fl...)
 		}
-		out = append(out, fl...)
 	}
 	// Sorted by match, then by the whole rule; each key made once.
 	type keyed struct {
@@ -490,10 +509,29 @@ func flood(base Rule, last []Action, copies [][]Action) ([]Rule, error) {
 	return out, nil
 }
 
-func ipv4s(ps []netip.Prefix) []netip.Addr {
+// floods are the destination MACs a network floods: broadcast, and IPv6
+// multicast when the network has an IPv6 subnet.
+func floods(n plan.Network) []string {
+	if dualStack(n) {
+		return []string{Broadcast, Multicast6}
+	}
+	return []string{Broadcast}
+}
+
+// dualStack reports whether n has an IPv6 subnet.
+func dualStack(n plan.Network) bool {
+	return slices.ContainsFunc(n.Subnets, func(sn plan.Subnet) bool { return sn.CIDR.Addr().Is6() })
+}
+
+// ipv6s and ipv4s are the addresses of ps of one family.
+func ipv6s(ps []netip.Prefix) []netip.Addr { return addrs(ps, true) }
+
+func ipv4s(ps []netip.Prefix) []netip.Addr { return addrs(ps, false) }
+
+func addrs(ps []netip.Prefix, v6 bool) []netip.Addr {
 	var out []netip.Addr
 	for _, p := range ps {
-		if p.Addr().Is4() {
+		if p.Addr().Is6() == v6 {
 			out = append(out, p.Addr())
 		}
 	}

@@ -12,6 +12,8 @@ import (
 // Every key and action the codec encodes decodes back as it went in.
 func TestRoundTrip(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:0a")
+	mcast, _ := net.ParseMAC("33:33:00:00:00:00")
+	mcastMask, _ := net.ParseMAC("ff:ff:00:00:00:00")
 	a4 := netip.MustParseAddr
 	for _, f := range []Filter{
 		{Ifindex: 7, Chain: 3, Prio: 0x5301, Proto: unix.ETH_P_ALL, Handle: 42, Kind: "flower", Flags: TCA_CLS_FLAGS_SKIP_SW,
@@ -31,6 +33,19 @@ func TestRoundTrip(t *testing.T) {
 				DstPortMin: 80, DstPortMax: 80, CtState: TCA_FLOWER_KEY_CT_FLAGS_TRACKED | TCA_FLOWER_KEY_CT_FLAGS_NEW,
 				CtStateMask: TCA_FLOWER_KEY_CT_FLAGS_TRACKED | TCA_FLOWER_KEY_CT_FLAGS_NEW},
 			Actions: []Action{{Kind: KindCt, Verdict: TC_ACT_PIPE, Zone: 101, Commit: true}, {Kind: KindGact, Verdict: Goto(3)}}},
+		{Ifindex: 7, Chain: 3, Prio: 0x5302, Proto: unix.ETH_P_ALL, Handle: 5, Kind: "flower",
+			Match:   Match{DstMAC: mcast, DstMACMask: mcastMask},
+			Actions: []Action{{Kind: KindMirred, Verdict: TC_ACT_STOLEN, MirredOp: TCA_EGRESS_REDIR, Ifindex: 9}}},
+		{Ifindex: 9, Chain: 2, Prio: 0x5400, Proto: unix.ETH_P_IPV6, Handle: 6, Kind: "flower",
+			Match: Match{IPProto: unix.IPPROTO_TCP, Src: netip.MustParsePrefix("2001:db8:100::/52"), Dst: netip.MustParsePrefix("2001:db8:100::a/128"),
+				DstPortMin: 80, DstPortMax: 80},
+			Actions: []Action{{Kind: KindGact, Verdict: Goto(3)}}},
+		{Ifindex: 9, Chain: 1, Prio: 0x5314, Proto: unix.ETH_P_IPV6, Handle: 7, Kind: "flower",
+			Match:   Match{IPProto: unix.IPPROTO_ICMPV6, ICMPType: 135},
+			Actions: []Action{{Kind: KindGact, Verdict: Goto(3)}}},
+		{Ifindex: 9, Chain: 1, Prio: 0x5315, Proto: unix.ETH_P_IP, Handle: 8, Kind: "flower",
+			Match:   Match{IPProto: unix.IPPROTO_ICMP, ICMPType: 8},
+			Actions: []Action{{Kind: KindGact, Verdict: Goto(3)}}},
 		{Ifindex: 9, Chain: 1, Prio: 0x5401, Proto: unix.ETH_P_IP, Handle: 4, Kind: "flower",
 			Match:   Match{IPProto: unix.IPPROTO_TCP, DstPortMin: 8000, DstPortMax: 8099},
 			Actions: []Action{{Kind: KindGact, Verdict: TC_ACT_SHOT}}},

@@ -1,6 +1,7 @@
 package tc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -65,7 +66,7 @@ func (f *Filter) decodeHead(b []byte) error {
 func (f *Filter) decodeFlower(b []byte) error {
 	d := rtnl.NewDecoder(b)
 	m := &f.Match
-	var src, dst netip.Addr
+	var src, dst, src6, dst6, src6Mask, dst6Mask netip.Addr
 	var srcMask, dstMask uint32
 	// Keys by how they are written, made when the first key comes (a
 	// terse dump has none).
@@ -77,13 +78,15 @@ func (f *Filter) decodeFlower(b []byte) error {
 		t := d.Type()
 		if t != TCA_FLOWER_FLAGS && t != TCA_FLOWER_ACT && addrs == nil {
 			addrs = map[uint16]*netip.Addr{TCA_FLOWER_KEY_ARP_TIP: &m.ArpTIP, TCA_FLOWER_KEY_ENC_IPV4_DST: &m.EncDst,
-				TCA_FLOWER_KEY_IPV4_SRC: &src, TCA_FLOWER_KEY_IPV4_DST: &dst}
+				TCA_FLOWER_KEY_IPV4_SRC: &src, TCA_FLOWER_KEY_IPV4_DST: &dst, TCA_FLOWER_KEY_IPV6_SRC: &src6,
+				TCA_FLOWER_KEY_IPV6_DST: &dst6, TCA_FLOWER_KEY_IPV6_SRC_MASK: &src6Mask, TCA_FLOWER_KEY_IPV6_DST_MASK: &dst6Mask}
 			be32s = map[uint16]*uint32{TCA_FLOWER_KEY_ENC_KEY_ID: &m.EncKeyID, TCA_FLOWER_KEY_IPV4_SRC_MASK: &srcMask,
 				TCA_FLOWER_KEY_IPV4_DST_MASK: &dstMask}
 			be16s = map[uint16]*uint16{TCA_FLOWER_KEY_ENC_UDP_DST_PORT: &m.EncDstPort, TCA_FLOWER_KEY_PORT_DST_MIN: &m.DstPortMin,
 				TCA_FLOWER_KEY_PORT_DST_MAX: &m.DstPortMax}
 			u16s = map[uint16]*uint16{TCA_FLOWER_KEY_CT_STATE: &m.CtState, TCA_FLOWER_KEY_CT_STATE_MASK: &m.CtStateMask}
-			u8s = map[uint16]*uint8{TCA_FLOWER_KEY_ARP_OP: &m.ArpOp, TCA_FLOWER_KEY_IP_PROTO: &m.IPProto}
+			u8s = map[uint16]*uint8{TCA_FLOWER_KEY_ARP_OP: &m.ArpOp, TCA_FLOWER_KEY_IP_PROTO: &m.IPProto,
+				TCA_FLOWER_KEY_ICMPV4_TYPE: &m.ICMPType, TCA_FLOWER_KEY_ICMPV6_TYPE: &m.ICMPType}
 		}
 		if p, ok := addrs[t]; ok {
 			*p = addr(d.Bytes())
@@ -100,6 +103,12 @@ func (f *Filter) decodeFlower(b []byte) error {
 		case TCA_FLOWER_KEY_ETH_DST:
 			if v := d.Bytes(); len(v) == 6 {
 				m.DstMAC = net.HardwareAddr(append([]byte(nil), v...))
+			}
+		case TCA_FLOWER_KEY_ETH_DST_MASK:
+			// A whole-address mask (what the kernel dumps for a key
+			// given without one) is left nil, as it was encoded.
+			if v := d.Bytes(); len(v) == 6 && !bytes.Equal(v, fullMAC) {
+				m.DstMACMask = net.HardwareAddr(append([]byte(nil), v...))
 			}
 		case TCA_FLOWER_KEY_TCP_DST, TCA_FLOWER_KEY_UDP_DST, TCA_FLOWER_KEY_SCTP_DST:
 			m.DstPortMin = d.BE16()
@@ -127,8 +136,37 @@ func (f *Filter) decodeFlower(b []byte) error {
 	if m.Src, err = prefix("ipv4 src", src, srcMask); err != nil {
 		return err
 	}
-	m.Dst, err = prefix("ipv4 dst", dst, dstMask)
-	return err
+	if m.Dst, err = prefix("ipv4 dst", dst, dstMask); err != nil {
+		return err
+	}
+	if src6.IsValid() {
+		m.Src = prefix6(src6, src6Mask)
+	}
+	if dst6.IsValid() {
+		m.Dst = prefix6(dst6, dst6Mask)
+	}
+	return nil
+}
+
+// fullMAC is the mask of a whole MAC address.
+var fullMAC = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// prefix6 is an IPv6 key under its mask (the leading ones of the mask;
+// no mask: the whole address).
+func prefix6(a, mask netip.Addr) netip.Prefix {
+	if !mask.IsValid() {
+		return netip.PrefixFrom(a.Unmap(), 128)
+	}
+	ones := 0
+	for _, b := range mask.As16() {
+		for b&0x80 != 0 {
+			ones, b = ones+1, b<<1
+		}
+		if b != 0 || ones%8 != 0 {
+			break
+		}
+	}
+	return netip.PrefixFrom(a, ones).Masked()
 }
 
 // addr is an address attribute's value (invalid when it is not 4 or 16

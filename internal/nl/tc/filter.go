@@ -39,14 +39,19 @@ type Filter struct {
 
 // Match holds flower's keys. Zero fields are not matched.
 type Match struct {
-	DstMAC     net.HardwareAddr
+	DstMAC net.HardwareAddr
+	// DstMACMask: the bits of DstMAC matched; nil matches all of them.
+	DstMACMask net.HardwareAddr
 	ArpOp      uint8      // with ArpTIP: 1 request, 2 reply
 	ArpTIP     netip.Addr // ARP target address
 	EncKeyID   uint32     // tunnel id (VNI)
 	EncDst     netip.Addr // tunnel destination (IPv4)
 	EncDstPort uint16
 	IPProto    uint8
-	Src, Dst   netip.Prefix // IPv4
+	// ICMPType is the ICMP (IPProto ICMP) or ICMPv6 (IPProto ICMPV6)
+	// type, matched whole; 0: not matched.
+	ICMPType uint8
+	Src, Dst netip.Prefix // IPv4 (with Proto ETH_P_IP) or IPv6 (ETH_P_IPV6)
 	// DstPortMin..DstPortMax: one port (the IPProto's key) when equal, a
 	// range (TCA_FLOWER_KEY_PORT_DST_MIN/MAX) otherwise.
 	DstPortMin, DstPortMax uint16
@@ -144,6 +149,9 @@ func (m *Match) encode(e *rtnl.Encoder, proto uint16) {
 	}
 	if len(m.DstMAC) == 6 {
 		e.Put(TCA_FLOWER_KEY_ETH_DST, m.DstMAC)
+		if len(m.DstMACMask) == 6 {
+			e.Put(TCA_FLOWER_KEY_ETH_DST_MASK, m.DstMACMask)
+		}
 	}
 	if m.EncKeyID != 0 {
 		e.BE32(TCA_FLOWER_KEY_ENC_KEY_ID, m.EncKeyID)
@@ -163,16 +171,35 @@ func (m *Match) encode(e *rtnl.Encoder, proto uint16) {
 	if m.IPProto != 0 {
 		e.U8(TCA_FLOWER_KEY_IP_PROTO, m.IPProto)
 	}
+	if m.ICMPType != 0 {
+		key, mask := uint16(TCA_FLOWER_KEY_ICMPV4_TYPE), uint16(TCA_FLOWER_KEY_ICMPV4_TYPE_MASK)
+		if m.IPProto == unix.IPPROTO_ICMPV6 {
+			key, mask = TCA_FLOWER_KEY_ICMPV6_TYPE, TCA_FLOWER_KEY_ICMPV6_TYPE_MASK
+		}
+		e.U8(key, m.ICMPType)
+		e.U8(mask, 0xff)
+	}
 	prefix := func(key, mask uint16, p netip.Prefix) {
 		a := p.Masked().Addr().As4()
 		e.Put(key, a[:])
 		e.BE32(mask, maskBits(p.Bits()))
 	}
-	if m.Src.Addr().Is4() {
-		prefix(TCA_FLOWER_KEY_IPV4_SRC, TCA_FLOWER_KEY_IPV4_SRC_MASK, m.Src)
+	prefix6 := func(key, mask uint16, p netip.Prefix) {
+		a := p.Masked().Addr().As16()
+		e.Put(key, a[:])
+		e.Put(mask, maskBits6(p.Bits()))
 	}
-	if m.Dst.Addr().Is4() {
+	switch {
+	case m.Src.Addr().Is4():
+		prefix(TCA_FLOWER_KEY_IPV4_SRC, TCA_FLOWER_KEY_IPV4_SRC_MASK, m.Src)
+	case m.Src.Addr().Is6():
+		prefix6(TCA_FLOWER_KEY_IPV6_SRC, TCA_FLOWER_KEY_IPV6_SRC_MASK, m.Src)
+	}
+	switch {
+	case m.Dst.Addr().Is4():
 		prefix(TCA_FLOWER_KEY_IPV4_DST, TCA_FLOWER_KEY_IPV4_DST_MASK, m.Dst)
+	case m.Dst.Addr().Is6():
+		prefix6(TCA_FLOWER_KEY_IPV6_DST, TCA_FLOWER_KEY_IPV6_DST_MASK, m.Dst)
 	}
 	switch {
 	case m.DstPortMin == 0:
@@ -207,6 +234,15 @@ func maskBits(bits int) uint32 {
 		return 0
 	}
 	return ^uint32(0) << (32 - bits)
+}
+
+// maskBits6 is an IPv6 prefix length as a 16-byte mask.
+func maskBits6(bits int) []byte {
+	m := make([]byte, 16)
+	for i := 0; i < bits; i++ {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
 }
 
 // tcGen is struct tc_gen (index, capab, action, refcnt, bindcnt).

@@ -128,11 +128,16 @@ func metric(t *testing.T, url, prefix string) []string {
 
 // diagnose renders the nodes' flower rules with counters, links and
 // neighbours, for a failure message.
-func diagnose(t *testing.T) string {
+func diagnose(t *testing.T) string { return diagnoseIn(t, "skoen1", "skoen2", "skoep1", "skoep2") }
+
+// diagnoseIn renders the flower rules, links and neighbours of the
+// namespaces nss.
+func diagnoseIn(t *testing.T, nss ...string) string {
 	var b strings.Builder
-	for _, ns := range []string{"skoen1", "skoen2", "skoep1", "skoep2"} {
-		out, _ := exec.Command(ipBin, "netns", "exec", ns, "/bin/sh", "-c",
-			"ip -br link; ip neigh; for d in $(ls /sys/class/net); do tc -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent' ; done").CombinedOutput()
+	for _, ns := range nss {
+		// iproute2 by path: the shell's PATH finds busybox's ip first.
+		out, _ := exec.Command(ipBin, "netns", "exec", ns, "/bin/sh", "-c", fmt.Sprintf(
+			"%[1]s -br link; %[1]s neigh; for d in $(ls /sys/class/net); do %[2]s -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent' ; done", ipBin, tcBin)).CombinedOutput()
 		fmt.Fprintf(&b, "==== %s\n%s\n", ns, out)
 	}
 	return b.String()
