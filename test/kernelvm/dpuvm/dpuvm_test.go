@@ -20,7 +20,11 @@ import (
 // at once naming the DPU while running pods keep forwarding; after a DPU
 // reboot the running pod's traffic resumes by itself and a new pod works.
 func TestDPU(t *testing.T) {
-	r := newRig(t)
+	extra := 20
+	if testing.Short() {
+		extra = 6
+	}
+	r := newRig(t, extra)
 	guest.AddNetns(t, "skdpa")
 	guest.AddNetns(t, "skdpb")
 	a := pod{id: "ctr-a", netns: guest.HoldNetns(t, "skdpa"), sock: r.sockH, vf: 0}
@@ -94,9 +98,23 @@ func TestDPU(t *testing.T) {
 	ping(t, "skdpa", ipB)
 	checkRules(t, repA)
 
-	// The DPU reboots: every kernel object of it gone, its agent started
-	// again. The running pod's traffic comes back by itself.
+	// The DPU reboots: every kernel object of it gone, every VF of the
+	// host re-created in the host (the one in pod a too), its agent
+	// started again. The host's agent moves the VF back into pod a, and
+	// the running pod's traffic comes back by itself.
 	r.reboot()
+	rebooted := time.Now()
+	guest.WaitFor(t, "the host's agent moved the re-created VF 0 back into pod a", 60*time.Second, func() (bool, string) {
+		_, ok := links(t, "skdpa")["eth0"]
+		return ok, fmt.Sprint(links(t, "skdpa"), links(t, dh))
+	})
+	t.Logf("host's VFs re-created -> VF 0 back in pod a as eth0 (the host's agent; links listed every 200 ms): %v", time.Since(rebooted).Round(time.Millisecond))
+	if got := guest.In(t, "skdpa", ipBin, "-br", "addr", "show", "dev", "eth0"); !strings.Contains(got, ipA+"/") || !strings.Contains(got, "UP") {
+		t.Fatalf("VF 0 back in pod a without its address %s, or down: %s", ipA, got)
+	}
+	if _, ok := links(t, dh)["vf1"]; !ok {
+		t.Errorf("the free VF 1 is not in the host after the reset: %v", links(t, dh))
+	}
 	if pings("skdpa", ipB) {
 		t.Fatal("the pod still reaches n2 with its DPU's eswitch and rules gone: the reboot stood in for nothing")
 	}
@@ -127,6 +145,8 @@ func TestDPU(t *testing.T) {
 	if _, ok := links(t, dh)["vf0"]; !ok {
 		t.Errorf("VF 0 is not back in the host after DEL: %v", links(t, dh))
 	}
+
+	r.compareAdds(ipB)
 }
 
 // checkRules checks that the DPU has the host endpoint's flower rules on

@@ -12,13 +12,17 @@ import (
 // SwitchdevEswitch makes netdevsim device id with one port and vfs VFs
 // from inside the named network namespace (so that it lives there,
 // devlink instance included), puts its eswitch in switchdev mode, and
-// returns the uplink's name (phys_port_name pN). The device is deleted
+// returns the uplink's name (phys_port_name pN). netdevsim allows 4 VFs
+// unless told more through its debugfs max_vfs. The device is deleted
 // when the test ends.
 func SwitchdevEswitch(t *testing.T, ns string, id, vfs int) string {
 	t.Helper()
 	In(t, ns, "/bin/sh", "-c", fmt.Sprintf("echo '%d 1' > /sys/bus/netdevsim/new_device", id))
 	t.Cleanup(func() { _ = os.WriteFile("/sys/bus/netdevsim/del_device", fmt.Appendf(nil, "%d", id), 0) })
 	time.Sleep(300 * time.Millisecond)
+	if vfs > 4 {
+		In(t, ns, "/bin/sh", "-c", fmt.Sprintf("echo %d > /sys/kernel/debug/netdevsim/netdevsim%d/max_vfs", vfs, id))
+	}
 	In(t, ns, "/bin/sh", "-c", fmt.Sprintf("echo %d > /sys/bus/netdevsim/devices/netdevsim%d/sriov_numvfs", vfs, id))
 	In(t, ns, "/usr/sbin/devlink", "dev", "eswitch", "set", fmt.Sprintf("netdevsim/netdevsim%d", id), "mode", "switchdev")
 	pf := strings.TrimSpace(In(t, ns, "/bin/sh", "-c", "for d in /sys/class/net/*; do case \"$(cat $d/phys_port_name 2>/dev/null)\" in p[0-9]*) basename $d;; esac; done"))
