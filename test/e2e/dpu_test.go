@@ -205,6 +205,32 @@ func TestDPUMode(t *testing.T) {
 		t.Fatal("no TCP from the new pod on the host")
 	}
 
+	// The host's agent restarts (SIGKILL, then started again): nothing
+	// that matches changes, on the host, in its pods or on the DPU.
+	var seen []func() string
+	for _, ns := range []string{h1.ns, pa, pc, d1.ns} {
+		seen = append(seen, monitor(t, ns))
+	}
+	stop(h1.agent)
+	c.startAgent("h1")
+	eventually(t, func() error {
+		b, _ := os.ReadFile(h1.log)
+		if !strings.Contains(string(b), "datapath applied") {
+			return fmt.Errorf("the restarted host agent has not applied yet")
+		}
+		_, err := cniRun("STATUS", "", "", "", cniConf("blue", h1.socket, "1.1.0"))
+		return err
+	})
+	testns.Run(t, pa, "ping", "-c", "1", "-W", "2", ipb)
+	for i, ns := range []string{"h1", "pod a", "pod c", "d1"} {
+		if ev := seen[i](); ev != "" {
+			t.Errorf("the host agent's restart changed %s:\n%s", ns, ev)
+		}
+	}
+	if b, _ := os.ReadFile(h1.log); strings.Contains(string(b), "moved back") {
+		t.Errorf("the restarted host agent moved a VF that was in place:\n%s", b)
+	}
+
 	// DEL gives the VF back to the host and the representor back to
 	// the DPU.
 	if _, err := cniRun("DEL", "pod-c", testns.Path(pc), "eth0", vfConf("blue", h1.socket, 1)); err != nil {

@@ -62,8 +62,9 @@ const (
 	flowVFs = 2
 )
 
-// vfPCI is VF i's (made-up) PCI address on the host.
-func vfPCI(i int) string { return fmt.Sprintf("0000:03:00.%d", 2+i) }
+// vfPCI is VF i's (made-up) PCI address on the host: functions 2-7 of
+// device 0, then on through the next devices' eight functions.
+func vfPCI(i int) string { return fmt.Sprintf("0000:03:%02x.%d", (2+i)/8, (2+i)%8) }
 
 type rig struct {
 	t   *testing.T

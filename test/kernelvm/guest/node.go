@@ -21,7 +21,12 @@ func SwitchdevEswitch(t *testing.T, ns string, id, vfs int) string {
 	t.Cleanup(func() { _ = os.WriteFile("/sys/bus/netdevsim/del_device", fmt.Appendf(nil, "%d", id), 0) })
 	time.Sleep(300 * time.Millisecond)
 	if vfs > 4 {
-		In(t, ns, "/bin/sh", "-c", fmt.Sprintf("echo %d > /sys/kernel/debug/netdevsim/netdevsim%d/max_vfs", vfs, id))
+		// debugfs is mounted in the guest's mount namespace, not in the
+		// one ip netns exec makes.
+		p := fmt.Sprintf("/sys/kernel/debug/netdevsim/netdevsim%d/max_vfs", id)
+		if err := os.WriteFile(p, fmt.Appendf(nil, "%d", vfs), 0); err != nil {
+			t.Fatalf("netdevsim %d: %v", id, err)
+		}
 	}
 	In(t, ns, "/bin/sh", "-c", fmt.Sprintf("echo %d > /sys/bus/netdevsim/devices/netdevsim%d/sriov_numvfs", vfs, id))
 	In(t, ns, "/usr/sbin/devlink", "dev", "eswitch", "set", fmt.Sprintf("netdevsim/netdevsim%d", id), "mode", "switchdev")
