@@ -124,9 +124,15 @@ func (s *Subscription) push(d plan.Delta) {
 	if s.closed || s.err != nil {
 		return
 	}
+	wake := len(s.pending) == 0
 	s.pending = append(s.pending, d)
 	if len(s.pending) >= foldDeltas {
 		s.fold()
+	}
+	if !wake {
+		// The consumer was woken for the changes pending before and
+		// takes this one with them.
+		return
 	}
 	select {
 	case s.wake <- struct{}{}:
@@ -199,10 +205,20 @@ func (s *Subscription) Next(ctx context.Context) (Update, error) {
 			return Update{Delta: &d}, nil
 		}
 		s.mu.Unlock()
+		if wait != nil {
+			// Pacing: the changes until the interval's end go out
+			// together, so the changes meanwhile need not wake it.
+			select {
+			case <-wait:
+				ended = true
+			case <-ctx.Done():
+				return Update{}, ctx.Err()
+			}
+			wait = nil
+			continue
+		}
 		select {
 		case <-s.wake:
-		case <-wait:
-			ended = true
 		case <-ctx.Done():
 			return Update{}, ctx.Err()
 		}

@@ -72,16 +72,22 @@ func (p *Planner) update(rev int64, changes []Change, changed func(plan.Delta)) 
 	clear(t) // keeps the room of the updates before
 	clear(p.one.up)
 	clear(p.one.rm)
-	policyRelevant := false
+	policyRelevant, endpointsOnly := false, true
 	for _, c := range changes {
 		p.apply(c, t)
 		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil || c.Node != nil
+		endpointsOnly = endpointsOnly && c.Endpoint != nil
 	}
 	p.applyExternal(t)
 	if policyRelevant {
 		p.syncPolicy(t)
 	}
-	p.forget() // the objects changed
+	if !endpointsOnly {
+		// The objects changed; an endpoint changes a network's members
+		// only, and its index forgets that network (putEndpoint,
+		// dropEndpoint).
+		p.forget()
+	}
 	eps := map[string]bool{}
 	for _, node := range slices.Sorted(maps.Keys(t)) {
 		if d, ok := p.reconcile(node, t[node], rev); ok {

@@ -126,16 +126,31 @@ var connectBackoff = grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 }
 
+// StreamWindow and ConnWindow are the HTTP/2 flow-control windows of the
+// connection to the controller, static. gRPC's default (dynamic windows,
+// grown by bandwidth-delay estimation) makes the client send a PING, and a
+// connection WINDOW_UPDATE before it, on the first message after each
+// estimate: a plan stream whose deltas come one per interval pings for
+// nearly every delta, and the controller reads each ping and writes its
+// acknowledgement (a TLS record and a write per delta and agent, on top of
+// the delta's own). 4 MiB lets a snapshot of 30,000 plan items through in
+// about one window; the window only bounds what may be in flight unread.
+const (
+	StreamWindow = 4 << 20
+	ConnWindow   = 8 << 20
+)
+
 // Dial parses value and returns a client connection (not yet connected:
 // gRPC connects on the first call) with failover between the replicas.
 // opts carry credentials and keepalive; Dial adds the resolver, the
-// service config and the reconnection backoff.
+// service config, the reconnection backoff and the static windows.
 func Dial(value string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	t, err := Parse(value)
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, grpc.WithDefaultServiceConfig(serviceConfig), grpc.WithConnectParams(connectBackoff))
+	opts = append(opts, grpc.WithDefaultServiceConfig(serviceConfig), grpc.WithConnectParams(connectBackoff),
+		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow))
 	if len(t.Addrs) > 0 {
 		scheme, _, _ := strings.Cut(t.URI, ":")
 		r := manual.NewBuilderWithScheme(scheme)
