@@ -3,6 +3,7 @@ package planner
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,10 +76,7 @@ func (p *Planner) Subscribe(ctx context.Context, node string, have int64) (*Subs
 	// p.mu is held.
 	s := &Subscription{p: p, node: node, wake: make(chan struct{}, 1)}
 	cur := p.planOf(node)
-	if p.subs[node] == nil {
-		p.subs[node] = map[*Subscription]struct{}{}
-	}
-	p.subs[node][s] = struct{}{}
+	p.subs[node] = append(p.subs[node], s)
 	base := p.view(node, cur)
 	// from: have, or the load revision when the plan did not change
 	// between the two (resume.go); the delta still starts at have.
@@ -239,8 +237,9 @@ func (s *Subscription) Pending() int {
 // Close ends the subscription. Idempotent.
 func (s *Subscription) Close() {
 	s.p.mu.Lock()
-	delete(s.p.subs[s.node], s)
-	if len(s.p.subs[s.node]) == 0 {
+	if subs := slices.DeleteFunc(s.p.subs[s.node], func(x *Subscription) bool { return x == s }); len(subs) > 0 {
+		s.p.subs[s.node] = subs
+	} else {
 		delete(s.p.subs, s.node)
 	}
 	s.p.mu.Unlock()

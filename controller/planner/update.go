@@ -418,7 +418,7 @@ func (p *Planner) record(d plan.Delta) {
 		l.buf[l.head] = plan.Delta{} // its items are no longer held
 		l.head++
 	}
-	for s := range p.subs[d.Node] {
+	for _, s := range p.subs[d.Node] {
 		s.push(d)
 	}
 }
