@@ -380,49 +380,6 @@ func (p *Planner) appendRemoved(rm []string, name string) []string {
 	return one
 }
 
-// deltaLog is one node's bounded delta log, with the items it holds.
-// buf[head:] is the log: the oldest deltas are dropped by moving head, and
-// the log moves to the front of buf when buf is full, so that appending
-// allocates only while the log grows.
-type deltaLog struct {
-	buf   []plan.Delta
-	head  int
-	items int
-}
-
-// deltas is the log, oldest first; a nil log is empty.
-func (l *deltaLog) deltas() []plan.Delta {
-	if l == nil {
-		return nil
-	}
-	return l.buf[l.head:]
-}
-
-// record appends d to its node's bounded log and wakes the node's
-// subscribers. Caller holds mu.
-func (p *Planner) record(d plan.Delta) {
-	l := p.dlog[d.Node]
-	if l == nil {
-		l = &deltaLog{}
-		p.dlog[d.Node] = l
-	}
-	if len(l.buf) == cap(l.buf) && l.head > 0 {
-		n := copy(l.buf, l.buf[l.head:])
-		clear(l.buf[n:])
-		l.buf, l.head = l.buf[:n], 0
-	}
-	l.buf = append(l.buf, d)
-	l.items += d.Size()
-	for l.head < len(l.buf) && (len(l.buf)-l.head > p.opts.LogDeltas || l.items > p.opts.LogItems) {
-		l.items -= l.buf[l.head].Size()
-		l.buf[l.head] = plan.Delta{} // its items are no longer held
-		l.head++
-	}
-	for _, s := range p.subs[d.Node] {
-		s.push(d)
-	}
-}
-
 // fromLog merges the logged deltas from have to the current revision of
 // node. Caller holds mu.
 func (p *Planner) fromLog(node string, have int64) (plan.Delta, bool) {
