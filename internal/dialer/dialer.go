@@ -15,6 +15,11 @@
 // therefore resumed by the agent's session on another one, with the
 // revision it holds.
 //
+// Its HTTP/2 flow-control windows are static (StreamWindow, ConnWindow):
+// gRPC's dynamic windows cost a ping and a window update from the agent,
+// and a ping acknowledgement from the controller, for nearly every plan
+// delta.
+//
 //	conn, err := dialer.Dial("10.0.0.1:7400,10.0.0.2:7400", grpc.WithTransportCredentials(creds))
 package dialer
 
