@@ -12,7 +12,6 @@ import (
 
 	"github.com/skiff-sdn/skiff/controller/store"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/planpb"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -175,7 +174,7 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Snapshot{Snapshot: a.remotes.planPB(*snap)}}
 			a.log.Debug("plan snapshot sent", "node", node, "revision", snap.Revision)
 		} else {
-			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Delta{Delta: planpb.DeltaPB(*delta)}}
+			u = &skiffv1.PlanUpdate{Update: &skiffv1.PlanUpdate_Delta{Delta: a.remotes.deltaPB(*delta)}}
 			a.log.Debug("plan delta sent", "node", node, "from", delta.From, "revision", delta.Revision, "items", delta.Size())
 		}
 		if err := srv.Send(u); err != nil {

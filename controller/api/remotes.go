@@ -32,17 +32,37 @@ func newRemoteCache(max int) *remoteCache {
 func (c *remoteCache) planPB(p plan.Plan) *skiffv1.Plan {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m)+len(p.Remote) > c.max {
+	c.room(len(p.Remote))
+	return planpb.PlanPBWith(p, c.remote)
+}
+
+// deltaPB is planpb.DeltaPB with the remote endpoints from the cache: a
+// change to an endpoint of a network of N nodes is converted once for the
+// N deltas that carry it. A full cache is not started over for a delta
+// (its few items would not fill it); their records replace their own.
+func (c *remoteCache) deltaPB(d plan.Delta) *skiffv1.PlanDelta {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return planpb.DeltaPBWith(d, c.remote)
+}
+
+// room starts the cache over when n more entries might not fit. Caller
+// holds mu.
+func (c *remoteCache) room(n int) {
+	if len(c.m)+n > c.max {
 		c.m = map[string]cachedRemote{}
 	}
-	return planpb.PlanPBWith(p, func(r plan.Remote) *skiffv1.RemoteEndpoint {
-		if e, ok := c.m[r.Name]; ok && e.r.Equal(r) {
-			return e.pb
-		}
-		pb := planpb.RemotePB(r)
-		if len(c.m) < c.max {
-			c.m[r.Name] = cachedRemote{r: r, pb: pb}
-		}
-		return pb
-	})
+}
+
+// remote converts r, or returns the message converted before for the same
+// record. Caller holds mu.
+func (c *remoteCache) remote(r plan.Remote) *skiffv1.RemoteEndpoint {
+	if e, ok := c.m[r.Name]; ok && e.r.Equal(r) {
+		return e.pb
+	}
+	pb := planpb.RemotePB(r)
+	if _, ok := c.m[r.Name]; ok || len(c.m) < c.max {
+		c.m[r.Name] = cachedRemote{r: r, pb: pb} // a replaced record: the next deltas carry this one
+	}
+	return pb
 }

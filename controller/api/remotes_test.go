@@ -47,3 +47,35 @@ func TestRemoteCache(t *testing.T) {
 		t.Fatalf("past the size: %d entries, %v", len(c.m), pbig)
 	}
 }
+
+// A delta converted through the cache is the one planpb converts; the same
+// remote endpoint in the deltas of two nodes is converted once; a changed
+// one is converted again, also when the cache is full.
+func TestRemoteCacheDeltas(t *testing.T) {
+	c := newRemoteCache(2)
+	delta := func(node, vtep string, names ...string) plan.Delta {
+		p := remotePlan(node, vtep, names...)
+		d := plan.Diff(plan.New(node), p)
+		d.From, d.Revision = 4, 5
+		return d
+	}
+	a, b := delta("n1", "192.0.2.2", "x", "y"), delta("n2", "192.0.2.2", "x", "y")
+	da, db := c.deltaPB(a), c.deltaPB(b)
+	if !proto.Equal(da, planpb.DeltaPB(a)) || !proto.Equal(db, planpb.DeltaPB(b)) {
+		t.Fatalf("cached conversion differs:\n%v\n%v", da, db)
+	}
+	if da.UpsertRemote[1] != db.UpsertRemote[1] || db.GetNode() != "n2" {
+		t.Fatalf("y converted twice, or the node is wrong: %v", db)
+	}
+	moved := delta("n3", "192.0.2.9", "y")
+	dm := c.deltaPB(moved)
+	if !proto.Equal(dm, planpb.DeltaPB(moved)) || dm.UpsertRemote[0].GetVtep() != "192.0.2.9" || len(c.m) > 2 {
+		t.Fatalf("changed remote in a full cache: %v (%d entries)", dm, len(c.m))
+	}
+	if again := c.deltaPB(delta("n4", "192.0.2.9", "y")); again.UpsertRemote[0] != dm.UpsertRemote[0] {
+		t.Fatal("the changed remote was not kept")
+	}
+	if da.UpsertRemote[1].GetVtep() != "192.0.2.2" {
+		t.Fatal("an earlier delta's message changed")
+	}
+}

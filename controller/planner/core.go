@@ -118,9 +118,9 @@ type Planner struct {
 	epNode     map[string]string                  // isolated endpoint -> node whose plan holds its rules
 	groupNodes map[string]map[string]struct{}     // group -> nodes holding it
 	netGroups  map[string]map[string][]netip.Addr // group -> network -> members' addresses (cache)
-	subs       map[string]map[*Subscription]struct{}
-	ext        externals   // learned over BGP (external.go)
-	extStaged  *[]External // applied by the next Update
+	subs       map[string][]*Subscription         // node -> its open streams (a slice: most often one)
+	ext        externals                          // learned over BGP (external.go)
+	extStaged  *[]External                        // applied by the next Update
 	// After a Load, from SetRecent (resume.go): node -> last revision of
 	// a change its plan depends on, counted from recentFloor.
 	quiet       map[string]int64
@@ -135,7 +135,7 @@ func New(log *slog.Logger, opts Options) *Planner {
 	if opts.LogItems == 0 {
 		opts.LogItems = 20000
 	}
-	p := &Planner{log: log, opts: opts, revWake: make(chan struct{}), subs: map[string]map[*Subscription]struct{}{}}
+	p := &Planner{log: log, opts: opts, revWake: make(chan struct{}), subs: map[string][]*Subscription{}}
 	p.reset()
 	return p
 }
@@ -285,7 +285,7 @@ func (p *Planner) Load(rev int64, s State) {
 		}
 		d := plan.Diff(prev, p.view(name, p.planOf(name)))
 		d.From = prev.Revision
-		for s := range subs {
+		for _, s := range subs {
 			s.push(d)
 		}
 	}

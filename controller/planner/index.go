@@ -31,7 +31,9 @@ func (p *Planner) putEndpoint(e plan.Endpoint) {
 		p.members[e.Network] = map[string]int{}
 	}
 	dp := p.dpNode(e.Node)
-	p.members[e.Network][dp]++
+	if p.members[e.Network][dp]++; p.members[e.Network][dp] == 1 {
+		delete(p.vtepMemo, e.Network) // a member joined
+	}
 	if p.byNode[dp] == nil {
 		p.byNode[dp] = map[string]struct{}{}
 	}
@@ -68,6 +70,7 @@ func (p *Planner) dropEndpoint(e plan.Endpoint, replaced bool) {
 	if m := p.members[e.Network]; m != nil {
 		if m[dp]--; m[dp] <= 0 {
 			delete(m, dp)
+			delete(p.vtepMemo, e.Network) // a member left
 		}
 		if len(m) == 0 {
 			delete(p.members, e.Network)
@@ -139,8 +142,8 @@ func hasHostPorts(n plan.Node) bool { return n.Mode == plan.ModeSoftware || n.Mo
 
 // memberVTEPs is the VTEPs of network, computed once per network while
 // the objects do not change (every node of a network that spans the
-// cluster asks for it after a member joins). Caller holds mu; every
-// change to the objects clears the memo (forget).
+// cluster asks for it after a member joins). Caller holds mu; a change
+// of the network's members or of any other object clears it (forget).
 func (p *Planner) memberVTEPs(network string) vteps {
 	if v, ok := p.vtepMemo[network]; ok {
 		return v
@@ -165,7 +168,10 @@ func (p *Planner) memberVTEPs(network string) vteps {
 	return v
 }
 
-// forget clears what is memoized from the objects. Caller holds mu.
+// forget clears what is memoized from the objects: after a change of a
+// node (its VTEP, its mode), a network, or a load. A change of a network's
+// members forgets that network only (putEndpoint, dropEndpoint). Caller
+// holds mu.
 func (p *Planner) forget() { p.vtepMemo = nil }
 
 func (p *Planner) wantLocal(node, ep string) (plan.Endpoint, bool) {

@@ -3,6 +3,7 @@ package planner
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,10 +76,7 @@ func (p *Planner) Subscribe(ctx context.Context, node string, have int64) (*Subs
 	// p.mu is held.
 	s := &Subscription{p: p, node: node, wake: make(chan struct{}, 1)}
 	cur := p.planOf(node)
-	if p.subs[node] == nil {
-		p.subs[node] = map[*Subscription]struct{}{}
-	}
-	p.subs[node][s] = struct{}{}
+	p.subs[node] = append(p.subs[node], s)
 	base := p.view(node, cur)
 	// from: have, or the load revision when the plan did not change
 	// between the two (resume.go); the delta still starts at have.
@@ -124,9 +122,15 @@ func (s *Subscription) push(d plan.Delta) {
 	if s.closed || s.err != nil {
 		return
 	}
+	wake := len(s.pending) == 0
 	s.pending = append(s.pending, d)
 	if len(s.pending) >= foldDeltas {
 		s.fold()
+	}
+	if !wake {
+		// The consumer was woken for the changes pending before and
+		// takes this one with them.
+		return
 	}
 	select {
 	case s.wake <- struct{}{}:
@@ -199,10 +203,20 @@ func (s *Subscription) Next(ctx context.Context) (Update, error) {
 			return Update{Delta: &d}, nil
 		}
 		s.mu.Unlock()
+		if wait != nil {
+			// Pacing: the changes until the interval's end go out
+			// together, so the changes meanwhile need not wake it.
+			select {
+			case <-wait:
+				ended = true
+			case <-ctx.Done():
+				return Update{}, ctx.Err()
+			}
+			wait = nil
+			continue
+		}
 		select {
 		case <-s.wake:
-		case <-wait:
-			ended = true
 		case <-ctx.Done():
 			return Update{}, ctx.Err()
 		}
@@ -223,8 +237,9 @@ func (s *Subscription) Pending() int {
 // Close ends the subscription. Idempotent.
 func (s *Subscription) Close() {
 	s.p.mu.Lock()
-	delete(s.p.subs[s.node], s)
-	if len(s.p.subs[s.node]) == 0 {
+	if subs := slices.DeleteFunc(s.p.subs[s.node], func(x *Subscription) bool { return x == s }); len(subs) > 0 {
+		s.p.subs[s.node] = subs
+	} else {
 		delete(s.p.subs, s.node)
 	}
 	s.p.mu.Unlock()

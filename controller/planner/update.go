@@ -72,16 +72,22 @@ func (p *Planner) update(rev int64, changes []Change, changed func(plan.Delta)) 
 	clear(t) // keeps the room of the updates before
 	clear(p.one.up)
 	clear(p.one.rm)
-	policyRelevant := false
+	policyRelevant, endpointsOnly := false, true
 	for _, c := range changes {
 		p.apply(c, t)
 		policyRelevant = policyRelevant || c.Policy != nil || c.Namespace != nil || c.Endpoint != nil || c.Node != nil
+		endpointsOnly = endpointsOnly && c.Endpoint != nil
 	}
 	p.applyExternal(t)
 	if policyRelevant {
 		p.syncPolicy(t)
 	}
-	p.forget() // the objects changed
+	if !endpointsOnly {
+		// The objects changed; an endpoint changes a network's members
+		// only, and its index forgets that network (putEndpoint,
+		// dropEndpoint).
+		p.forget()
+	}
 	eps := map[string]bool{}
 	for _, node := range slices.Sorted(maps.Keys(t)) {
 		if d, ok := p.reconcile(node, t[node], rev); ok {
@@ -372,49 +378,6 @@ func (p *Planner) appendRemoved(rm []string, name string) []string {
 	one := []string{name}
 	p.one.rm[name] = one
 	return one
-}
-
-// deltaLog is one node's bounded delta log, with the items it holds.
-// buf[head:] is the log: the oldest deltas are dropped by moving head, and
-// the log moves to the front of buf when buf is full, so that appending
-// allocates only while the log grows.
-type deltaLog struct {
-	buf   []plan.Delta
-	head  int
-	items int
-}
-
-// deltas is the log, oldest first; a nil log is empty.
-func (l *deltaLog) deltas() []plan.Delta {
-	if l == nil {
-		return nil
-	}
-	return l.buf[l.head:]
-}
-
-// record appends d to its node's bounded log and wakes the node's
-// subscribers. Caller holds mu.
-func (p *Planner) record(d plan.Delta) {
-	l := p.dlog[d.Node]
-	if l == nil {
-		l = &deltaLog{}
-		p.dlog[d.Node] = l
-	}
-	if len(l.buf) == cap(l.buf) && l.head > 0 {
-		n := copy(l.buf, l.buf[l.head:])
-		clear(l.buf[n:])
-		l.buf, l.head = l.buf[:n], 0
-	}
-	l.buf = append(l.buf, d)
-	l.items += d.Size()
-	for l.head < len(l.buf) && (len(l.buf)-l.head > p.opts.LogDeltas || l.items > p.opts.LogItems) {
-		l.items -= l.buf[l.head].Size()
-		l.buf[l.head] = plan.Delta{} // its items are no longer held
-		l.head++
-	}
-	for s := range p.subs[d.Node] {
-		s.push(d)
-	}
 }
 
 // fromLog merges the logged deltas from have to the current revision of

@@ -15,6 +15,11 @@
 // therefore resumed by the agent's session on another one, with the
 // revision it holds.
 //
+// Its HTTP/2 flow-control windows are static (StreamWindow, ConnWindow):
+// gRPC's dynamic windows cost a ping and a window update from the agent,
+// and a ping acknowledgement from the controller, for nearly every plan
+// delta.
+//
 //	conn, err := dialer.Dial("10.0.0.1:7400,10.0.0.2:7400", grpc.WithTransportCredentials(creds))
 package dialer
 
@@ -126,16 +131,31 @@ var connectBackoff = grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 }
 
+// StreamWindow and ConnWindow are the HTTP/2 flow-control windows of the
+// connection to the controller, static. gRPC's default (dynamic windows,
+// grown by bandwidth-delay estimation) makes the client send a PING, and a
+// connection WINDOW_UPDATE before it, on the first message after each
+// estimate: a plan stream whose deltas come one per interval pings for
+// nearly every delta, and the controller reads each ping and writes its
+// acknowledgement (a TLS record and a write per delta and agent, on top of
+// the delta's own). 4 MiB lets a snapshot of 30,000 plan items through in
+// about one window; the window only bounds what may be in flight unread.
+const (
+	StreamWindow = 4 << 20
+	ConnWindow   = 8 << 20
+)
+
 // Dial parses value and returns a client connection (not yet connected:
 // gRPC connects on the first call) with failover between the replicas.
 // opts carry credentials and keepalive; Dial adds the resolver, the
-// service config and the reconnection backoff.
+// service config, the reconnection backoff and the static windows.
 func Dial(value string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	t, err := Parse(value)
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, grpc.WithDefaultServiceConfig(serviceConfig), grpc.WithConnectParams(connectBackoff))
+	opts = append(opts, grpc.WithDefaultServiceConfig(serviceConfig), grpc.WithConnectParams(connectBackoff),
+		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow))
 	if len(t.Addrs) > 0 {
 		scheme, _, _ := strings.Cut(t.URI, ":")
 		r := manual.NewBuilderWithScheme(scheme)

@@ -402,6 +402,19 @@ func MergeAll(ds ...Delta) (Delta, error) {
 		pols   = itemMerge[EndpointPolicy]{key: func(e EndpointPolicy) string { return e.Endpoint }}
 		groups = itemMerge[AddressGroup]{key: func(g AddressGroup) string { return g.Name }}
 	)
+	var nn, nl, nr, np, ng int
+	for _, d := range ds {
+		nn += len(d.UpsertNetworks)
+		nl += len(d.UpsertLocal)
+		nr += len(d.UpsertRemote)
+		np += len(d.UpsertPolicies)
+		ng += len(d.UpsertGroups)
+	}
+	nets.grow(nn)
+	local.grow(nl)
+	remote.grow(nr)
+	pols.grow(np)
+	groups.grow(ng)
 	for i, d := range ds {
 		if d.Node != m.Node {
 			return Delta{}, fmt.Errorf("plan: merge of deltas for nodes %q and %q", m.Node, d.Node)
@@ -442,6 +455,13 @@ type itemMerge[V any] struct {
 }
 
 const smallMerge = 16
+
+// grow makes room for n upserts at once, when they will be kept in a slice.
+func (im *itemMerge[V]) grow(n int) {
+	if n > 0 && n <= smallMerge {
+		im.up = make([]V, 0, n)
+	}
+}
 
 func (im *itemMerge[V]) add(up []V, rm []string) {
 	if len(up)+len(rm) == 0 {

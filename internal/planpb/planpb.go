@@ -257,7 +257,11 @@ func Remote(r *skiffv1.RemoteEndpoint) (plan.Remote, error) {
 }
 
 // DeltaPB converts a delta to protobuf.
-func DeltaPB(d plan.Delta) *skiffv1.PlanDelta {
+func DeltaPB(d plan.Delta) *skiffv1.PlanDelta { return DeltaPBWith(d, RemotePB) }
+
+// DeltaPBWith is DeltaPB converting remote endpoints with remote (which may
+// return messages shared with other deltas: they must not be changed).
+func DeltaPBWith(d plan.Delta, remote func(plan.Remote) *skiffv1.RemoteEndpoint) *skiffv1.PlanDelta {
 	out := &skiffv1.PlanDelta{
 		Node: d.Node, FromRevision: d.From, Revision: d.Revision,
 		RemoveNetworks: d.RemoveNetworks, RemoveLocal: d.RemoveLocal, RemoveRemote: d.RemoveRemote,
@@ -286,7 +290,7 @@ func DeltaPB(d plan.Delta) *skiffv1.PlanDelta {
 		out.UpsertLocal = append(out.UpsertLocal, EndpointPB(e))
 	}
 	for _, r := range d.UpsertRemote {
-		out.UpsertRemote = append(out.UpsertRemote, RemotePB(r))
+		out.UpsertRemote = append(out.UpsertRemote, remote(r))
 	}
 	return out
 }
