@@ -21,8 +21,11 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
@@ -89,6 +92,11 @@ type Datapath struct {
 	pol  *flower.PolicyProgrammer
 	// Notifications of tc changes made by others.
 	watch *tc.Watch
+	// Link notifications (anyone's): none since the last listing
+	// (listed, kept by Apply) and that listing is still true.
+	linkEv   *rtnl.Changes
+	listed   map[string]nl.Link
+	listings int // link listings made (tests), under d.op
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   agentdp.PlumbGate
@@ -105,7 +113,7 @@ type Datapath struct {
 	polRules  []flower.PolicyRule
 	polStates []flower.PolicyState
 	// Positions of the rules above by place, for changes in place
-	// (swapRules); nil until a change needs them.
+	// (swapRules); made by the whole Apply.
 	fwdAt  map[fwdPlace]int
 	polAt  map[polPlace]int
 	linkW  int // link writes
@@ -167,8 +175,18 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
+	linkEv, err := rtnl.Subscribe(o.NetNS, unix.RTNLGRP_LINK)
+	if err != nil {
+		fw.Close()
+		watch.Close()
+		pol.Close()
+		prog.Close()
+		k.Close()
+		return nil, fmt.Errorf("offload datapath: link notifications: %w", err)
+	}
 	watch.Ignore(prog.PortID(), pol.PortID())
-	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, ports: ports, vfs: vfs, mover: mover}, nil
+	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
+		ports: ports, vfs: vfs, mover: mover}, nil
 }
 
 // forget makes the programmers read again the devices someone else
@@ -206,6 +224,7 @@ func (d *Datapath) Drift() int {
 
 // Close releases the netlink sockets; kernel objects stay.
 func (d *Datapath) Close() {
+	d.linkEv.Close()
 	d.fw.Close()
 	d.watch.Close()
 	d.pol.Close()
