@@ -349,9 +349,18 @@ func (d *Datapath) Rules() map[string][]flower.State {
 		}
 	}
 	d.op.Unlock()
-	out := map[string][]flower.State{}
-	for _, s := range states {
-		out[s.Rule.Endpoint] = append(out[s.Rule.Endpoint], s)
+	// Each endpoint's states in one slice of its exact size.
+	n := map[string]int{}
+	for i := range states {
+		n[states[i].Rule.Endpoint]++
+	}
+	out := make(map[string][]flower.State, len(n))
+	for ep, k := range n {
+		out[ep] = make([]flower.State, 0, k)
+	}
+	for i := range states {
+		ep := states[i].Rule.Endpoint
+		out[ep] = append(out[ep], states[i])
 	}
 	return out
 }
