@@ -1,7 +1,6 @@
 package tc
 
 import (
-	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -31,57 +30,29 @@ type Terse struct {
 // the kernel interrupted is started over; fn sees only a whole one's
 // filters. f is fn's for the call only (its Cookie is fn's to keep).
 func (c *Conn) DumpTerse(ifindex int, chains []uint32, fn func(f *Terse)) error {
-	if chains == nil {
-		chains = []uint32{^uint32(0)}
-	}
 	var batch []Terse
 	var store []byte
-	for _, chain := range chains {
-		req := tcmsg(nil, ifindex, 0, Ingress, 0)
-		e := rtnl.NewEncoder(req)
-		if chain != ^uint32(0) {
-			e.U32(unix.TCA_CHAIN, chain)
+	return c.dumpChains(ifindex, DumpOptions{Chains: chains, Terse: true}, func() { batch, store = batch[:0], nil }, func(b []byte) error {
+		var f Terse
+		ok, ck, err := decodeTerse(b, &f)
+		if !ok {
+			return err
 		}
-		e.Put(unix.TCA_DUMP_FLAGS, bitfield32(TCA_DUMP_FLAGS_TERSE, TCA_DUMP_FLAGS_TERSE))
-		req = e.Bytes()
-		var err error
-		for range dumpRetries {
-			batch, store = batch[:0], nil
-			var derr error
-			err = c.c.Dump(unix.RTM_GETTFILTER, req, func(_ rtnl.Header, b []byte) error {
-				var f Terse
-				ok, ck, err := decodeTerse(b, &f)
-				switch {
-				case err != nil:
-					derr = errors.Join(derr, err)
-				case ok:
-					if ck != nil {
-						if len(store)+len(ck) > cap(store) {
-							store = make([]byte, 0, max(64<<10, len(ck)))
-						}
-						n := len(store)
-						store = append(store, ck...)
-						f.Cookie = store[n:len(store):len(store)]
-					}
-					batch = append(batch, f)
-				}
-				return nil
-			})
-			if err == nil {
-				err = derr
+		if ck != nil {
+			if len(store)+len(ck) > cap(store) {
+				store = make([]byte, 0, max(64<<10, len(ck)))
 			}
-			if !errors.Is(err, rtnl.ErrDumpInterrupted) {
-				break
-			}
+			n := len(store)
+			store = append(store, ck...)
+			f.Cookie = store[n:len(store):len(store)]
 		}
-		if err != nil {
-			return fmt.Errorf("tc: dumping filters of ifindex %d: %w", ifindex, err)
-		}
+		batch = append(batch, f)
+		return nil
+	}, func() {
 		for i := range batch {
 			fn(&batch[i])
 		}
-	}
-	return nil
+	})
 }
 
 var flowerKind = []byte("flower")
