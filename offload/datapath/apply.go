@@ -187,11 +187,14 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err := d.neighbours(p); err != nil {
 		errs = append(errs, err)
 	}
-	// Where each rule sits, for the changes in place that may follow.
+	// Where each rule sits, and room to add, for the changes in place
+	// that may follow: the first costs what later ones do.
 	at := positions(rules, fwdAt)
+	rules, states = roomy(rules), roomy(states)
 	var pat map[polPlace]int
 	if polErr == nil {
 		pat = positions(polRules, polAt)
+		polRules, polStates = roomy(polRules), roomy(polStates)
 	}
 	d.mu.Lock()
 	d.states, d.devs, d.rules, d.fwdAt = states, devs, rules, at

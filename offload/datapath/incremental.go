@@ -157,6 +157,10 @@ func positions[K comparable, R any](rules []R, key func(R) K) map[K]int {
 	return m
 }
 
+// roomy is s with room for changes in place to add to it (an eighth
+// more) without copying it then.
+func roomy[S any](s []S) []S { return slices.Grow(s, len(s)/8+16) }
+
 // swapRules takes the rules at the places of gone out of *rules (and
 // their states out of *states) and puts add (with addStates) in, in
 // place: the cost follows the change, not the lists. at maps each place
