@@ -17,6 +17,7 @@ package datapath
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -333,34 +334,43 @@ func (d *Datapath) Probes() int {
 // returned.
 func (d *Datapath) Rules() map[string][]flower.State {
 	d.op.Lock()
+	defer d.op.Unlock()
 	d.mu.Lock()
-	devs, rules, states := d.devs, d.rules, d.states
+	devs, states := d.devs, d.states
 	d.mu.Unlock()
-	if len(rules) > 0 {
-		// By the cookies made when they were written: nothing compiled
-		// or hashed again.
-		if now, err := d.prog.Refresh(devs, states); err == nil {
-			states = now
-		} else {
-			d.log.Warn("reading offload rules", "err", err)
-			// A copy: the next remote endpoint change swaps rules
-			// in d.states in place once d.op is let go.
-			states = slices.Clone(states)
-		}
-	}
-	d.op.Unlock()
-	// Each endpoint's states in one slice of its exact size.
+	// One copy of the states, each endpoint's in a part of its own
+	// (the next remote endpoint change swaps rules in d.states in place
+	// once d.op is let go), read into in place.
 	n := map[string]int{}
 	for i := range states {
 		n[states[i].Rule.Endpoint]++
 	}
-	out := make(map[string][]flower.State, len(n))
-	for ep, k := range n {
-		out[ep] = make([]flower.State, 0, k)
+	all := make([]flower.State, 0, len(states))
+	start := make(map[string]int, len(n))
+	for _, ep := range slices.Sorted(maps.Keys(n)) {
+		start[ep] = len(all)
+		all = all[:len(all)+n[ep]]
 	}
-	for i := range states {
-		ep := states[i].Rule.Endpoint
-		out[ep] = append(out[ep], states[i])
+	copyStates := func() {
+		next := maps.Clone(start)
+		for i := range states {
+			ep := states[i].Rule.Endpoint
+			all[next[ep]] = states[i]
+			next[ep]++
+		}
+	}
+	copyStates()
+	// By the cookies made when they were written: nothing compiled or
+	// hashed again.
+	if len(all) > 0 {
+		if err := d.prog.Refresh(devs, all); err != nil {
+			d.log.Warn("reading offload rules", "err", err)
+			copyStates() // the last Apply's
+		}
+	}
+	out := make(map[string][]flower.State, len(n))
+	for ep, s := range start {
+		out[ep] = all[s : s+n[ep] : s+n[ep]]
 	}
 	return out
 }

@@ -1,9 +1,6 @@
 package flower
 
-import (
-	"errors"
-	"slices"
-)
+import "errors"
 
 // ruleID is what identifies a rule among a device's dumped filters: its
 // cookie less the mark and the installation bytes.
@@ -41,11 +38,12 @@ func (p *Programmer) Read(devs map[string]Device, rules []Rule) ([]State, error)
 }
 
 // Refresh is Read of the rules of states (as Sync, Change or Read
-// returned them for devs), matched by the cookies made then: only a rule
-// that was not installed has its cookie made again. The states are
-// copied once and updated in place: nothing else is made per rule.
-func (p *Programmer) Refresh(devs map[string]Device, states []State) ([]State, error) {
-	out := slices.Clone(states)
+// returned them for devs, in a copy of the caller's), matched by the
+// cookies made then, updating states in place: only a rule that was not
+// installed has its cookie made again, nothing else is made per rule.
+// On error, the states of the devices that could not be read lose their
+// counters and state.
+func (p *Programmer) Refresh(devs map[string]Device, out []State) error {
 	byDev := map[string][]int{}
 	for i := range out {
 		if out[i].cookie == nil {
@@ -86,7 +84,7 @@ func (p *Programmer) Refresh(devs map[string]Device, states []State) ([]State, e
 			}
 		}
 	}
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 func (p *Programmer) readAll(devs map[string]Device, rules []Rule, byDev map[string][]int, cookies [][]byte) ([]State, error) {
