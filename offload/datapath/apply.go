@@ -20,6 +20,7 @@ func owned(l nl.Link) bool {
 
 // links lists the namespace's links by name.
 func (d *Datapath) links() (map[string]nl.Link, error) {
+	d.listings++
 	ls, err := d.k.Links()
 	if err != nil {
 		return nil, fmt.Errorf("offload datapath: %w", err)
@@ -31,12 +32,38 @@ func (d *Datapath) links() (map[string]nl.Link, error) {
 	return byName, nil
 }
 
+// linksNow is the namespace's links by name: the last listing when no
+// link notification was queued since it was taken (read only: the
+// caller must not change it), else a new one. Callers hold d.op.
+func (d *Datapath) linksNow() (map[string]nl.Link, error) {
+	if !d.linkEv.Any() && d.listed != nil {
+		return d.listed, nil
+	}
+	return d.relist()
+}
+
+// relist lists the links and keeps the listing for linksNow. The
+// notifications queued so far are read first: one of a change the
+// listing may have missed comes after, and makes linksNow list again.
+func (d *Datapath) relist() (map[string]nl.Link, error) {
+	d.listed = nil
+	d.linkEv.Any()
+	byName, err := d.links()
+	if err != nil {
+		return nil, err
+	}
+	d.listed = byName
+	return byName, nil
+}
+
 // Apply implements the agent's datapath.Datapath.
 func (d *Datapath) Apply(p plan.Plan) error {
 	d.op.Lock()
 	defer d.op.Unlock()
 	start := d.gate.Begin()
-	byName, err := d.links()
+	// Any link change since the last listing (a pod's stand-in veth
+	// plumbed, a representor gone) makes a new one, compared below.
+	byName, err := d.linksNow()
 	if err != nil {
 		return err
 	}
@@ -66,6 +93,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	d.last.valid = false
+	byName = maps.Clone(byName) // changed below as links are made
 	var errs []error
 	gws, err := d.gateways(p, reps, byName)
 	if err != nil {
@@ -159,10 +187,19 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err := d.neighbours(p); err != nil {
 		errs = append(errs, err)
 	}
-	d.mu.Lock()
-	d.states, d.devs, d.rules, d.fwdAt = states, devs, rules, nil
+	// Where each rule sits, and room to add, for the changes in place
+	// that may follow: the first costs what later ones do.
+	at := positions(rules, fwdAt)
+	rules, states = roomy(rules), roomy(states)
+	var pat map[polPlace]int
 	if polErr == nil {
-		d.polRules, d.polStates, d.polAt = polRules, polStates, nil
+		pat = positions(polRules, polAt)
+		polRules, polStates = roomy(polRules), roomy(polStates)
+	}
+	d.mu.Lock()
+	d.states, d.devs, d.rules, d.fwdAt = states, devs, rules, at
+	if polErr == nil {
+		d.polRules, d.polStates, d.polAt = polRules, polStates, pat
 	}
 	d.mu.Unlock()
 	d.gate.Done(start)
@@ -179,7 +216,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// What an unchanged Apply compares with: links as they are now,
 		// if they differ from those this Apply worked with only by what
 		// it did itself (someone else's change: the next Apply looks).
-		if now, err := d.links(); err == nil && ownChanges(byName, now) && onlyGateways(listed, byName) {
+		if now, err := d.relist(); err == nil && ownChanges(byName, now) && onlyGateways(listed, byName) {
 			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
 		}
 	}

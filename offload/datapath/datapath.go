@@ -17,12 +17,16 @@ package datapath
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
@@ -89,6 +93,11 @@ type Datapath struct {
 	pol  *flower.PolicyProgrammer
 	// Notifications of tc changes made by others.
 	watch *tc.Watch
+	// Link notifications (anyone's): none since the last listing
+	// (listed, kept by Apply) and that listing is still true.
+	linkEv   *rtnl.Changes
+	listed   map[string]nl.Link
+	listings int // link listings made (tests), under d.op
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   agentdp.PlumbGate
@@ -105,7 +114,7 @@ type Datapath struct {
 	polRules  []flower.PolicyRule
 	polStates []flower.PolicyState
 	// Positions of the rules above by place, for changes in place
-	// (swapRules); nil until a change needs them.
+	// (swapRules); made by the whole Apply.
 	fwdAt  map[fwdPlace]int
 	polAt  map[polPlace]int
 	linkW  int // link writes
@@ -167,8 +176,18 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
+	linkEv, err := rtnl.Subscribe(o.NetNS, unix.RTNLGRP_LINK)
+	if err != nil {
+		fw.Close()
+		watch.Close()
+		pol.Close()
+		prog.Close()
+		k.Close()
+		return nil, fmt.Errorf("offload datapath: link notifications: %w", err)
+	}
 	watch.Ignore(prog.PortID(), pol.PortID())
-	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, ports: ports, vfs: vfs, mover: mover}, nil
+	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
+		ports: ports, vfs: vfs, mover: mover}, nil
 }
 
 // forget makes the programmers read again the devices someone else
@@ -206,6 +225,7 @@ func (d *Datapath) Drift() int {
 
 // Close releases the netlink sockets; kernel objects stay.
 func (d *Datapath) Close() {
+	d.linkEv.Close()
 	d.fw.Close()
 	d.watch.Close()
 	d.pol.Close()
@@ -314,25 +334,43 @@ func (d *Datapath) Probes() int {
 // returned.
 func (d *Datapath) Rules() map[string][]flower.State {
 	d.op.Lock()
+	defer d.op.Unlock()
 	d.mu.Lock()
-	devs, rules, states := d.devs, d.rules, d.states
+	devs, states := d.devs, d.states
 	d.mu.Unlock()
-	if len(rules) > 0 {
-		// By the cookies made when they were written: nothing compiled
-		// or hashed again.
-		if now, err := d.prog.Refresh(devs, states); err == nil {
-			states = now
-		} else {
-			d.log.Warn("reading offload rules", "err", err)
-			// A copy: the next remote endpoint change swaps rules
-			// in d.states in place once d.op is let go.
-			states = slices.Clone(states)
+	// One copy of the states, each endpoint's in a part of its own
+	// (the next remote endpoint change swaps rules in d.states in place
+	// once d.op is let go), read into in place.
+	n := map[string]int{}
+	for i := range states {
+		n[states[i].Rule.Endpoint]++
+	}
+	all := make([]flower.State, 0, len(states))
+	start := make(map[string]int, len(n))
+	for _, ep := range slices.Sorted(maps.Keys(n)) {
+		start[ep] = len(all)
+		all = all[:len(all)+n[ep]]
+	}
+	copyStates := func() {
+		next := maps.Clone(start)
+		for i := range states {
+			ep := states[i].Rule.Endpoint
+			all[next[ep]] = states[i]
+			next[ep]++
 		}
 	}
-	d.op.Unlock()
-	out := map[string][]flower.State{}
-	for _, s := range states {
-		out[s.Rule.Endpoint] = append(out[s.Rule.Endpoint], s)
+	copyStates()
+	// By the cookies made when they were written: nothing compiled or
+	// hashed again.
+	if len(all) > 0 {
+		if err := d.prog.Refresh(devs, all); err != nil {
+			d.log.Warn("reading offload rules", "err", err)
+			copyStates() // the last Apply's
+		}
+	}
+	out := make(map[string][]flower.State, len(n))
+	for ep, s := range start {
+		out[ep] = all[s : s+n[ep] : s+n[ep]]
 	}
 	return out
 }

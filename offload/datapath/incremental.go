@@ -146,6 +146,21 @@ func fwdAt(r flower.Rule) fwdPlace { return fwdPlace{r.Dev, r.Prio, r.EthType, r
 
 func polAt(r flower.PolicyRule) polPlace { return polPlace{r.Dev, r.Chain, r.Prio, r.Match} }
 
+// positions maps each rule's place to its position in rules. The whole
+// Apply makes them (it is O(rules) anyway), so that the first change
+// after it costs what later ones do.
+func positions[K comparable, R any](rules []R, key func(R) K) map[K]int {
+	m := make(map[K]int, len(rules))
+	for i, r := range rules {
+		m[key(r)] = i
+	}
+	return m
+}
+
+// roomy is s with room for changes in place to add to it (an eighth
+// more) without copying it then.
+func roomy[S any](s []S) []S { return slices.Grow(s, len(s)/8+16) }
+
 // swapRules takes the rules at the places of gone out of *rules (and
 // their states out of *states) and puts add (with addStates) in, in
 // place: the cost follows the change, not the lists. at maps each place
@@ -153,11 +168,7 @@ func polAt(r flower.PolicyRule) polPlace { return polPlace{r.Dev, r.Chain, r.Pri
 // (readers that copied the lists hold d.op).
 func swapRules[K comparable, R, S any](rules *[]R, states *[]S, at *map[K]int, key func(R) K, gone, add []R, addStates []S) {
 	if *at == nil {
-		m := make(map[K]int, len(*rules))
-		for i, r := range *rules {
-			m[key(r)] = i
-		}
-		*at = m
+		*at = positions(*rules, key)
 	}
 	m, rs, ss := *at, *rules, *states
 	for _, g := range gone {

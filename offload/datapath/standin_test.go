@@ -25,11 +25,78 @@ import (
 // representor, the pod reaching its gateway.
 func TestStandInPlumbedMidApply(t *testing.T) {
 	guest.Require(t)
+	plumbNow := false
+	rig := newStandInRig(t, "skdpsnode", "skdpspod", 73, func(plumb func()) {
+		if plumbNow {
+			// Apply has listed the links; the gateway and the second
+			// listing come after this.
+			plumbNow = false
+			plumb()
+		}
+	})
+	plumbNow = true
+	if err := rig.dp.Apply(rig.p); err != nil {
+		t.Fatal(err)
+	}
+	if plumbNow {
+		t.Fatal("Apply did not look the endpoint's port up")
+	}
+	// The reconcile the local API asks for after Plumb: the same plan.
+	if err := rig.dp.Apply(rig.p); err != nil {
+		t.Fatal(err)
+	}
+	rig.check(t)
+}
+
+// TestStandInPlumbedBetweenApplies runs in the kernel VM. An unchanged
+// Apply does not list the links while no link notification came since
+// the last listing; the stand-in veth plumbed after such an Apply (a
+// link notification) must make the next one list them again and install
+// the stand-in's rule.
+func TestStandInPlumbedBetweenApplies(t *testing.T) {
+	guest.Require(t)
+	rig := newStandInRig(t, "skdpbnode", "skdpbpod", 74, func(func()) {})
+	for range 2 { // a whole Apply, then an unchanged one
+		if err := rig.dp.Apply(rig.p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l0 := rig.dp.listings
+	if err := rig.dp.Apply(rig.p); err != nil {
+		t.Fatal(err)
+	}
+	if n := rig.dp.listings - l0; n != 0 {
+		t.Errorf("an unchanged Apply with no link change listed the links %d times", n)
+	}
+	rig.plumb()
+	l0 = rig.dp.listings
+	if err := rig.dp.Apply(rig.p); err != nil {
+		t.Fatal(err)
+	}
+	if rig.dp.listings == l0 {
+		t.Error("the Apply after the stand-in was plumbed did not list the links")
+	}
+	rig.check(t)
+}
+
+// standInRig is a node with a switchdev eswitch (netdevsim id) whose VF
+// 0 is endpoint w, stood in for by a veth that plumb makes; Representor
+// calls hook first (with plumb) at every look-up.
+type standInRig struct {
+	dp        *Datapath
+	p         plan.Plan
+	node, pod string
+	rep, host string
+	plumb     func()
+}
+
+func newStandInRig(t *testing.T, nodeName, podName string, id int, hook func(plumb func())) *standInRig {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	node := newNS(t, "skdpsnode")
-	pod := newNS(t, "skdpspod")
-	pf := guest.SwitchdevEswitch(t, "skdpsnode", 73, 1)
-	rep := guest.Representors(t, "skdpsnode")["pf0vf0"]
+	node := newNS(t, nodeName)
+	pod := newNS(t, podName)
+	pf := guest.SwitchdevEswitch(t, nodeName, id, 1)
+	rep := guest.Representors(t, nodeName)["pf0vf0"]
 	if rep == "" {
 		t.Fatal("no pf0vf0 representor")
 	}
@@ -44,54 +111,46 @@ func TestStandInPlumbedMidApply(t *testing.T) {
 	p.Networks["blue"] = n
 	p.Local["w"] = w
 
-	host := agentdp.HostIfName("w")
-	plumbNow := false
-	reps := func(e plan.Endpoint) (Port, bool) {
-		if plumbNow {
-			// Apply has listed the links; the gateway and the second
-			// listing come after this.
-			plumbNow = false
-			if _, err := agentdp.PlumbVeth(node, agentdp.PlumbRequest{Endpoint: w, Network: n, NetNS: pod, IfName: "eth0"}); err != nil {
-				t.Errorf("plumbing w mid-Apply: %v", err)
-			}
+	rig := &standInRig{p: p, node: nodeName, pod: podName, rep: rep, host: agentdp.HostIfName("w")}
+	rig.plumb = func() {
+		if _, err := agentdp.PlumbVeth(node, agentdp.PlumbRequest{Endpoint: w, Network: n, NetNS: pod, IfName: "eth0"}); err != nil {
+			t.Errorf("plumbing w: %v", err)
 		}
-		return Port{Rep: rep, Target: host}, true
+	}
+	reps := func(e plan.Endpoint) (Port, bool) {
+		hook(rig.plumb)
+		return Port{Rep: rep, Target: rig.host}, true
 	}
 	dp, err := New(Options{Logger: log, NetNS: node, Representor: reps})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dp.Close()
+	t.Cleanup(dp.Close)
+	rig.dp = dp
+	return rig
+}
 
-	plumbNow = true
-	if err := dp.Apply(p); err != nil {
-		t.Fatal(err)
-	}
-	if plumbNow {
-		t.Fatal("Apply did not look the endpoint's port up")
-	}
-	// The reconcile the local API asks for after Plumb: the same plan.
-	if err := dp.Apply(p); err != nil {
-		t.Fatal(err)
-	}
-
-	link := nsExec(t, "skdpsnode", "/usr/sbin/ip", "link", "show", host)
+// check: the stand-in is up with its rule into the representor, and the
+// pod reaches its gateway through them.
+func (rig *standInRig) check(t *testing.T) {
+	t.Helper()
+	link := nsExec(t, rig.node, "/usr/sbin/ip", "link", "show", rig.host)
 	if !strings.Contains(link, ",UP") {
-		t.Errorf("the stand-in %s is not up:\n%s", host, link)
+		t.Errorf("the stand-in %s is not up:\n%s", rig.host, link)
 	}
 	var mirred bool
-	for _, f := range filters(t, "skdpsnode", host) {
+	for _, f := range filters(t, rig.node, rig.host) {
 		for _, a := range f.Options.Actions {
 			mirred = mirred || a.Kind == "mirred"
 		}
 	}
 	if !mirred {
-		out, _ := tryIn("skdpsnode", "/usr/sbin/tc", "filter", "show", "dev", host, "ingress")
-		t.Errorf("the stand-in %s has no rule moving its traffic into %s:\n%s", host, rep, out)
+		out, _ := tryIn(rig.node, "/usr/sbin/tc", "filter", "show", "dev", rig.host, "ingress")
+		t.Errorf("the stand-in %s has no rule moving its traffic into %s:\n%s", rig.host, rig.rep, out)
 	}
 	// Real packets: the pod's ARP and pings go through the stand-in's
 	// rule into the representor and on to the gateway, and back.
-	if out, err := tryIn("skdpspod", "/bin/ping", "-c", "2", "-W", "3", "198.51.100.1"); err != nil {
+	if out, err := tryIn(rig.pod, "/bin/ping", "-c", "2", "-W", "3", "198.51.100.1"); err != nil {
 		t.Errorf("w cannot reach its gateway: %v\n%s", err, out)
 	}
 }

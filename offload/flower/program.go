@@ -201,22 +201,16 @@ func (p *Programmer) dump(dev Device) (out []installed, top uint32, err error) {
 	// Chain 0 too: forwarding rules of the layout before the policy
 	// pipeline sat there, and go. Straight from the decoded filters: a
 	// counter read of 20,000 filters makes nothing else of them.
-	err = p.raw.c.DumpFunc(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry, ChainForward}, Terse: true}, func(f *tc.Filter) {
+	err = p.raw.c.DumpTerse(dev.Index, []uint32{ChainEntry, ChainForward}, func(f *tc.Terse) {
 		top = max(top, f.Handle)
-		if !skiffPrio(f.Prio) || len(f.Actions) == 0 {
+		if !skiffPrio(f.Prio) || f.Actions == 0 {
 			return
 		}
-		var ck []byte
-		for _, a := range f.Actions {
-			if a.Cookie != nil {
-				ck = a.Cookie
-				break
-			}
-		}
+		ck := f.Cookie
 		if len(ck) != cookieLen || !bytes.HasPrefix(ck, []byte(magic)) || IsPolicyCookie(ck) {
 			return
 		}
-		st := f.Actions[0].Stats
+		st := f.Stats
 		out = append(out, installed{chain: f.Chain, handle: f.Handle, info: uint32(f.Prio)<<16 | uint32(htons(f.Proto)), cookie: ck, flags: f.Flags,
 			pk: st.Packets, by: st.Bytes, hwpk: st.HWPackets, hwby: st.HWBytes})
 	})

@@ -38,20 +38,53 @@ func (p *Programmer) Read(devs map[string]Device, rules []Rule) ([]State, error)
 }
 
 // Refresh is Read of the rules of states (as Sync, Change or Read
-// returned them for devs), matched by the cookies made then: only a rule
-// that was not installed has its cookie made again.
-func (p *Programmer) Refresh(devs map[string]Device, states []State) ([]State, error) {
-	rules := make([]Rule, len(states))
-	cookies := make([][]byte, len(states))
+// returned them for devs, in a copy of the caller's), matched by the
+// cookies made then, updating states in place: only a rule that was not
+// installed has its cookie made again, nothing else is made per rule.
+// On error, the states of the devices that could not be read lose their
+// counters and state.
+func (p *Programmer) Refresh(devs map[string]Device, out []State) error {
 	byDev := map[string][]int{}
-	for i, s := range states {
-		rules[i], cookies[i] = s.Rule, s.cookie
-		if cookies[i] == nil {
-			cookies[i] = cookieFor(devs, s.Rule)
+	for i := range out {
+		if out[i].cookie == nil {
+			out[i].cookie = cookieFor(devs, out[i].Rule)
 		}
-		byDev[s.Rule.Dev] = append(byDev[s.Rule.Dev], i)
+		byDev[out[i].Rule.Dev] = append(byDev[out[i].Rule.Dev], i)
 	}
-	return p.readAll(devs, rules, byDev, cookies)
+	var errs []error
+	for name, idx := range byDev {
+		dev, ok := devs[name]
+		if !ok {
+			for _, i := range idx {
+				out[i] = State{Rule: out[i].Rule}
+			}
+			continue
+		}
+		now, _, err := p.dump(dev)
+		if err != nil {
+			errs = append(errs, err)
+			for _, i := range idx {
+				out[i] = State{Rule: out[i].Rule}
+			}
+			continue
+		}
+		got := make(map[ruleID]int, len(now))
+		for j, h := range now {
+			if h.chain == ChainForward {
+				got[idOf(h.cookie)] = j
+			}
+		}
+		for _, i := range idx {
+			ck := out[i].cookie
+			if j, ok := got[idOf(ck)]; ok {
+				out[i] = p.state(out[i].Rule, dev, now[j])
+				out[i].cookie = ck
+			} else {
+				out[i] = State{Rule: out[i].Rule}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (p *Programmer) readAll(devs map[string]Device, rules []Rule, byDev map[string][]int, cookies [][]byte) ([]State, error) {

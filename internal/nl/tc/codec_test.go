@@ -11,11 +11,25 @@ import (
 
 // Every key and action the codec encodes decodes back as it went in.
 func TestRoundTrip(t *testing.T) {
+	for _, f := range codecFilters() {
+		got, ok, err := Decode(f.Encode())
+		if err != nil || !ok {
+			t.Fatalf("decode of %+v: ok %v err %v", f, ok, err)
+		}
+		got.Parent = 0
+		if !reflect.DeepEqual(got, f) {
+			t.Errorf("decoded\n%+v\nwant\n%+v", got, f)
+		}
+	}
+}
+
+// codecFilters are filters of every key and action the codec encodes.
+func codecFilters() []Filter {
 	mac, _ := net.ParseMAC("02:00:00:00:00:0a")
 	mcast, _ := net.ParseMAC("33:33:00:00:00:00")
 	mcastMask, _ := net.ParseMAC("ff:ff:00:00:00:00")
 	a4 := netip.MustParseAddr
-	for _, f := range []Filter{
+	return []Filter{
 		{Ifindex: 7, Chain: 3, Prio: 0x5301, Proto: unix.ETH_P_ALL, Handle: 42, Kind: "flower", Flags: TCA_CLS_FLAGS_SKIP_SW,
 			Match: Match{DstMAC: mac},
 			Actions: []Action{
@@ -49,15 +63,6 @@ func TestRoundTrip(t *testing.T) {
 		{Ifindex: 9, Chain: 1, Prio: 0x5401, Proto: unix.ETH_P_IP, Handle: 4, Kind: "flower",
 			Match:   Match{IPProto: unix.IPPROTO_TCP, DstPortMin: 8000, DstPortMax: 8099},
 			Actions: []Action{{Kind: KindGact, Verdict: TC_ACT_SHOT}}},
-	} {
-		got, ok, err := Decode(f.Encode())
-		if err != nil || !ok {
-			t.Fatalf("decode of %+v: ok %v err %v", f, ok, err)
-		}
-		got.Parent = 0
-		if !reflect.DeepEqual(got, f) {
-			t.Errorf("decoded\n%+v\nwant\n%+v", got, f)
-		}
 	}
 }
 

@@ -112,6 +112,25 @@ func (c *Conn) Dump(ifindex int, o DumpOptions) ([]Filter, error) {
 // DumpFunc calls fn for every flower filter of a device; f is fn's to
 // keep.
 func (c *Conn) DumpFunc(ifindex int, o DumpOptions, fn func(f *Filter)) error {
+	var batch []Filter
+	return c.dumpChains(ifindex, o, func() { batch = batch[:0] }, func(b []byte) error {
+		f, ok, err := Decode(b)
+		if ok {
+			batch = append(batch, f)
+		}
+		return err
+	}, func() {
+		for i := range batch {
+			fn(&batch[i])
+		}
+	})
+}
+
+// dumpChains dumps each chain of o (every chain when none) and calls msg
+// for every message of the answer, then done once that chain's dump is
+// whole: a dump the kernel interrupted is started over, after reset.
+// The errors of msg are returned, joined.
+func (c *Conn) dumpChains(ifindex int, o DumpOptions, reset func(), msg func(b []byte) error, done func()) error {
 	chains := o.Chains
 	if chains == nil {
 		chains = []uint32{^uint32(0)} // every chain
@@ -130,17 +149,13 @@ func (c *Conn) DumpFunc(ifindex int, o DumpOptions, fn func(f *Filter)) error {
 			e.Put(unix.TCA_DUMP_FLAGS, bitfield32(TCA_DUMP_FLAGS_TERSE, TCA_DUMP_FLAGS_TERSE))
 		}
 		req = e.Bytes()
-		var batch []Filter
 		var err error
 		for range dumpRetries {
-			batch = batch[:0]
+			reset()
 			var errs []error
 			err = c.c.Dump(unix.RTM_GETTFILTER, req, func(_ rtnl.Header, b []byte) error {
-				f, ok, err := Decode(b)
-				if err != nil {
+				if err := msg(b); err != nil {
 					errs = append(errs, err)
-				} else if ok {
-					batch = append(batch, f)
 				}
 				return nil
 			})
@@ -154,9 +169,7 @@ func (c *Conn) DumpFunc(ifindex int, o DumpOptions, fn func(f *Filter)) error {
 		if err != nil {
 			return fmt.Errorf("tc: dumping filters of ifindex %d: %w", ifindex, err)
 		}
-		for i := range batch {
-			fn(&batch[i])
-		}
+		done()
 	}
 	return nil
 }

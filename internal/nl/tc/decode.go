@@ -245,23 +245,30 @@ func decodeAction(d *rtnl.Decoder) (Action, error) {
 	if err := od.Err(); err != nil {
 		return a, fmt.Errorf("action %s options: %w", a.Kind, err)
 	}
-	sd := rtnl.NewDecoder(stats)
+	a.Stats = decodeStats(stats)
+	return a, nil
+}
+
+// decodeStats decodes an action's TCA_ACT_STATS.
+func decodeStats(b []byte) Stats {
+	var s Stats
+	sd := rtnl.NewDecoder(b)
 	for sd.Next() {
 		v := sd.Bytes()
 		switch sd.Type() {
 		case TCA_STATS_BASIC:
 			if len(v) >= 12 {
-				a.Stats.Bytes, a.Stats.Packets = binary.NativeEndian.Uint64(v), uint64(binary.NativeEndian.Uint32(v[8:]))
+				s.Bytes, s.Packets = binary.NativeEndian.Uint64(v), uint64(binary.NativeEndian.Uint32(v[8:]))
 			}
 		case TCA_STATS_BASIC_HW:
 			if len(v) >= 12 {
-				a.Stats.HWBytes, a.Stats.HWPackets = binary.NativeEndian.Uint64(v), uint64(binary.NativeEndian.Uint32(v[8:]))
+				s.HWBytes, s.HWPackets = binary.NativeEndian.Uint64(v), uint64(binary.NativeEndian.Uint32(v[8:]))
 			}
 		case TCA_STATS_PKT64:
 			if len(v) == 8 {
-				a.Stats.Packets = binary.NativeEndian.Uint64(v)
+				s.Packets = binary.NativeEndian.Uint64(v)
 			}
 		}
 	}
-	return a, nil
+	return s
 }
