@@ -58,9 +58,10 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		default:
 			err = flower.ErrNotIncremental
 		}
-		if err == nil && len(c.remotes) > 0 {
+		if err == nil && len(c.remotes) > 0 && len(d.last.in.HostPorts) > 0 {
 			// Remote endpoints are routed through the host ports (on
-			// failure, the whole plan is applied below).
+			// failure, the whole plan is applied below; without host
+			// ports the last whole Apply left nothing to change).
 			err = d.hostRouting(p, d.last.in.Gateways, d.last.in.HostPorts, d.last.links)
 		}
 		if err == nil {
