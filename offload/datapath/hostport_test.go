@@ -119,6 +119,16 @@ func TestHostPortRouting(t *testing.T) {
 		t.Errorf("the same plan again made %d netlink writes (%d counted as link writes), want none", dw, dl)
 	}
 
+	// The node's end taken away (moved to another namespace): its
+	// peer alone goes, and the pair is made again.
+	guest.AddNetns(t, "skhpraway")
+	ipIn(t, node, "link", "set", "skn100", "netns", "skhpraway")
+	pass()
+	if got := state(); !strings.Contains(got, "skn100@sknp100   UP             06:64:c0:00:02:01") ||
+		!strings.Contains(got, "inet 192.0.2.1/32") || !strings.Contains(got, "198.51.100.20 dev skn100 scope link src 192.0.2.1") {
+		t.Errorf("the host port was not made again:\n%s", got)
+	}
+
 	n := p.Networks["pods"]
 	n.Egress = plan.EgressNone
 	p.Networks["pods"] = n

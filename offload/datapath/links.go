@@ -229,10 +229,21 @@ func (d *Datapath) ensurePair(x vethPair, n plan.Network, byName map[string]nl.L
 	if ok && !owned(l) {
 		return fmt.Errorf("%s exists and is not Skiff's; leaving it alone", gw)
 	}
-	if _, pok := byName[port]; !ok || !pok {
-		if ok {
+	if pl, pok := byName[port]; !ok || !pok {
+		// One end alone (the other deleted by hand): it goes, with
+		// its peer if it has one, and the pair is made again.
+		for _, x := range []struct {
+			l      nl.Link
+			exists bool
+		}{{l, ok}, {pl, pok && !ok}} {
+			if !x.exists {
+				continue
+			}
+			if !owned(x.l) {
+				return fmt.Errorf("%s exists and is not Skiff's; leaving it alone", x.l.Name)
+			}
 			d.write()
-			if err := d.k.DeleteLink(l.Index); err != nil {
+			if err := d.k.DeleteLink(x.l.Index); err != nil {
 				return err
 			}
 		}
