@@ -24,7 +24,9 @@ import (
 //   - every node pings every pods pod and opens TCP to it; a pod on
 //     another node sees the node's underlay address (the node's packets
 //     left through its host port, and the reply, routed by the pod's
-//     node out of its gateway to the node's host port MAC, came back);
+//     node out of its gateway to the node's host port MAC, came back
+//     through the overlay: the nodes filter reverse paths strictly, so
+//     a reply over the underlay would be dropped);
 //   - the tenant network (egress none) has no host port on any node,
 //     and no node reaches a tenant pod on another node (its pods still
 //     reach each other).
@@ -55,6 +57,13 @@ func TestOffloadHostPort(t *testing.T) {
 		guest.Run(t, ipBin, "link", "set", "u"+n.name, "master", "skhpbr", "up")
 		in(t, ns, ipBin, "addr", "add", n.ip+"/24", "dev", "eth0")
 		in(t, ns, ipBin, "link", "set", "eth0", "up")
+		// Strict reverse-path filtering on the underlay, as on a real
+		// node: a pod's reply that took the underlay (unNATed: its
+		// node's conntrack has no entry for a reply whose request the
+		// eswitch carried) instead of the overlay back to the node's
+		// host port is dropped, so the checks below see only the
+		// overlay path.
+		in(t, ns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 1 > /proc/sys/net/ipv4/conf/eth0/rp_filter")
 		if n.mode == "offload" {
 			pfs[n.name] = guest.SwitchdevEswitch(t, ns, 81+i, len(pods[n.name]))
 		}
