@@ -451,16 +451,16 @@ func TestRegistrationChangesThePlanRevision(t *testing.T) {
 }
 
 // TestHostPortVTEPs: a network's host port VTEPs are its members'
-// running the software datapath (modes software and dpu), without the
-// node's own; an offload member is a flood VTEP only, until it runs
-// the software datapath.
+// running a datapath with host ports (modes software, offload and dpu),
+// without the node's own; a member that named no mode is a flood VTEP
+// only, until it registers with one.
 func TestHostPortVTEPs(t *testing.T) {
 	mode := func(n plan.Node, m string) plan.Node { n.Mode = m; return n }
 	s := State{
 		Networks: []plan.Network{{Name: "x", VNI: 1}},
 		Nodes: []plan.Node{mode(node("a", 1), plan.ModeSoftware), mode(node("b", 2), plan.ModeSoftware),
-			mode(node("c", 3), plan.ModeOffload), mode(node("d", 4), plan.ModeDPU)},
-		Endpoints: []plan.Endpoint{ep("e1", "x", "a", 1), ep("e2", "x", "b", 2), ep("e3", "x", "c", 3), ep("e4", "x", "d", 4)},
+			mode(node("c", 3), plan.ModeOffload), mode(node("d", 4), plan.ModeDPU), node("e", 5)},
+		Endpoints: []plan.Endpoint{ep("e1", "x", "a", 1), ep("e2", "x", "b", 2), ep("e3", "x", "c", 3), ep("e4", "x", "d", 4), ep("e5", "x", "e", 5)},
 	}
 	p := newPlanner()
 	p.Load(1, s)
@@ -472,14 +472,17 @@ func TestHostPortVTEPs(t *testing.T) {
 		return out
 	}
 	x := p.Plan("a").Networks["x"]
-	if !slices.Equal(x.FloodVTEPs, addrs(2, 3, 4)) || !slices.Equal(x.HostPortVTEPs, addrs(2, 4)) {
+	if !slices.Equal(x.FloodVTEPs, addrs(2, 3, 4, 5)) || !slices.Equal(x.HostPortVTEPs, addrs(2, 3, 4)) {
 		t.Fatalf("a's network: flood %v, host ports %v", x.FloodVTEPs, x.HostPortVTEPs)
 	}
-	c := mode(node("c", 3), plan.ModeSoftware)
+	if c := p.Plan("c").Networks["x"]; !slices.Equal(c.HostPortVTEPs, addrs(1, 2, 4)) {
+		t.Fatalf("the offload node c's network: host ports %v", c.HostPortVTEPs)
+	}
+	c := mode(node("e", 5), plan.ModeOffload)
 	ds := p.Update(2, []Change{{Node: &c}})
 	i := slices.IndexFunc(ds, func(d plan.Delta) bool { return d.Node == "a" })
-	if i < 0 || len(ds[i].UpsertNetworks) != 1 || !slices.Equal(ds[i].UpsertNetworks[0].HostPortVTEPs, addrs(2, 3, 4)) {
-		t.Fatalf("c now runs the software datapath: deltas %+v", ds)
+	if i < 0 || len(ds[i].UpsertNetworks) != 1 || !slices.Equal(ds[i].UpsertNetworks[0].HostPortVTEPs, addrs(2, 3, 4, 5)) {
+		t.Fatalf("e now runs the offload datapath: deltas %+v", ds)
 	}
 	if b := Build(applyState(s, []Change{{Node: &c}}), "a"); !p.Plan("a").Equal(b) {
 		t.Fatalf("incremental %+v, full build %+v", p.Plan("a"), b)

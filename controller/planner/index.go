@@ -131,14 +131,18 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 
 // vteps are the registered members' VTEPs of a network, sorted: all of
 // them, and those of members whose datapath gives the network host ports
-// (the software datapath's: modes software and dpu).
+// (the software and offload datapaths': modes software, offload and dpu).
 type vteps struct {
 	all, hostPorts []netip.Addr
 }
 
 // hasHostPorts reports whether a node's datapath gives its networks host
-// ports (agent/datapath/software).
-func hasHostPorts(n plan.Node) bool { return n.Mode == plan.ModeSoftware || n.Mode == plan.ModeDPU }
+// ports (agent/datapath/software, offload/datapath; a DPU runs one of
+// them). A dpu-host's networks are its DPU's, and a node that named no
+// mode is not routed into.
+func hasHostPorts(n plan.Node) bool {
+	return n.Mode == plan.ModeSoftware || n.Mode == plan.ModeOffload || n.Mode == plan.ModeDPU
+}
 
 // memberVTEPs is the VTEPs of network, computed once per network while
 // the objects do not change (every node of a network that spans the

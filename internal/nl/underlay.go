@@ -10,12 +10,12 @@ import (
 )
 
 // OffloadKernel is the netlink surface of the offload datapath: Kernel,
-// plus veth pairs inside the namespace, route lookups and underlay
-// neighbour resolution. Not safe for concurrent use.
+// plus veth pairs inside the namespace and Skiff's routes and rules
+// (HostNet: host ports), route lookups and underlay neighbour
+// resolution. Not safe for concurrent use.
 type OffloadKernel interface {
 	Kernel
-	// AddPair creates a veth pair with both ends in this namespace.
-	AddPair(p Pair) error
+	HostNet
 	// RouteTo is the kernel's route to dst (ip route get).
 	RouteTo(dst netip.Addr) (Route, error)
 	// ResolvedNeighs lists the IPv4 neighbours of a device whose entry

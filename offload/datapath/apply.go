@@ -74,7 +74,8 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// left: the plan's difference alone, where it can be made
 		// alone.
 		var err error
-		switch c := classify(d.last.plan, p); {
+		c := classify(d.last.plan, p)
+		switch {
 		case c.same:
 			err = nil // nothing to compile, nothing to write
 		case len(c.remotes) > 0:
@@ -83,6 +84,12 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			err = d.applyGroup(p, c.group, c.joined, c.left)
 		default:
 			err = flower.ErrNotIncremental
+		}
+		if err == nil && len(c.remotes) > 0 && len(d.last.in.HostPorts) > 0 {
+			// Remote endpoints are routed through the host ports (on
+			// failure, the whole plan is applied below; without host
+			// ports the last whole Apply left nothing to change).
+			err = d.hostRouting(p, d.last.in.Gateways, d.last.in.HostPorts, d.last.links)
 		}
 		if err == nil {
 			d.gate.Done(start)
@@ -99,20 +106,24 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	hps, err := d.hostPorts(p, gws, byName)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	// What reps and targets were made from: links that came after it
 	// (a pod's interface plumbed while this Apply runs) are not in this
 	// Apply's rules, so it must not be what the next Apply compares with.
 	listed := byName
-	if err := d.egress(p, gws); err != nil {
+	if err := d.egress(p, gws, hps); err != nil {
 		errs = append(errs, err)
 	}
-	if len(gws) > 0 {
-		// New gateway ports must be known as devices below.
+	if len(gws) > 0 || len(hps) > 0 {
+		// New gateway and host ports must be known as devices below.
 		if byName, err = d.links(); err != nil {
 			return err
 		}
 	}
-	in := flower.Input{Reps: reps, Targets: targets, Gateways: gws, VXLAN: VXLANName}
+	in := flower.Input{Reps: reps, Targets: targets, Gateways: gws, HostPorts: hps, VXLAN: VXLANName}
 	rules, err := flower.Compile(p, in)
 	if err != nil {
 		return fmt.Errorf("offload datapath: %w", err)
@@ -182,6 +193,10 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		errs = append(errs, err)
 	}
 	if err := d.pol.Delete(stale); err != nil {
+		errs = append(errs, err)
+	}
+	// The node's routes into the host ports once their rules are in.
+	if err := d.hostRouting(p, gws, hps, byName); err != nil {
 		errs = append(errs, err)
 	}
 	if err := d.neighbours(p); err != nil {
@@ -270,11 +285,11 @@ func ownChanges(used, now map[string]nl.Link) bool {
 }
 
 // onlyGateways reports whether the links after differ from those before
-// only in the networks' gateway pairs and the VXLAN device (Apply makes
-// and removes them between the two listings).
+// only in the networks' gateway and host port pairs and the VXLAN device
+// (Apply makes and removes them between the two listings).
 func onlyGateways(before, after map[string]nl.Link) bool {
 	gw := func(name string) bool {
-		return name == VXLANName || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh")
+		return name == VXLANName || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh") || strings.HasPrefix(name, "skn")
 	}
 	for name, l := range after {
 		if b, ok := before[name]; !gw(name) && (!ok || b != l) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -27,14 +28,22 @@ func routesOut(egress string) bool {
 // on each gateway forwarding on for snat and routed, off for none. The
 // rules go first: a gateway forwards only once they are in, and when
 // they cannot be written every gateway's forwarding is turned off.
-// Networks without a gateway here have nothing in the node's stack.
-func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway) error {
+// Networks without a gateway here have nothing in the node's stack;
+// a network's host port (hps) counts as its own, as on software nodes.
+func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[string]flower.HostPort) error {
 	var devs []nl.BridgeEgress
 	forward := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(gws)) {
 		n := p.Networks[name]
 		gw := GatewayName(n.VNI)
-		devs = append(devs, nl.BridgeEgress{Name: gw, Egress: n.Egress})
+		b := nl.BridgeEgress{Name: gw, Egress: n.Egress}
+		if _, ok := hps[name]; ok {
+			// The host port counts as the network's own. Its frames
+			// never pass the gateway twice (the eswitch rules move
+			// them), so none is left untracked (no HostMAC).
+			b.HostPort = agentdp.HostPortName(n.VNI)
+		}
+		devs = append(devs, b)
 		forward[gw] = routesOut(n.Egress)
 	}
 	var errs []error

@@ -74,7 +74,7 @@ func TestGatewayEgress(t *testing.T) {
 	if err != nil || len(gws) != 3 {
 		t.Fatalf("gateways: %v, %d made", err, len(gws))
 	}
-	if err := dp.egress(p, gws); err != nil {
+	if err := dp.egress(p, gws, nil); err != nil {
 		t.Fatal(err)
 	}
 	for gw, want := range map[string]string{"ip_forward": "1", GatewayName(100): "1", GatewayName(200): "0", GatewayName(300): "1"} {
@@ -91,7 +91,7 @@ func TestGatewayEgress(t *testing.T) {
 	}
 	// Re-applying writes nothing.
 	w0, f0 := dp.Writes(), dp.fw.Writes()
-	if err := dp.egress(p, gws); err != nil {
+	if err := dp.egress(p, gws, nil); err != nil {
 		t.Fatal(err)
 	}
 	if dp.Writes() != w0 || dp.fw.Writes() != f0 {
@@ -142,7 +142,7 @@ func TestGatewayEgress(t *testing.T) {
 	n := p.Networks["pods"]
 	n.Egress = plan.EgressNone
 	p.Networks["pods"] = n
-	if err := dp.egress(p, gws); err != nil {
+	if err := dp.egress(p, gws, nil); err != nil {
 		t.Fatal(err)
 	}
 	if v := sysctl(t, node, "net/ipv4/conf/"+GatewayName(100)+"/forwarding"); v != "0" {
@@ -152,7 +152,7 @@ func TestGatewayEgress(t *testing.T) {
 		t.Errorf("after snat -> none the pod still reached the outside (seen from %s)", seen)
 	}
 	// No gateway left: the table goes.
-	if err := dp.egress(p, nil); err != nil {
+	if err := dp.egress(p, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if tables, err := nl.InetTables(nsPath(node)); err != nil || slices.Contains(tables, nl.NftTable) {

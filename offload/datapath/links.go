@@ -194,6 +194,33 @@ func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[stri
 }
 
 func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Prefix, byName map[string]nl.Link) error {
+	return d.ensurePair(vethPair{name: gw, peer: port, mac: agentdp.GatewayMAC(n.VNI),
+		alias: aliasPrefix + "gateway:" + n.Name, peerAlias: aliasPrefix + "gateway-port:" + n.Name, addrs: addrs,
+		// Off until egress says otherwise (a new device takes the
+		// node's default, on when the node forwards).
+		created: func() error {
+			if err := d.gatewayForwarding(gw, false); err != nil {
+				return fmt.Errorf("forwarding off on %s: %w", gw, err)
+			}
+			return nil
+		}}, n, byName)
+}
+
+// vethPair is a veth pair of Skiff's with both ends in the node's
+// stack: name, with its MAC (at creation) and exactly addrs, and peer,
+// the end the flower rules use as a port; each marked with its alias;
+// created, when set, runs once both are made.
+type vethPair struct {
+	name, peer, mac  string
+	alias, peerAlias string
+	addrs            []netip.Prefix
+	created          func() error
+}
+
+// ensurePair makes a vethPair exist, up, with its network's MTU at
+// creation and its addresses, recreating it when one end is missing.
+func (d *Datapath) ensurePair(x vethPair, n plan.Network, byName map[string]nl.Link) error {
+	gw, port := x.name, x.peer
 	mtu := int(n.MTU)
 	if mtu == 0 {
 		mtu = plan.DefaultMTU
@@ -202,43 +229,54 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 	if ok && !owned(l) {
 		return fmt.Errorf("%s exists and is not Skiff's; leaving it alone", gw)
 	}
-	if _, pok := byName[port]; !ok || !pok {
-		if ok {
+	if pl, pok := byName[port]; !ok || !pok {
+		// One end alone (the other deleted by hand): it goes, with
+		// its peer if it has one, and the pair is made again.
+		for _, x := range []struct {
+			l      nl.Link
+			exists bool
+		}{{l, ok}, {pl, pok && !ok}} {
+			if !x.exists {
+				continue
+			}
+			if !owned(x.l) {
+				return fmt.Errorf("%s exists and is not Skiff's; leaving it alone", x.l.Name)
+			}
 			d.write()
-			if err := d.k.DeleteLink(l.Index); err != nil {
+			if err := d.k.DeleteLink(x.l.Index); err != nil {
 				return err
 			}
 		}
 		d.write()
-		if err := d.k.AddPair(nl.Pair{Name: gw, Peer: port, MTU: mtu, MAC: agentdp.GatewayMAC(n.VNI)}); err != nil {
+		if err := d.k.AddPair(nl.Pair{Name: gw, Peer: port, MTU: mtu, MAC: x.mac}); err != nil {
 			return fmt.Errorf("creating %s/%s: %w", gw, port, err)
 		}
 		now, err := d.links()
 		if err != nil {
 			return err
 		}
-		for name, alias := range map[string]string{gw: aliasPrefix + "gateway:" + n.Name, port: aliasPrefix + "gateway-port:" + n.Name} {
-			x, ok := now[name]
+		for name, alias := range map[string]string{gw: x.alias, port: x.peerAlias} {
+			made, ok := now[name]
 			if !ok {
 				return fmt.Errorf("%s was created but is not listed", name)
 			}
 			d.write()
-			if err := d.k.SetAlias(x.Index, alias); err != nil {
+			if err := d.k.SetAlias(made.Index, alias); err != nil {
 				return err
 			}
-			x.Alias = alias
-			byName[name] = x
+			made.Alias = alias
+			byName[name] = made
 		}
-		// Off until egress says otherwise (a new device takes the
-		// node's default, on when the node forwards).
-		if err := d.gatewayForwarding(gw, false); err != nil {
-			return fmt.Errorf("forwarding off on %s: %w", gw, err)
+		if x.created != nil {
+			if err := x.created(); err != nil {
+				return err
+			}
 		}
 	}
 	for _, name := range []string{gw, port} {
-		if x := byName[name]; !x.Up {
+		if lk := byName[name]; !lk.Up {
 			d.write()
-			if err := d.k.SetUp(x.Index); err != nil {
+			if err := d.k.SetUp(lk.Index); err != nil {
 				return err
 			}
 		}
@@ -250,14 +288,14 @@ func (d *Datapath) gatewayPair(gw, port string, n plan.Network, addrs []netip.Pr
 	seen := map[netip.Prefix]bool{}
 	for _, a := range have { // link-local addresses are not listed
 		seen[a] = true
-		if !slices.Contains(addrs, a) {
+		if !slices.Contains(x.addrs, a) {
 			d.write()
 			if err := d.k.DeleteAddr(byName[gw].Index, a); err != nil {
 				return err
 			}
 		}
 	}
-	for _, a := range addrs {
+	for _, a := range x.addrs {
 		if !seen[a] {
 			d.write()
 			if err := d.k.AddAddr(byName[gw].Index, a); err != nil {

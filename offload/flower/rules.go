@@ -58,9 +58,14 @@ const (
 	KindStandIn = "standin"
 	// KindGateway: to and from the node's gateway of the network.
 	KindGateway = "gateway"
-	chunkActs   = 7          // copies' actions per flood filter
-	cookieLen   = 16         // TC_COOKIE_MAX_SIZE
-	magic       = "\x73\x6b" // "sk", first bytes of every Skiff cookie
+	// KindHostPort: to and from the node's host port of the network (the
+	// node's own traffic): other nodes' host ports from the gateway,
+	// this node's from the tunnel. The host port's own traffic to remote
+	// endpoints is KindEncap (Endpoint "").
+	KindHostPort = "hostport"
+	chunkActs    = 7          // copies' actions per flood filter
+	cookieLen    = 16         // TC_COOKIE_MAX_SIZE
+	magic        = "\x73\x6b" // "sk", first bytes of every Skiff cookie
 )
 
 // Match is what a rule matches. Zero fields match anything.
@@ -254,6 +259,20 @@ type Input struct {
 	Reps map[string]string
 	// VXLAN is the external-mode VXLAN device.
 	VXLAN string
+	// HostPorts, by network: the node's host port on that network, for
+	// the node's own traffic to and from pods on other nodes. Optional;
+	// a network needs a gateway for one.
+	HostPorts map[string]HostPort
+}
+
+// HostPort is the node's host port on a network: Port is the eswitch
+// end of a veth pair whose other end, in the node's stack, has the
+// node's underlay address and MAC; Peers are the other nodes' host port
+// MACs by their VTEPs (IPv4).
+type HostPort struct {
+	Port  string
+	MAC   string
+	Peers map[netip.Addr]string
 }
 
 // Gateway is a network's gateway on this node.
@@ -433,6 +452,45 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 					return nil, fmt.Errorf("gateways[%s]: %w", nname, err)
 				}
 				out = append(out, fl...)
+			}
+		}
+		// The node's host port: its packets to remote endpoints
+		// encapsulated to their VTEPs; the node's own MAC from the
+		// tunnel to it; other nodes' host port MACs (the pods' replies,
+		// routed by the node out of its gateway) from the gateway
+		// encapsulated to those nodes.
+		if hp, ok := in.HostPorts[nname]; ok {
+			gw, hasGW := in.Gateways[nname]
+			if !hasGW {
+				return nil, fmt.Errorf("hostPorts[%s]: the network has no gateway on this node", nname)
+			}
+			if hp.Port == "" {
+				return nil, fmt.Errorf("hostPorts[%s].port: required", nname)
+			}
+			if !validMAC(hp.MAC) {
+				return nil, fmt.Errorf("hostPorts[%s].mac: %q is not a MAC address", nname, hp.MAC)
+			}
+			base := Rule{Dev: hp.Port, Network: nname, EthType: EthAll, Prio: PrioUnicast, Kind: KindEncap}
+			for _, rm := range remotes[nname] {
+				r := base
+				r.Match, r.Actions = Match{DstMAC: rm.MAC}, []Action{set(rm.VTEP), {Kind: Redirect, Dev: in.VXLAN}}
+				out = append(out, r)
+			}
+			d := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Prio: PrioUnicast, Kind: KindHostPort, Match: decap}
+			d.Match.DstMAC = hp.MAC
+			d.Actions = []Action{{Kind: TunnelUnset}, {Kind: Redirect, Dev: hp.Port}}
+			out = append(out, d)
+			for _, v := range slices.SortedFunc(maps.Keys(hp.Peers), netip.Addr.Compare) {
+				mac := hp.Peers[v]
+				if !v.Is4() {
+					return nil, fmt.Errorf("hostPorts[%s].peers: %q is not an IPv4 address", nname, v)
+				}
+				if !validMAC(mac) {
+					return nil, fmt.Errorf("hostPorts[%s].peers[%s]: %q is not a MAC address", nname, v, mac)
+				}
+				r := Rule{Dev: gw.Port, Network: nname, EthType: EthAll, Prio: PrioUnicast, Kind: KindHostPort,
+					Match: Match{DstMAC: mac}, Actions: []Action{set(v), {Kind: Redirect, Dev: in.VXLAN}}}
+				out = append(out, r)
 			}
 		}
 		// Broadcast from the tunnel to every local endpoint. The tunnel

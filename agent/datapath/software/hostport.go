@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
@@ -32,26 +33,15 @@ import (
 // into it, and nftables (SetIsolation) counts the host port as its
 // network's own, so that no routed path between networks opens.
 
-// RulePriority is the priority of Skiff's policy routing rules.
-const RulePriority = 2500
-
-// HostPortName and HostPeerName name a network's host port pair.
-func HostPortName(vni uint32) string { return fmt.Sprintf("skn%d", vni) }
-
-// HostPeerName names the bridge's end of a network's host port.
-func HostPeerName(vni uint32) string { return fmt.Sprintf("sknp%d", vni) }
-
-// HostTable is the routing table of a network's routes to other nodes.
-func HostTable(vni uint32) int { return int(0x53000000 | vni) }
-
-// HostMAC is the MAC of a node's host port on a network: locally
-// administered, made of the VNI's low byte and the node's underlay
-// address: all of an IPv4 one, the last 32 bits of an IPv6 one (unique
-// among the network's nodes as long as their IPv6 VTEPs differ there).
-func HostMAC(vni uint32, underlay netip.Addr) string {
-	a := underlay.As16()
-	return fmt.Sprintf("06:%02x:%02x:%02x:%02x:%02x", byte(vni), a[12], a[13], a[14], a[15])
-}
+// HostPortName, HostPeerName, HostTable and HostMAC are the names,
+// table and MAC of host ports (agent/datapath: the offload datapath's
+// host ports are the same).
+var (
+	HostPortName = datapath.HostPortName
+	HostPeerName = datapath.HostPeerName
+	HostTable    = datapath.HostTable
+	HostMAC      = datapath.HostMAC
+)
 
 // hostPorts reports whether a network gets host ports on a node. The
 // node is known on the network by its underlay address, so the node's
@@ -78,16 +68,10 @@ func hostRemote(p plan.Plan, n plan.Network) map[netip.Addr]string {
 	return out
 }
 
-// hostState is what the host ports of a plan want of the node's routing.
-type hostState struct {
-	routes map[nl.HostRoute]bool
-	rules  map[nl.HostRule]bool
-}
-
 // hostPort makes a network's host port match the plan: the pair, its
 // MAC, address, bridge port settings and static entries, and the routes
 // and rule it wants (added to st).
-func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl.Link, byName map[string]nl.Link, mtu int, st *hostState) error {
+func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl.Link, byName map[string]nl.Link, mtu int, st *datapath.HostRouting) error {
 	name, peer, mac := HostPortName(n.VNI), HostPeerName(n.VNI), HostMAC(n.VNI, p.UnderlayIP)
 	hp, err := d.ensureLink(byName, name, func(l nl.Link) bool { return l.Kind == "veth" }, func() error {
 		if err := h.AddPair(nl.Pair{Name: name, Peer: peer, MTU: mtu, MAC: mac}); err != nil {
@@ -165,17 +149,17 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 		for _, ip := range r.IPs {
 			if a := ip.Addr(); a.Is4() == p.UnderlayIP.Is4() {
 				want[a] = r.MAC
-				st.routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: hp.Index, Src: p.UnderlayIP}] = true
+				st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: hp.Index, Src: p.UnderlayIP}] = true
 			}
 		}
 	}
-	add(d.syncNeighs(hp, want))
+	add(datapath.SyncPermanentNeighs(d.k, hp.Index, want))
 	// Other nodes, for what is routed in from the bridge.
 	table := HostTable(n.VNI)
 	for v := range hostRemote(p, n) {
-		st.routes[nl.HostRoute{Dst: netip.PrefixFrom(v, v.BitLen()), LinkIndex: br.Index, Table: table}] = true
+		st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(v, v.BitLen()), LinkIndex: br.Index, Table: table}] = true
 	}
-	st.rules[nl.HostRule{IIF: br.Name, Table: table, Priority: RulePriority, IPv6: p.UnderlayIP.Is6()}] = true
+	st.Rules[nl.HostRule{IIF: br.Name, Table: table, Priority: datapath.HostRulePriority, IPv6: p.UnderlayIP.Is6()}] = true
 	return errors.Join(errs...)
 }
 
@@ -186,42 +170,4 @@ func containsFDB(es []nl.FDB, mac string) bool {
 		}
 	}
 	return false
-}
-
-// syncRouting makes Skiff's routes and rules the wanted ones.
-func syncRouting(h nl.HostNet, st hostState) error {
-	var errs []error
-	have, err := h.Routes()
-	if err != nil {
-		return err
-	}
-	haveSet := map[nl.HostRoute]bool{}
-	for _, r := range have {
-		haveSet[r] = true
-		if !st.routes[r] {
-			errs = append(errs, h.DeleteRoute(r))
-		}
-	}
-	for r := range st.routes {
-		if !haveSet[r] {
-			errs = append(errs, h.ReplaceRoute(r))
-		}
-	}
-	rules, err := h.Rules(RulePriority)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	haveRule := map[nl.HostRule]bool{}
-	for _, r := range rules {
-		haveRule[r] = true
-		if !st.rules[r] {
-			errs = append(errs, h.DeleteRule(r))
-		}
-	}
-	for r := range st.rules {
-		if !haveRule[r] {
-			errs = append(errs, h.AddRule(r))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -95,7 +95,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	want := map[string]bool{}
 	var bridges []nl.BridgeEgress
 	h, _ := d.k.(nl.HostNet)
-	st := hostState{routes: map[nl.HostRoute]bool{}, rules: map[nl.HostRule]bool{}}
+	st := datapath.NewHostRouting()
 	for _, n := range p.Networks {
 		br, vx := BridgeName(n.VNI), VXLANName(n.VNI)
 		want[br], want[vx] = true, true
@@ -110,7 +110,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	if h != nil {
-		if err := syncRouting(h, st); err != nil {
+		if err := datapath.SyncHostRouting(h, st); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -222,7 +222,7 @@ func (d *Datapath) ensureLink(byName map[string]nl.Link, name string, ok func(nl
 	return l, nil
 }
 
-func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link, att map[string]string, h nl.HostNet, st *hostState) error {
+func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link, att map[string]string, h nl.HostNet, st *datapath.HostRouting) error {
 	for name, e := range p.Local {
 		if e.Network == n.Name {
 			if _, ok := byName[datapath.HostIfName(name)]; ok {
@@ -451,37 +451,7 @@ func (d *Datapath) neighs(p plan.Plan, n plan.Network, br nl.Link) error {
 	for v, mac := range hostRemote(p, n) {
 		want[v] = mac
 	}
-	return d.syncNeighs(br, want)
-}
-
-// syncNeighs makes a device's permanent neighbour entries the wanted
-// ones; the kernel's dynamic entries are left alone.
-func (d *Datapath) syncNeighs(br nl.Link, want map[netip.Addr]string) error {
-	have, err := d.k.Neighs(br.Index)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	seen := map[netip.Addr]bool{}
-	for _, h := range have {
-		if !h.Permanent {
-			continue
-		}
-		seen[h.IP] = true
-		mac, ok := want[h.IP]
-		switch {
-		case !ok:
-			errs = append(errs, d.k.DeleteNeigh(h))
-		case mac != h.MAC:
-			errs = append(errs, d.k.SetNeigh(nl.Neigh{LinkIndex: br.Index, IP: h.IP, MAC: mac, Permanent: true}))
-		}
-	}
-	for ip, mac := range want {
-		if !seen[ip] {
-			errs = append(errs, d.k.SetNeigh(nl.Neigh{LinkIndex: br.Index, IP: ip, MAC: mac, Permanent: true}))
-		}
-	}
-	return errors.Join(errs...)
+	return datapath.SyncPermanentNeighs(d.k, br.Index, want)
 }
 
 var protocols = map[string]uint8{"TCP": unix.IPPROTO_TCP, "UDP": unix.IPPROTO_UDP, "SCTP": unix.IPPROTO_SCTP}

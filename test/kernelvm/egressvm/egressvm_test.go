@@ -222,16 +222,22 @@ func seenFrom(t *testing.T, from, addr string) (string, error) {
 // counters, and the internet's addresses and routes.
 func diagnose(inet string) string {
 	var b strings.Builder
+	b.WriteString(diagnoseNodes("skegn1", "skegn2"))
+	out, _ := exec.Command(ipBin, "netns", "exec", inet, "/bin/sh", "-c", guest.IP+" -br addr; "+guest.IP+" route").CombinedOutput()
+	fmt.Fprintf(&b, "==== %s\n%s\n", inet, out)
+	return b.String()
+}
+
+// diagnoseNodes renders each node namespace's links, routes (every
+// table), policy rules, neighbours and filters with counters.
+func diagnoseNodes(nss ...string) string {
+	var b strings.Builder
 	const ip, tc = guest.IP, guest.TC // busybox sh prefers its own applets
-	node := ip + " -br link; " + ip + " -br addr; " + ip + " route; " + ip + " neigh; for d in $(ls /sys/class/net); do " +
+	node := ip + " -br link; " + ip + " -br addr; " + ip + " route show table all; " + ip + " rule; " + ip + " neigh; for d in $(ls /sys/class/net); do " +
 		tc + " -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent|chain|ct|not_in_hw' ; done"
-	for _, x := range []struct{ ns, cmd string }{
-		{"skegn1", node},
-		{"skegn2", node},
-		{inet, ip + " -br addr; " + ip + " route"},
-	} {
-		out, _ := exec.Command(ipBin, "netns", "exec", x.ns, "/bin/sh", "-c", x.cmd).CombinedOutput()
-		fmt.Fprintf(&b, "==== %s\n%s\n", x.ns, out)
+	for _, ns := range nss {
+		out, _ := exec.Command(ipBin, "netns", "exec", ns, "/bin/sh", "-c", node).CombinedOutput()
+		fmt.Fprintf(&b, "==== %s\n%s\n", ns, out)
 	}
 	return b.String()
 }

@@ -1,0 +1,151 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
+)
+
+// Host ports on offload nodes: as on software nodes (agent/datapath
+// HostPortName), the node's own way into a network whose egress routes
+// out, so that the node's traffic (kubelet, API server, NodePorts)
+// reaches pods on every node and gets the replies while the anycast
+// gateway stays the pods' first hop. A veth pair: skn<VNI> in the
+// node's stack holds the node's underlay address (/32) and HostMAC;
+// sknp<VNI> is its eswitch side, whose flower rules (offload/flower
+// HostPort) encapsulate the node's packets to remote endpoints. Remote
+// endpoints' IPv4 addresses are routed through skn<VNI> from the
+// underlay address (permanent neighbours: their MACs). What the node
+// routes in from the gateway skg<VNI> (a pod's reply to another node)
+// looks up the network's table first (rule iif skg<VNI>), where the
+// other nodes with host ports (the plan's HostPortVTEPs) are routed out
+// of skg<VNI> to their host port MACs, which the gateway port's rules
+// encapsulate to them. Local pods are reached through the gateway, as
+// before. A network with egress none gets none (the node does not route
+// into it).
+
+// hostPorts gives each network with a gateway here whose egress routes
+// out a host port pair (on an IPv4 underlay), and removes the pairs of
+// networks that need none. It returns the host ports by network.
+func (d *Datapath) hostPorts(p plan.Plan, gws map[string]flower.Gateway, byName map[string]nl.Link) (map[string]flower.HostPort, error) {
+	out := map[string]flower.HostPort{}
+	want := map[string]bool{}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(gws)) {
+		n := p.Networks[name]
+		if !routesOut(n.Egress) || !p.UnderlayIP.Is4() {
+			continue
+		}
+		hp, peer := agentdp.HostPortName(n.VNI), agentdp.HostPeerName(n.VNI)
+		mac := agentdp.HostMAC(n.VNI, p.UnderlayIP)
+		want[hp] = true
+		err := d.ensurePair(vethPair{name: hp, peer: peer, mac: mac,
+			alias: aliasPrefix + "host:" + n.Name, peerAlias: aliasPrefix + "host-port:" + n.Name,
+			addrs: []netip.Prefix{netip.PrefixFrom(p.UnderlayIP, 32)}}, n, byName)
+		if err == nil && byName[hp].MAC != mac {
+			d.write()
+			err = d.k.SetMAC(byName[hp].Index, mac)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: host port of %s: %w", name, err))
+			continue
+		}
+		peers := map[netip.Addr]string{}
+		for _, v := range n.HostPortVTEPs {
+			if v.Is4() && v != p.UnderlayIP {
+				peers[v] = agentdp.HostMAC(n.VNI, v)
+			}
+		}
+		out[name] = flower.HostPort{Port: peer, MAC: mac, Peers: peers}
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		if l := byName[name]; owned(l) && isHostPort(name) && !want[name] {
+			d.log.Info("removing unneeded host port", "link", name)
+			d.write()
+			if err := d.k.DeleteLink(l.Index); err != nil { // its peer goes with it
+				errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", name, err))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// isHostPort reports whether a link name is a host port's node end
+// (skn<VNI>), not its peer (sknp<VNI>).
+func isHostPort(name string) bool {
+	return strings.HasPrefix(name, "skn") && !strings.HasPrefix(name, "sknp")
+}
+
+// hostRouting makes the node's routing match the host ports hps (by
+// network; links byName): remote endpoints' IPv4 addresses through the
+// host port from the underlay address, with permanent neighbours; the
+// other nodes' host ports in the network's table out of its gateway,
+// with permanent neighbours; the rule that makes what comes in from the
+// gateway look that table up. Skiff's other routes and rules go, and
+// the permanent neighbours of gateways (gws) without a host port.
+func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps map[string]flower.HostPort, byName map[string]nl.Link) error {
+	st := agentdp.NewHostRouting()
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(gws)) {
+		// A gateway without a host port keeps no neighbours of Skiff's.
+		if gw, ok := byName[GatewayName(p.Networks[name].VNI)]; ok && owned(gw) {
+			if _, ok := hps[name]; !ok {
+				if err := agentdp.SyncPermanentNeighs(d.k, gw.Index, nil); err != nil {
+					errs = append(errs, fmt.Errorf("offload datapath: neighbours of %s: %w", gw.Name, err))
+				}
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(hps)) {
+		n, hp := p.Networks[name], hps[name]
+		port, okP := byName[agentdp.HostPortName(n.VNI)]
+		gw, okG := byName[GatewayName(n.VNI)]
+		if !okP || !okG {
+			errs = append(errs, fmt.Errorf("offload datapath: host port of %s: %s or %s is not there", name, agentdp.HostPortName(n.VNI), GatewayName(n.VNI)))
+			continue
+		}
+		remote := map[netip.Addr]string{}
+		for _, r := range p.Remote {
+			if r.Network != name {
+				continue
+			}
+			for _, a := range ipv4Addrs(r.IPs) {
+				remote[a] = r.MAC
+				st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 32), LinkIndex: port.Index, Src: p.UnderlayIP}] = true
+			}
+		}
+		if err := agentdp.SyncPermanentNeighs(d.k, port.Index, remote); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: neighbours of %s: %w", port.Name, err))
+		}
+		table := agentdp.HostTable(n.VNI)
+		for v := range hp.Peers {
+			st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(v, 32), LinkIndex: gw.Index, Table: table}] = true
+		}
+		if err := agentdp.SyncPermanentNeighs(d.k, gw.Index, hp.Peers); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: neighbours of %s: %w", gw.Name, err))
+		}
+		st.Rules[nl.HostRule{IIF: gw.Name, Table: table, Priority: agentdp.HostRulePriority}] = true
+	}
+	if err := agentdp.SyncHostRouting(d.k, st); err != nil {
+		errs = append(errs, fmt.Errorf("offload datapath: host port routes: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func ipv4Addrs(ps []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}

@@ -1,0 +1,97 @@
+package flower
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// hostPortInput: base's network blue with a gateway (skh100) and the
+// node's host port (sknp100, MAC 06:64:c0:00:02:01) with two peers
+// (other nodes' host ports).
+func hostPortInput(reps map[string]string) Input {
+	return Input{Reps: reps, VXLAN: "skvx",
+		Gateways: map[string]Gateway{"blue": {Port: "skh100", MAC: "02:73:6b:00:00:64", IPs: vteps("198.51.100.254")}},
+		HostPorts: map[string]HostPort{"blue": {Port: "sknp100", MAC: "06:64:c0:00:02:01", Peers: map[netip.Addr]string{
+			netip.MustParseAddr("192.0.2.2"): "06:64:c0:00:02:02", netip.MustParseAddr("192.0.2.3"): "06:64:c0:00:02:03"}}}}
+}
+
+// gatewayRules are base's gateway rules for skh100 (IPv4 only).
+var gatewayRules = []string{
+	"repa ARP tip 198.51.100.254 action redirect:skh100 [gateway a]",
+	"repa UNI dst_mac 02:73:6b:00:00:64 action redirect:skh100 [gateway a]",
+	"repb ARP tip 198.51.100.254 action redirect:skh100 [gateway b]",
+	"repb UNI dst_mac 02:73:6b:00:00:64 action redirect:skh100 [gateway b]",
+	"skh100 ARP tip 198.51.100.10 action redirect:repa [gateway a]",
+	"skh100 ARP tip 198.51.100.11 action redirect:repb [gateway b]",
+	"skh100 FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action redirect:repb [flood ]",
+	"skh100 UNI dst_mac 02:00:00:00:00:0a action redirect:repa [gateway a]",
+	"skh100 UNI dst_mac 02:00:00:00:00:0b action redirect:repb [gateway b]",
+}
+
+// TestCompileHostPort: a network with the node's host port gets, besides
+// its gateway's rules, exactly: the host port's packets to each remote
+// endpoint encapsulated to its VTEP (on sknp100); the node's own host
+// port MAC from the tunnel to sknp100; each other node's host port MAC
+// from the gateway port (the pods' replies the node routes back out of
+// skg100) encapsulated to that node. Nothing for the local endpoints
+// (the node reaches them through the gateway).
+func TestCompileHostPort(t *testing.T) {
+	p, reps := base()
+	in := hostPortInput(reps)
+	hostRules := []string{
+		"sknp100 UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap ]",
+		"skvx UNI decap100 dst_mac 06:64:c0:00:02:01 action tunnel_key unset action redirect:sknp100 [hostport ]",
+		"skh100 UNI dst_mac 06:64:c0:00:02:02 action set:192.0.2.2 action redirect:skvx [hostport ]",
+		"skh100 UNI dst_mac 06:64:c0:00:02:03 action set:192.0.2.3 action redirect:skvx [hostport ]",
+	}
+	expect(t, "host port", in, p, sorted(baseRules, gatewayRules, hostRules))
+
+	// The remote endpoint's rules (what an incremental change writes)
+	// include the host port's encap to it, and nothing of the peers.
+	rs, err := RemoteRules(p, in, []string{"r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
+		"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
+		"repb ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp b]",
+		"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap b]",
+		hostRules[0],
+	}
+	if got := sorted(render(rs)); !slices.Equal(got, sorted(want)) {
+		t.Errorf("RemoteRules r1:\ngot\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(sorted(want), "\n  "))
+	}
+
+	// Without a host port (egress none), none of its rules.
+	in.HostPorts = nil
+	expect(t, "no host port", in, p, sorted(baseRules, gatewayRules))
+}
+
+// TestCompileHostPortRefused: bad host ports are refused, naming the
+// field.
+func TestCompileHostPortRefused(t *testing.T) {
+	for _, c := range []struct {
+		name, want string
+		change     func(in *Input)
+	}{
+		{"no gateway", "hostPorts[blue]: the network has no gateway", func(in *Input) { in.Gateways = nil }},
+		{"no port", "hostPorts[blue].port: required", func(in *Input) { hp := in.HostPorts["blue"]; hp.Port = ""; in.HostPorts["blue"] = hp }},
+		{"bad MAC", `hostPorts[blue].mac: "06:64" is not a MAC address`, func(in *Input) { hp := in.HostPorts["blue"]; hp.MAC = "06:64"; in.HostPorts["blue"] = hp }},
+		{"IPv6 peer", `hostPorts[blue].peers: "2001:db8::2" is not an IPv4 address`, func(in *Input) {
+			in.HostPorts["blue"].Peers[netip.MustParseAddr("2001:db8::2")] = "06:64:00:00:00:02"
+		}},
+		{"bad peer MAC", `hostPorts[blue].peers[192.0.2.3]: "x" is not a MAC address`, func(in *Input) {
+			in.HostPorts["blue"].Peers[netip.MustParseAddr("192.0.2.3")] = "x"
+		}},
+	} {
+		p, reps := base()
+		in := hostPortInput(reps)
+		c.change(&in)
+		if _, err := Compile(p, in); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}
