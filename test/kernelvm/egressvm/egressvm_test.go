@@ -52,12 +52,7 @@ func TestOffloadEgress(t *testing.T) {
 	dir := t.TempDir()
 	guest.UnderlayBridge(t, "skegbr", "192.0.2.254/24")
 	ctlAddr := "192.0.2.254:7400"
-	ctl := guest.Ctl{T: t, Addr: ctlAddr}
-	guest.StartIn(t, "", "skiff-controller", "--listen", ctlAddr, "--data-dir", filepath.Join(dir, "etcd"))
-	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
-		out, err := ctl.Run("get", "nodes")
-		return err == nil, out
-	})
+	ctl := guest.StartController(t, ctlAddr, dir)
 
 	// The internet: on the underlay, no route to any pod subnet.
 	inet := "skeginet"

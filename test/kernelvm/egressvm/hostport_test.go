@@ -35,12 +35,7 @@ func TestOffloadHostPort(t *testing.T) {
 	dir := t.TempDir()
 	guest.UnderlayBridge(t, "skhpbr", "192.0.2.254/24")
 	ctlAddr := "192.0.2.254:7401"
-	ctl := guest.Ctl{T: t, Addr: ctlAddr}
-	guest.StartIn(t, "", "skiff-controller", "--listen", ctlAddr, "--data-dir", filepath.Join(dir, "etcd"))
-	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
-		out, err := ctl.Run("get", "nodes")
-		return err == nil, out
-	})
+	ctl := guest.StartController(t, ctlAddr, dir)
 
 	type node struct{ name, mode, ip string }
 	nodes := []node{{"n1", "offload", "192.0.2.1"}, {"n2", "offload", "192.0.2.2"}, {"n3", "software", "192.0.2.3"}}

@@ -2,7 +2,9 @@ package guest
 
 import (
 	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 )
 
 // Ctl runs the project's skiffctl against the controller at addr.
@@ -25,4 +27,18 @@ func (c Ctl) Must(args ...string) string {
 		c.T.Fatalf("skiffctl %v: %v\n%s", args, err, out)
 	}
 	return out
+}
+
+// StartController starts the real skiff-controller in the guest's root
+// namespace, listening on addr with its data under dir, waits until it
+// answers, and returns a Ctl for it. It is stopped when the test ends.
+func StartController(t *testing.T, addr, dir string) Ctl {
+	t.Helper()
+	ctl := Ctl{T: t, Addr: addr}
+	StartIn(t, "", "skiff-controller", "--listen", addr, "--data-dir", filepath.Join(dir, "etcd"))
+	WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+		out, err := ctl.Run("get", "nodes")
+		return err == nil, out
+	})
+	return ctl
 }
