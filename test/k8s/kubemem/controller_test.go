@@ -27,15 +27,17 @@ const (
 )
 
 // controllerProc is the real skiff-controller binary (make build), with
-// its embedded etcd, running in the cluster's underlay namespace without
-// the adapter (the benchmark runs it).
+// its embedded etcd, running in the cluster's underlay namespace, without
+// TLS; the adapter runs in the benchmark's process, or in the controller
+// when args give it --kubeconfig.
 type controllerProc struct {
-	pid  int
-	mgmt skiffv1.ManagementServiceClient
-	http *http.Client
+	pid   int
+	mgmt  skiffv1.ManagementServiceClient
+	agent skiffv1.AgentServiceClient
+	http  *http.Client
 }
 
-func startController(b *testing.B, c *cluster.Cluster) *controllerProc {
+func startController(b testing.TB, c *cluster.Cluster, args ...string) *controllerProc {
 	b.Helper()
 	bin, err := filepath.Abs("../../../bin/skiff-controller")
 	if err != nil {
@@ -44,8 +46,8 @@ func startController(b *testing.B, c *cluster.Cluster) *controllerProc {
 	if _, err := os.Stat(bin); err != nil {
 		b.Fatalf("run make build first: %v", err)
 	}
-	pid, err := c.StartInUnderlay("skiff-controller", bin, "--listen", ctlListen, "--data-dir", filepath.Join(c.Dir, "skiff-data"),
-		"--metrics-addr", ctlMetrics, "--pprof", "--log-level", "warn")
+	pid, err := c.StartInUnderlay("skiff-controller", append([]string{bin, "--listen", ctlListen, "--data-dir", filepath.Join(c.Dir, "skiff-data"),
+		"--metrics-addr", ctlMetrics, "--pprof", "--log-level", "warn"}, args...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +58,7 @@ func startController(b *testing.B, c *cluster.Cluster) *controllerProc {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
-	p := &controllerProc{pid: pid, mgmt: skiffv1.NewManagementServiceClient(conn),
+	p := &controllerProc{pid: pid, mgmt: skiffv1.NewManagementServiceClient(conn), agent: skiffv1.NewAgentServiceClient(conn),
 		http: &http.Client{Transport: &http.Transport{DialContext: c.DialUnderlay}, Timeout: time.Minute}}
 	deadline := time.Now().Add(time.Minute)
 	for {
