@@ -51,54 +51,75 @@ func NewHostRouting() HostRouting {
 }
 
 // SyncHostRouting makes Skiff's routes and rules those of st: the
-// others of Skiff's go, the missing ones are added. Idempotent; writes
-// nothing when the kernel matches. Not safe for concurrent use on one h.
+// missing ones are added first, then the others of Skiff's go (a route
+// displaced by a wanted one to the same prefix in the same table was
+// replaced in place and is not deleted). Idempotent; writes nothing
+// when the kernel matches; every failure is returned, joined. Not safe
+// for concurrent use on one h.
 func SyncHostRouting(h nl.HostNet, st HostRouting) error {
-	var errs []error
 	have, err := h.Routes()
 	if err != nil {
 		return err
 	}
-	haveSet := map[nl.HostRoute]bool{}
-	for _, r := range have {
-		haveSet[r] = true
-		if !st.Routes[r] {
+	rules, err := h.Rules(HostRulePriority)
+	if err != nil {
+		return err
+	}
+	addRoutes, delRoutes := setDiff(have, st.Routes)
+	addRules, delRules := setDiff(rules, st.Rules)
+	var errs []error
+	type key struct {
+		dst   netip.Prefix
+		table int
+	}
+	replaced := map[key]bool{}
+	for _, r := range addRoutes {
+		replaced[key{r.Dst, r.Table}] = true
+		errs = append(errs, h.ReplaceRoute(r))
+	}
+	for _, r := range addRules {
+		errs = append(errs, h.AddRule(r))
+	}
+	for _, r := range delRoutes {
+		if !replaced[key{r.Dst, r.Table}] {
 			errs = append(errs, h.DeleteRoute(r))
 		}
 	}
-	for r := range st.Routes {
-		if !haveSet[r] {
-			errs = append(errs, h.ReplaceRoute(r))
-		}
-	}
-	rules, err := h.Rules(HostRulePriority)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	haveRule := map[nl.HostRule]bool{}
-	for _, r := range rules {
-		haveRule[r] = true
-		if !st.Rules[r] {
-			errs = append(errs, h.DeleteRule(r))
-		}
-	}
-	for r := range st.Rules {
-		if !haveRule[r] {
-			errs = append(errs, h.AddRule(r))
-		}
+	for _, r := range delRules {
+		errs = append(errs, h.DeleteRule(r))
 	}
 	return errors.Join(errs...)
 }
 
+// setDiff returns the members of want missing from have (add) and the
+// members of have not in want (del), each once.
+func setDiff[T comparable](have []T, want map[T]bool) (add, del []T) {
+	seen := make(map[T]bool, len(have))
+	for _, x := range have {
+		if !want[x] && !seen[x] {
+			del = append(del, x)
+		}
+		seen[x] = true
+	}
+	for x := range want {
+		if !seen[x] {
+			add = append(add, x)
+		}
+	}
+	return add, del
+}
+
 // SyncPermanentNeighs makes a device's permanent neighbour entries the
-// wanted ones (address to MAC); the kernel's dynamic entries are left
-// alone. Idempotent; writes nothing when the kernel matches.
+// wanted ones (address to MAC), adding and changing before it deletes;
+// the kernel's dynamic entries are left alone. Idempotent; writes
+// nothing when the kernel matches.
 func SyncPermanentNeighs(k nl.Kernel, link int, want map[netip.Addr]string) error {
 	have, err := k.Neighs(link)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	var stale []nl.Neigh
 	seen := map[netip.Addr]bool{}
 	for _, h := range have {
 		if !h.Permanent {
@@ -108,7 +129,7 @@ func SyncPermanentNeighs(k nl.Kernel, link int, want map[netip.Addr]string) erro
 		mac, ok := want[h.IP]
 		switch {
 		case !ok:
-			errs = append(errs, k.DeleteNeigh(h))
+			stale = append(stale, h)
 		case mac != h.MAC:
 			errs = append(errs, k.SetNeigh(nl.Neigh{LinkIndex: link, IP: h.IP, MAC: mac, Permanent: true}))
 		}
@@ -117,6 +138,9 @@ func SyncPermanentNeighs(k nl.Kernel, link int, want map[netip.Addr]string) erro
 		if !seen[ip] {
 			errs = append(errs, k.SetNeigh(nl.Neigh{LinkIndex: link, IP: ip, MAC: mac, Permanent: true}))
 		}
+	}
+	for _, h := range stale {
+		errs = append(errs, k.DeleteNeigh(h))
 	}
 	return errors.Join(errs...)
 }
