@@ -140,7 +140,11 @@ func (s *Store) DeleteNetwork(ctx context.Context, name string) error {
 // ---- subnets ----
 
 // CreateSubnet stores a new subnet on an existing network. Its CIDR must not
-// overlap another subnet of the same network.
+// overlap another subnet of the same network, nor one of another network
+// unless both networks' egress is none: a network whose egress is not
+// none is routed by the nodes' own stack (host ports, gateways), where
+// one address must mean one endpoint; isolated tenant networks may reuse
+// addresses.
 func (s *Store) CreateSubnet(ctx context.Context, in *skiffv1.Subnet) (*skiffv1.Subnet, error) {
 	sub := proto.Clone(in).(*skiffv1.Subnet)
 	sub.Revision = 0
@@ -149,7 +153,7 @@ func (s *Store) CreateSubnet(ctx context.Context, in *skiffv1.Subnet) (*skiffv1.
 		return nil, err
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		_, nrev, err := s.getNetwork(ctx, sub.Network)
+		n, nrev, err := s.getNetwork(ctx, sub.Network)
 		if err != nil {
 			if errors.Is(err, ErrNotFound) {
 				return nil, errorf(NotFound, "network", "network %q does not exist", sub.Network)
@@ -168,10 +172,15 @@ func (s *Store) CreateSubnet(ctx context.Context, in *skiffv1.Subnet) (*skiffv1.
 				return nil, errorf(Invalid, "cidr", "%s overlaps %s of subnet %q on network %q", pool.Prefix, o.pool.Prefix, o.sub.Name, sub.Network)
 			}
 		}
+		srev, err := s.checkOtherNetworks(ctx, n, pool.Prefix)
+		if err != nil {
+			return nil, err
+		}
 		nameKey := s.subnetName(sub.Name)
 		resp, err := s.cli.Txn(ctx).
 			If(modRev(s.netKey(sub.Network), nrev), notExist(s.netLock(sub.Network)),
-				modRev(s.subnetGuard(sub.Network), snap.guardRev), notExist(nameKey)).
+				modRev(s.subnetGuard(sub.Network), snap.guardRev), notExist(nameKey),
+				clientv3.Compare(clientv3.ModRevision(s.k("snet")+"/"), "<", srev+1).WithPrefix()).
 			Then(clientv3.OpPut(s.subnetKey(sub.Network, sub.Name), marshal(sub)),
 				clientv3.OpPut(nameKey, sub.Network), clientv3.OpPut(s.subnetGuard(sub.Network), "")).
 			Else(clientv3.OpGet(nameKey)).Commit()
@@ -187,6 +196,45 @@ func (s *Store) CreateSubnet(ctx context.Context, in *skiffv1.Subnet) (*skiffv1.
 		}
 	}
 	return nil, errorf(Aborted, "", "subnet %q: too many concurrent changes to network %q; retry", sub.Name, sub.Network)
+}
+
+// checkOtherNetworks refuses a prefix of network n overlapping a subnet
+// of another network, unless both networks' egress is none. It returns
+// the revision it read at: the creation commits only if no subnet was
+// written since.
+func (s *Store) checkOtherNetworks(ctx context.Context, n *skiffv1.Network, p netip.Prefix) (int64, error) {
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.k("snet")+"/", clientv3.WithPrefix()),
+		clientv3.OpGet(s.k("networks")+"/", clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("store: read subnets: %w", err)
+	}
+	egress := map[string]string{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		o, err := unmarshal[skiffv1.Network](kv.Value)
+		if err != nil {
+			return 0, err
+		}
+		egress[o.GetName()] = o.GetEgress()
+	}
+	isolated := func(e string) bool { return e == "" || e == plan.EgressNone }
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		o, err := unmarshal[skiffv1.Subnet](kv.Value)
+		if err != nil {
+			return 0, err
+		}
+		if o.GetNetwork() == n.GetName() {
+			continue // checked with the network's own state
+		}
+		op, err := netip.ParsePrefix(o.GetCidr())
+		if err != nil {
+			return 0, fmt.Errorf("store: stored subnet %q has CIDR %q: %w", o.GetName(), o.GetCidr(), err)
+		}
+		if op.Overlaps(p) && !(isolated(n.GetEgress()) && isolated(egress[o.GetNetwork()])) {
+			return 0, errorf(Invalid, "cidr", "%s overlaps %s of subnet %q on network %q: only two networks whose egress is none may share addresses (%q is %s, %q is %s)",
+				p, op.Masked(), o.GetName(), o.GetNetwork(), n.GetName(), n.GetEgress(), o.GetNetwork(), egress[o.GetNetwork()])
+		}
+	}
+	return resp.Header.Revision, nil
 }
 
 // GetSubnet returns the named subnet.
