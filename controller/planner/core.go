@@ -99,7 +99,8 @@ type Planner struct {
 	eps      map[string]plan.Endpoint
 	nodes    map[string]plan.Node
 	byNet    map[string]map[string]struct{} // network -> endpoint names
-	members  map[string]map[string]int      // network -> node -> local endpoint count
+	members  map[string]map[string]int      // network -> node -> local endpoint count (+1 for a host member)
+	hostNets map[string]map[string]bool     // network -> its host members (hostmember.go)
 	byNode   map[string]map[string]struct{} // datapath node -> endpoint names (a host's are its DPU's)
 	byHost   map[string]map[string]struct{} // dpu-host node -> its endpoint names
 	hostsOf  map[string]map[string]struct{} // DPU node -> the hosts naming it
@@ -147,6 +148,7 @@ func (p *Planner) reset() {
 	p.nodes = map[string]plan.Node{}
 	p.byNet = map[string]map[string]struct{}{}
 	p.members = map[string]map[string]int{}
+	p.hostNets = map[string]map[string]bool{}
 	p.byNode = map[string]map[string]struct{}{}
 	p.byHost = map[string]map[string]struct{}{}
 	p.status = map[string]NodeStatus{}
@@ -236,6 +238,14 @@ func (p *Planner) Load(rev int64, s State) {
 	}
 	for _, n := range s.Nodes {
 		p.setNode(n.Name, n, false)
+	}
+	for w, n := range p.networks {
+		if n.Egress == "" || n.Egress == plan.EgressNone {
+			continue // no host members: skip the nodes
+		}
+		for node := range p.nodes {
+			p.syncHostMember(node, w)
+		}
 	}
 	for n, since := range s.Away {
 		p.status[n] = NodeStatus{Node: n, Since: since}

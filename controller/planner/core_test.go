@@ -287,11 +287,14 @@ func TestRandomChangesMatchFullBuild(t *testing.T) {
 				}
 			case 1:
 				n.Mode = plan.ModeDPU
+			case 2: // host ports: a host member of networks that route out
+				n.Mode = []string{plan.ModeSoftware, plan.ModeOffload}[r.IntN(2)]
 			}
 			c = Change{Node: &n, Delete: r.IntN(4) == 0}
 		case k < 9:
-			n := plan.Network{Name: nets[r.IntN(3)], VNI: uint32(r.IntN(5) + 1), MTU: uint32(1400 + r.IntN(3))}
-			c = Change{Network: &n}
+			n := plan.Network{Name: nets[r.IntN(3)], VNI: uint32(r.IntN(5) + 1), MTU: uint32(1400 + r.IntN(3)),
+				Egress: []string{"", plan.EgressNone, plan.EgressSNAT, plan.EgressRouted}[r.IntN(4)]}
+			c = Change{Network: &n, Delete: r.IntN(6) == 0}
 		default:
 			w := nets[r.IntN(3)] // subnet names are unique across networks, as in the store
 			s := plan.Subnet{Name: fmt.Sprintf("%s-s%d", w, r.IntN(3)), Network: w, CIDR: netip.MustParsePrefix("198.51.100.0/24")}
@@ -464,13 +467,6 @@ func TestHostPortVTEPs(t *testing.T) {
 	}
 	p := newPlanner()
 	p.Load(1, s)
-	addrs := func(last ...byte) []netip.Addr {
-		var out []netip.Addr
-		for _, l := range last {
-			out = append(out, netip.AddrFrom4([4]byte{192, 0, 2, l}))
-		}
-		return out
-	}
 	x := p.Plan("a").Networks["x"]
 	if !slices.Equal(x.FloodVTEPs, addrs(2, 3, 4, 5)) || !slices.Equal(x.HostPortVTEPs, addrs(2, 3, 4)) {
 		t.Fatalf("a's network: flood %v, host ports %v", x.FloodVTEPs, x.HostPortVTEPs)

@@ -31,8 +31,8 @@ func (p *Planner) putEndpoint(e plan.Endpoint) {
 		p.members[e.Network] = map[string]int{}
 	}
 	dp := p.dpNode(e.Node)
-	if p.members[e.Network][dp]++; p.members[e.Network][dp] == 1 {
-		delete(p.vtepMemo, e.Network) // a member joined
+	if p.members[e.Network][dp]++; p.localCount(dp, e.Network) == 1 {
+		delete(p.vtepMemo, e.Network) // a member joined, or a host member got an endpoint
 	}
 	if p.byNode[dp] == nil {
 		p.byNode[dp] = map[string]struct{}{}
@@ -68,9 +68,11 @@ func (p *Planner) dropEndpoint(e plan.Endpoint, replaced bool) {
 		delete(p.byNet, e.Network)
 	}
 	if m := p.members[e.Network]; m != nil {
-		if m[dp]--; m[dp] <= 0 {
+		if m[dp]--; p.localCount(dp, e.Network) == 0 {
+			delete(p.vtepMemo, e.Network) // a member left, or has no endpoint left
+		}
+		if m[dp] <= 0 {
 			delete(m, dp)
-			delete(p.vtepMemo, e.Network) // a member left
 		}
 		if len(m) == 0 {
 			delete(p.members, e.Network)
@@ -155,7 +157,9 @@ func (p *Planner) memberVTEPs(network string) vteps {
 	all, host := map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	for other := range p.members[network] {
 		if ip, ok := p.registered(other); ok {
-			all[ip] = true
+			if p.localCount(other, network) > 0 {
+				all[ip] = true // flooded to: it has endpoints
+			}
 			if hasHostPorts(p.nodes[other]) {
 				host[ip] = true
 			}

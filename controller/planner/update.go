@@ -140,11 +140,15 @@ func (p *Planner) apply(c Change, t touchSet) {
 			owners[p.dpNode(o)] = true
 		}
 		// Membership of the owners before: only theirs can change.
+		// (And whether they had endpoints there: a host member's first
+		// endpoint puts it on the network's flood lists.)
 		was := map[string]map[string]bool{}
+		hadLocal := map[string]map[string]bool{}
 		for w := range nets {
-			was[w] = map[string]bool{}
+			was[w], hadLocal[w] = map[string]bool{}, map[string]bool{}
 			for o := range owners {
 				was[w][o] = p.member(o, w)
+				hadLocal[w][o] = p.localCount(o, w) > 0
 			}
 		}
 		if hadOld {
@@ -165,9 +169,13 @@ func (p *Planner) apply(c Change, t touchSet) {
 		}
 		for w := range nets {
 			joined := map[string]bool{} // owners whose membership changed
+			flood := false              // the network's flood lists changed
 			for o := range owners {
 				if was[w][o] != p.member(o, w) {
 					joined[o] = true
+				}
+				if hadLocal[w][o] != (p.localCount(o, w) > 0) {
+					flood = true
 				}
 			}
 			// Every member before or after holds the endpoint or not; the
@@ -175,7 +183,7 @@ func (p *Planner) apply(c Change, t touchSet) {
 			touch := func(n string) {
 				x := t.node(n)
 				x.eps.add(name)
-				if len(joined) > 0 {
+				if len(joined) > 0 || flood {
 					x.networks.add(w)
 				}
 				if joined[n] {
@@ -199,6 +207,11 @@ func (p *Planner) apply(c Change, t touchSet) {
 			n := *c.Network
 			n.Subnets, n.FloodVTEPs = nil, nil
 			p.networks[w] = n
+		}
+		for node := range p.nodes {
+			if p.syncHostMember(node, w) {
+				p.touchHostMember(node, w, t)
+			}
 		}
 		for n := range p.netNodes(w) {
 			x := t.node(n)
@@ -243,6 +256,11 @@ func (p *Planner) apply(c Change, t touchSet) {
 		p.planOf(name)
 		t.node(name).header = true
 		p.touchHostsOf(name, t)
+		for w := range p.networks {
+			if p.syncHostMember(name, w) {
+				p.touchHostMember(name, w, t)
+			}
+		}
 		for w, m := range p.members {
 			if m[name] == 0 {
 				continue

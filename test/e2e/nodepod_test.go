@@ -14,9 +14,11 @@ import (
 // hop; a pod reaches another node's address through the overlay, with
 // its own address. A network with egress none stays out of reach: from
 // the other node, and from the snat network through the host ports; two
-// snat networks stay apart.
+// snat networks stay apart. A node with no pod at all (n3: a
+// control-plane node calling a webhook) reaches the snat network's pods
+// on every node too, and not the none network's.
 func TestNodeToPod(t *testing.T) {
-	c := newCluster(t, "n1", "n2")
+	c := newCluster(t, "n1", "n2", "n3")
 	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat")
 	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
 	c.mustCtl("network", "create", "tenant", "--vni", "200")
@@ -54,6 +56,21 @@ func TestNodeToPod(t *testing.T) {
 		}
 		return nil
 	})
+	// n3 has no pod: it reaches both nodes' pods all the same (ping,
+	// TCP), from its own address, and not the none network's.
+	n3 := c.nodes["n3"].ns
+	if seen := outsideSees(t, a, n3, aIP, "192.0.2.3", gw); seen != "192.0.2.3" {
+		t.Errorf("pod a (n1) saw n3's ping from %q, want n3's address 192.0.2.3", seen)
+	}
+	eventually(t, func() error {
+		if !connects(n3, bIP, "8080") {
+			return fmt.Errorf("n3 (no pods) does not connect to pod b (n2) on %s:8080", bIP)
+		}
+		return nil
+	})
+	if _, err := testns.Try(n3, "ping", "-c", "1", "-W", "1", t2IP); err == nil {
+		t.Errorf("n3 reached the none network's pod %s on n2", t2IP)
+	}
 	// The node's local pods, as before, and the pods' first hop.
 	testns.Run(t, n1, "ping", "-c", "1", "-W", "2", aIP)
 	if out := testns.Run(t, a, "ip", "route", "show", "default"); !strings.Contains(out, "via "+gw) {
