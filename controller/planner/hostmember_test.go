@@ -65,7 +65,6 @@ func TestHostMembers(t *testing.T) {
 	}
 }
 
-
 // addrs is 192.0.2.L for each L: nodes' underlay addresses (node).
 func addrs(last ...byte) []netip.Addr {
 	var out []netip.Addr

@@ -30,16 +30,20 @@ import (
 // of skg<VNI> to their host port MACs, which the gateway port's rules
 // encapsulate to them. Local pods are reached through the gateway, as
 // before. A network with egress none gets none (the node does not route
-// into it).
+// into it). A node with no endpoint on a network that routes out (the
+// planner makes it a host member: a node without pods must reach pods
+// too) has the host port without a gateway: its routes to the remote
+// endpoints, and no table, rule or peers (nothing is routed back out).
 
-// hostPorts gives each network with a gateway here whose egress routes
-// out a host port pair (on an IPv4 underlay), and removes the pairs of
-// networks that need none. It returns the host ports by network.
-func (d *Datapath) hostPorts(p plan.Plan, gws map[string]flower.Gateway, byName map[string]nl.Link) (map[string]flower.HostPort, error) {
+// hostPorts gives each network of the plan whose egress routes out a
+// host port pair (on an IPv4 underlay), whether or not it has a gateway
+// here, and removes the pairs of networks that need none. It returns
+// the host ports by network.
+func (d *Datapath) hostPorts(p plan.Plan, _ map[string]flower.Gateway, byName map[string]nl.Link) (map[string]flower.HostPort, error) {
 	out := map[string]flower.HostPort{}
 	want := map[string]bool{}
 	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(gws)) {
+	for _, name := range slices.Sorted(maps.Keys(p.Networks)) {
 		n := p.Networks[name]
 		if !routesOut(n.Egress) || !p.UnderlayIP.Is4() {
 			continue
@@ -107,9 +111,14 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 	for _, name := range slices.Sorted(maps.Keys(hps)) {
 		n, hp := p.Networks[name], hps[name]
 		port, okP := byName[agentdp.HostPortName(n.VNI)]
+		if !okP {
+			errs = append(errs, fmt.Errorf("offload datapath: host port of %s: %s is not there", name, agentdp.HostPortName(n.VNI)))
+			continue
+		}
+		_, hasGW := gws[name]
 		gw, okG := byName[GatewayName(n.VNI)]
-		if !okP || !okG {
-			errs = append(errs, fmt.Errorf("offload datapath: host port of %s: %s or %s is not there", name, agentdp.HostPortName(n.VNI), GatewayName(n.VNI)))
+		if hasGW && !okG {
+			errs = append(errs, fmt.Errorf("offload datapath: host port of %s: its gateway %s is not there", name, GatewayName(n.VNI)))
 			continue
 		}
 		remote := map[netip.Addr]string{}
@@ -124,6 +133,9 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 		}
 		if err := agentdp.SyncPermanentNeighs(d.k, port.Index, remote); err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: neighbours of %s: %w", port.Name, err))
+		}
+		if !hasGW {
+			continue // no endpoint here: nothing routed back out
 		}
 		table := agentdp.HostTable(n.VNI)
 		for v := range hp.Peers {

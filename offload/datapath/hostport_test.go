@@ -129,6 +129,30 @@ func TestHostPortRouting(t *testing.T) {
 		t.Errorf("the host port was not made again:\n%s", got)
 	}
 
+	// No endpoint of pods here any more (the planner keeps the node a
+	// host member): the gateway goes, the host port and its routes to
+	// the remote endpoints stay, the table, rule and peers go.
+	local := p.Local["ep-pods"]
+	delete(p.Local, "ep-pods")
+	delete(reps, "ep-pods")
+	if hps := pass(); len(hps) != 1 {
+		t.Errorf("no endpoint of pods: host ports %v, want pods'", slices.Collect(maps.Keys(hps)))
+	}
+	got = state()
+	for _, w := range []string{"skn100@sknp100   UP             06:64:c0:00:02:01", "inet 192.0.2.1/32",
+		"198.51.100.20 dev skn100 scope link src 192.0.2.1", "198.51.100.20 dev skn100 lladdr 02:00:00:00:00:20 PERMANENT"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("no endpoint of pods: the node lacks %q:\n%s", w, got)
+		}
+	}
+	for _, no := range []string{"skg100", "iif skg100", "table 1392509028"} {
+		if strings.Contains(got, no) {
+			t.Errorf("no endpoint of pods: the node keeps %q:\n%s", no, got)
+		}
+	}
+	p.Local["ep-pods"], reps["ep-pods"] = local, "unused"
+	pass()
+
 	n := p.Networks["pods"]
 	n.Egress = plan.EgressNone
 	p.Networks["pods"] = n

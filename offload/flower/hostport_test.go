@@ -65,6 +65,14 @@ func TestCompileHostPort(t *testing.T) {
 		t.Errorf("RemoteRules r1:\ngot\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(sorted(want), "\n  "))
 	}
 
+	// Without a gateway (no endpoint of the network plumbed here: a
+	// node reaching pods of a network it has none on), the host port's
+	// encap and decap rules alone: nothing is routed back out.
+	gws := in.Gateways
+	in.Gateways = nil
+	expect(t, "host port without a gateway", in, p, sorted(baseRules, hostRules[:2]))
+	in.Gateways = gws
+
 	// Without a host port (egress none), none of its rules.
 	in.HostPorts = nil
 	expect(t, "no host port", in, p, sorted(baseRules, gatewayRules))
@@ -77,7 +85,6 @@ func TestCompileHostPortRefused(t *testing.T) {
 		name, want string
 		change     func(in *Input)
 	}{
-		{"no gateway", "hostPorts[blue]: the network has no gateway", func(in *Input) { in.Gateways = nil }},
 		{"no port", "hostPorts[blue].port: required", func(in *Input) { hp := in.HostPorts["blue"]; hp.Port = ""; in.HostPorts["blue"] = hp }},
 		{"bad MAC", `hostPorts[blue].mac: "06:64" is not a MAC address`, func(in *Input) { hp := in.HostPorts["blue"]; hp.MAC = "06:64"; in.HostPorts["blue"] = hp }},
 		{"IPv6 peer", `hostPorts[blue].peers: "2001:db8::2" is not an IPv4 address`, func(in *Input) {

@@ -459,11 +459,10 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		// tunnel to it; other nodes' host port MACs (the pods' replies,
 		// routed by the node out of its gateway) from the gateway
 		// encapsulated to those nodes.
+		// A node with no endpoint on the network has a host port and no
+		// gateway: nothing of the network is routed back out of it.
 		if hp, ok := in.HostPorts[nname]; ok {
 			gw, hasGW := in.Gateways[nname]
-			if !hasGW {
-				return nil, fmt.Errorf("hostPorts[%s]: the network has no gateway on this node", nname)
-			}
 			if hp.Port == "" {
 				return nil, fmt.Errorf("hostPorts[%s].port: required", nname)
 			}
@@ -481,6 +480,9 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			d.Actions = []Action{{Kind: TunnelUnset}, {Kind: Redirect, Dev: hp.Port}}
 			out = append(out, d)
 			for _, v := range slices.SortedFunc(maps.Keys(hp.Peers), netip.Addr.Compare) {
+				if !hasGW {
+					break
+				}
 				mac := hp.Peers[v]
 				if !v.Is4() {
 					return nil, fmt.Errorf("hostPorts[%s].peers: %q is not an IPv4 address", nname, v)
