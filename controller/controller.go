@@ -201,6 +201,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		grpc.ReadBufferSize(readBufferSize))
 	gs := grpc.NewServer(opts...)
 	servers := api.New(st, pl, log, cfg.StatusTTL)
+	if err := servers.Register(reg); err != nil {
+		return fmt.Errorf("controller: metrics: %w", err)
+	}
 	skiffv1.RegisterManagementServiceServer(gs, servers.Management)
 	if sets != nil {
 		if err := ensurePodNetwork(ctx, servers.Management, sets, log); err != nil {

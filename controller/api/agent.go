@@ -51,6 +51,7 @@ type Agent struct {
 	// bytes wait for the agent to read them.
 	snapshots chan struct{}
 	remotes   *remoteCache
+	metrics   *metrics
 }
 
 // GetNetwork implements skiffv1.AgentServiceServer: any node may read a
@@ -160,6 +161,8 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 	}
 	defer sub.Close()
 	a.log.Info("plan stream opened", "node", node, "haveRevision", have)
+	a.metrics.streams.Inc()
+	defer a.metrics.streams.Dec()
 	for {
 		snap, delta, err := sub.Next(ctx)
 		if err != nil {
@@ -179,6 +182,12 @@ func (a *Agent) StreamPlan(r *skiffv1.StreamPlanRequest, srv skiffv1.AgentServic
 		}
 		if err := srv.Send(u); err != nil {
 			return err
+		}
+		if snap != nil {
+			a.metrics.snapshots.Inc()
+		} else {
+			a.metrics.deltas.Inc()
+			a.metrics.items.Add(float64(delta.Size()))
 		}
 		release()
 	}
@@ -243,7 +252,7 @@ func New(st *store.Store, plans PlanSource, log *slog.Logger, statusTTL time.Dur
 	return Servers{
 		Management: &Management{store: st, plans: plans, counters: c, log: log, remotes: remotes},
 		Agent: &Agent{store: st, plans: plans, counters: c, log: log, statusTTL: statusTTL,
-			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), remotes: remotes},
+			snapshots: make(chan struct{}, 2*runtime.GOMAXPROCS(0)), remotes: remotes, metrics: newMetrics()},
 	}
 }
 
