@@ -185,7 +185,7 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: link notifications: %w", err)
 	}
-	watch.Ignore(prog.PortID(), pol.PortID())
+	watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...)
 	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
 		ports: ports, vfs: vfs, mover: mover}, nil
 }

@@ -32,7 +32,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	w.Ignore(c.PortID())
+	w.Ignore(c.PortIDs()...)
 
 	if err := c.AddClsact(index("skw0")); err != nil {
 		t.Fatal(err)

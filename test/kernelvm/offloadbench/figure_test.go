@@ -3,6 +3,7 @@ package offloadbench
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,4 +35,18 @@ func rssKiB() int {
 		}
 	}
 	return 0
+}
+
+// changeRounds is how many times the change steps are repeated, after their
+// first (timed and reported on its own), for their median.
+const changeRounds = 20
+
+// median is the middle of ds (the mean of the two middle ones for an
+// even count); ds is sorted.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	if len(ds)%2 == 1 {
+		return ds[len(ds)/2]
+	}
+	return (ds[len(ds)/2-1] + ds[len(ds)/2]) / 2
 }
