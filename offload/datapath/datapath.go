@@ -97,7 +97,13 @@ type Datapath struct {
 	// (listed, kept by Apply) and that listing is still true.
 	linkEv   *rtnl.Changes
 	listed   map[string]nl.Link
-	listings int // link listings made (tests), under d.op
+	listings int // link listings made, under d.op
+	// The listing after which the last sweep for stranded VFs found
+	// none left (0: none did), under d.op; see sweep. strandedByLinks:
+	// the mover looks in this namespace, whose link notifications
+	// report a VF coming back (the default mover).
+	sweptAt         int
+	strandedByLinks bool
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   agentdp.PlumbGate
@@ -187,7 +193,7 @@ func New(o Options) (*Datapath, error) {
 	}
 	watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...)
 	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
-		ports: ports, vfs: vfs, mover: mover}, nil
+		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil}, nil
 }
 
 // forget makes the programmers read again the devices someone else
