@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -104,6 +105,9 @@ type Datapath struct {
 	// report a VF coming back (the default mover).
 	sweptAt         int
 	strandedByLinks bool
+	// Users of each VTEP in the last Apply's plan (vtepUse), kept by
+	// remote endpoint changes, under d.op.
+	vteps map[netip.Addr]int
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   agentdp.PlumbGate
@@ -327,7 +331,8 @@ func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 
 // Probes is the number of underlay neighbour resolutions asked for so far
 // (they change no configuration; a VTEP that does not answer is asked
-// for again at every Apply).
+// for again at every whole Apply and whenever it becomes new to the
+// node).
 func (d *Datapath) Probes() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -279,17 +279,19 @@ func TestScale(t *testing.T) {
 		name, figure string
 		change       func()
 		writes       int
+		probes       int // underlay next hops resolved: VTEPs new to the node only
 	}{
-		{"add one remote endpoint", "endpoint_add", func() { follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{remote(endpoints)}}) }, 2},
+		{"add one remote endpoint", "endpoint_add", func() { follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{remote(endpoints)}}) }, 2, 0},
 		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
 			r := p.Remote["r00042"]
 			r.VTEP = netip.MustParseAddr("203.0.113.200")
 			follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{r}})
-		}, 2},
-		{"delete one remote endpoint", "endpoint_delete", func() { follow(t, &p, plan.Delta{RemoveRemote: []string{"r00007"}}) }, 2},
+		}, 2, 1},
+		{"delete one remote endpoint", "endpoint_delete", func() { follow(t, &p, plan.Delta{RemoveRemote: []string{"r00007"}}) }, 2, 0},
 	} {
 		step.change()
 		w0, m0 = dp.Writes(), dp.TCMessages()
+		p0 := dp.Probes()
 		start = time.Now()
 		if err := dp.Apply(p); err != nil {
 			t.Fatal(err)
@@ -297,6 +299,9 @@ func TestScale(t *testing.T) {
 		took := time.Since(start)
 		if w := dp.Writes() - w0; w != step.writes {
 			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
+		}
+		if n := dp.Probes() - p0; n != step.probes {
+			t.Errorf("%s: %d underlay next hops resolved, want %d", step.name, n, step.probes)
 		}
 		t.Logf("FIGURE %s on a node with %d rules: %v (%d writes)", step.name, total, took.Round(time.Millisecond), step.writes)
 		figure(step.figure+"_ms", took)
