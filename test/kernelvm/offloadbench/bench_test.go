@@ -291,12 +291,13 @@ func TestScale(t *testing.T) {
 	} {
 		step.change()
 		w0, m0 = dp.Writes(), dp.TCMessages()
-		p0 := dp.Probes()
+		p0, g0 := dp.Probes(), gcs()
 		start = time.Now()
 		if err := dp.Apply(p); err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(start)
+		figure(step.figure+"_gcs", gcs()-g0)
 		if w := dp.Writes() - w0; w != step.writes {
 			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
 		}

@@ -3,6 +3,7 @@ package offloadbench
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,4 +50,13 @@ func median(ds []time.Duration) time.Duration {
 		return ds[len(ds)/2]
 	}
 	return (ds[len(ds)/2-1] + ds[len(ds)/2]) / 2
+}
+
+// gcs is the number of garbage collections the process has completed
+// (runtime.MemStats.NumGC): read around a timed step, outside it, it
+// says whether a collection ran during the step.
+func gcs() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumGC
 }

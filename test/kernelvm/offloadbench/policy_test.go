@@ -265,7 +265,9 @@ func policyBench(t *testing.T, members int) {
 	grp := pol.p.Groups["g"]
 	grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
 	follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+	g0 := gcs()
 	w, took := pol.apply(t, "one member joins")
+	figure("group_member_join_gcs"+g, gcs()-g0)
 	if wantW := ports * len(devicesWithGroup); w != wantW {
 		t.Fatalf("one member joining wrote %d times, want %d (%d ports x %v)", w, wantW, ports, devicesWithGroup)
 	}
@@ -284,7 +286,9 @@ func policyBench(t *testing.T, members int) {
 	// (c') It leaves again.
 	grp.Members = grp.Members[:len(grp.Members)-1]
 	follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+	g0 = gcs()
 	w, took = pol.apply(t, "one member leaves")
+	figure("group_member_leave_gcs"+g, gcs()-g0)
 	if wantW := ports * len(devicesWithGroup); w != wantW {
 		t.Fatalf("one member leaving wrote %d times, want %d", w, wantW)
 	}
