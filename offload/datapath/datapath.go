@@ -125,12 +125,13 @@ type Datapath struct {
 	polStates []flower.PolicyState
 	// Positions of the rules above by place, for changes in place
 	// (swapRules); made by the whole Apply.
-	fwdAt  map[fwdPlace]int
-	polAt  map[polPlace]int
-	linkW  int // link writes
-	probes int // neighbour resolutions asked for
-	drift  int // devices changed by someone else, seen
-	last   lastApply
+	fwdAt   map[fwdPlace]int
+	polAt   map[polPlace]int
+	linkW   int // link writes
+	probes  int // neighbour resolutions asked for
+	lookups int // VTEPs whose underlay next hop was looked up
+	drift   int // devices changed by someone else, seen
+	last    lastApply
 }
 
 // New opens the netlink sockets of a datapath.
@@ -337,6 +338,15 @@ func (d *Datapath) Probes() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.probes
+}
+
+// NextHops is the number of VTEPs whose underlay next hop was looked up
+// so far (a route lookup, a neighbour listing, and a probe when it has
+// no valid neighbour entry).
+func (d *Datapath) NextHops() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lookups
 }
 
 // Rules returns the state of every rule of the last Apply, with counters

@@ -123,6 +123,9 @@ func (d *Datapath) resolve(want map[netip.Addr]bool) error {
 	var errs []error
 	cache := map[int][]netip.Addr{}
 	for _, v := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
+		d.mu.Lock()
+		d.lookups++
+		d.mu.Unlock()
 		route, err := d.k.RouteTo(v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: no underlay route to VTEP %s: %w", v, err))

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +150,7 @@ func TestWriteModes(t *testing.T) {
 		const ns = "skbench2"
 		guest.AddNetns(t, ns)
 		guest.In(t, ns, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
+		guest.In(t, ns, guest.IP, "link", "add", datapath.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
 		file, nrules := batchFile(t, scalePlan(), "skbtc")
 		start := time.Now()
 		guest.In(t, ns, guest.TC, "-batch", file)
@@ -279,7 +281,7 @@ func TestScale(t *testing.T) {
 		name, figure string
 		change       func()
 		writes       int
-		probes       int // underlay next hops resolved: VTEPs new to the node only
+		nextHops     int // underlay next hops looked up: VTEPs new to the node only
 	}{
 		{"add one remote endpoint", "endpoint_add", func() { follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{remote(endpoints)}}) }, 2, 0},
 		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
@@ -291,7 +293,7 @@ func TestScale(t *testing.T) {
 	} {
 		step.change()
 		w0, m0 = dp.Writes(), dp.TCMessages()
-		p0, g0 := dp.Probes(), gcs()
+		h0, g0 := dp.NextHops(), gcs()
 		start = time.Now()
 		if err := dp.Apply(p); err != nil {
 			t.Fatal(err)
@@ -301,8 +303,8 @@ func TestScale(t *testing.T) {
 		if w := dp.Writes() - w0; w != step.writes {
 			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
 		}
-		if n := dp.Probes() - p0; n != step.probes {
-			t.Errorf("%s: %d underlay next hops resolved, want %d", step.name, n, step.probes)
+		if n := dp.NextHops() - h0; n != step.nextHops {
+			t.Errorf("%s: %d underlay next hops looked up, want %d", step.name, n, step.nextHops)
 		}
 		t.Logf("FIGURE %s on a node with %d rules: %v (%d writes)", step.name, total, took.Round(time.Millisecond), step.writes)
 		figure(step.figure+"_ms", took)
