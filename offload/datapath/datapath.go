@@ -196,7 +196,15 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: link notifications: %w", err)
 	}
-	watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...)
+	if err := watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...); err != nil {
+		linkEv.Close()
+		fw.Close()
+		watch.Close()
+		pol.Close()
+		prog.Close()
+		k.Close()
+		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
 	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
 		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil}, nil
 }
