@@ -92,6 +92,10 @@ func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.
 // it did not run), which TestScale compares with its tc -batch.
 var oneSocketRate = map[string]float64{}
 
+// unwatchedRate is the rate of TestWriteModes/tc_batch_unwatched (0 when
+// it did not run).
+var unwatchedRate float64
+
 // TestWriteModes installs the node of TestScale with the writers of
 // before: waiting for each request's answer (serial), pipelined over one
 // socket with the watch reading the datapath's own notifications
@@ -165,6 +169,7 @@ func TestWriteModes(t *testing.T) {
 		}
 		t.Logf("FIGURE tc -batch, no tc subscriber in its namespace: %d rules in %v: %.0f rules/s", nrules, took.Round(time.Millisecond), float64(nrules)/took.Seconds())
 		figure("tc_batch_unwatched_rules_per_s", float64(nrules)/took.Seconds())
+		unwatchedRate = float64(nrules) / took.Seconds()
 	})
 }
 
@@ -420,6 +425,13 @@ func TestScale(t *testing.T) {
 	figure("tc_batch_ms", ref)
 	figure("tc_batch_rules_per_s", float64(nrules)/ref.Seconds())
 	figure("install_ratio_vs_tc_batch", ratio)
+	if unwatchedRate > 0 {
+		// The conservative ratio: tc -batch where nobody reads its
+		// notifications (the datapath's watch does here).
+		r := float64(total) / full.Seconds() / unwatchedRate
+		t.Logf("FIGURE the datapath's install rate against tc -batch with no tc subscriber (TestWriteModes): %.2f", r)
+		figure("install_ratio_vs_tc_batch_unwatched", r)
+	}
 	for _, mode := range slices.Sorted(maps.Keys(oneSocketRate)) {
 		r1 := oneSocketRate[mode] / (float64(nrules) / ref.Seconds())
 		t.Logf("FIGURE the same install, %s (TestWriteModes): %.2f of tc -batch", mode, r1)
