@@ -213,6 +213,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	d.mu.Lock()
 	d.states, d.devs, d.rules, d.fwdAt = states, devs, rules, at
+	d.fwdDevs = flower.FirstPerDevice(rules)
 	if polErr == nil {
 		d.polRules, d.polStates, d.polAt = polRules, polStates, pat
 	}

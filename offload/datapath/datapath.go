@@ -125,7 +125,11 @@ type Datapath struct {
 	polStates []flower.PolicyState
 	// Positions of the rules above by place, for changes in place
 	// (swapRules); made by the whole Apply.
-	fwdAt   map[fwdPlace]int
+	fwdAt map[fwdPlace]int
+	// The first forwarding rule of each device (what a member change's
+	// policy rules depend on of them), made by the whole Apply: which
+	// devices hold forwarding rules does not change in between.
+	fwdDevs []flower.Rule
 	polAt   map[polPlace]int
 	linkW   int // link writes
 	probes  int // neighbour resolutions asked for

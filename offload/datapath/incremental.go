@@ -354,7 +354,7 @@ func setDiff(old, cur []netip.Addr) (joined, left []netip.Addr) {
 func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Addr) error {
 	in := d.last.in
 	d.mu.Lock()
-	devs, fwd := d.devs, d.rules
+	devs, fwd := d.devs, d.fwdDevs
 	d.mu.Unlock()
 	add, err := flower.MemberRules(p, in, fwd, group, joined)
 	if err != nil {
