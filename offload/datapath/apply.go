@@ -213,6 +213,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	d.mu.Lock()
 	d.states, d.devs, d.rules, d.fwdAt = states, devs, rules, at
+	d.fwdDevs = flower.FirstPerDevice(rules)
 	if polErr == nil {
 		d.polRules, d.polStates, d.polAt = polRules, polStates, pat
 	}
@@ -328,9 +329,20 @@ func (d *Datapath) sweep(p plan.Plan, taps bool) []error {
 			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
 		}
 	}
-	// Pods' VFs the kernel returned from destroyed namespaces.
+	// Pods' VFs the kernel returned from destroyed namespaces. A VF
+	// comes back as a link of the host namespace, which the link
+	// notifications report and the next Apply lists: with no listing
+	// since a sweep that left none, there is none to look for (sysfs is
+	// not read). An injected mover may look in another namespace: it is
+	// asked every time.
+	if d.strandedByLinks && d.sweptAt == d.listings && d.listings > 0 {
+		return errs
+	}
+	at := d.listings
 	if _, err := d.returnStranded(); err != nil {
 		errs = append(errs, err)
+	} else {
+		d.sweptAt = at
 	}
 	return errs
 }

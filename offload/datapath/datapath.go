@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -97,7 +98,16 @@ type Datapath struct {
 	// (listed, kept by Apply) and that listing is still true.
 	linkEv   *rtnl.Changes
 	listed   map[string]nl.Link
-	listings int // link listings made (tests), under d.op
+	listings int // link listings made, under d.op
+	// The listing after which the last sweep for stranded VFs found
+	// none left (0: none did), under d.op; see sweep. strandedByLinks:
+	// the mover looks in this namespace, whose link notifications
+	// report a VF coming back (the default mover).
+	sweptAt         int
+	strandedByLinks bool
+	// Users of each VTEP in the last Apply's plan (vtepUse), kept by
+	// remote endpoint changes, under d.op.
+	vteps map[netip.Addr]int
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   agentdp.PlumbGate
@@ -115,12 +125,17 @@ type Datapath struct {
 	polStates []flower.PolicyState
 	// Positions of the rules above by place, for changes in place
 	// (swapRules); made by the whole Apply.
-	fwdAt  map[fwdPlace]int
-	polAt  map[polPlace]int
-	linkW  int // link writes
-	probes int // neighbour resolutions asked for
-	drift  int // devices changed by someone else, seen
-	last   lastApply
+	fwdAt map[fwdPlace]int
+	// The first forwarding rule of each device (what a member change's
+	// policy rules depend on of them), made by the whole Apply: which
+	// devices hold forwarding rules does not change in between.
+	fwdDevs []flower.Rule
+	polAt   map[polPlace]int
+	linkW   int // link writes
+	probes  int // neighbour resolutions asked for
+	lookups int // VTEPs whose underlay next hop was looked up
+	drift   int // devices changed by someone else, seen
+	last    lastApply
 }
 
 // New opens the netlink sockets of a datapath.
@@ -185,9 +200,17 @@ func New(o Options) (*Datapath, error) {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: link notifications: %w", err)
 	}
-	watch.Ignore(prog.PortID(), pol.PortID())
+	if err := watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...); err != nil {
+		linkEv.Close()
+		fw.Close()
+		watch.Close()
+		pol.Close()
+		prog.Close()
+		k.Close()
+		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
 	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
-		ports: ports, vfs: vfs, mover: mover}, nil
+		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil}, nil
 }
 
 // forget makes the programmers read again the devices someone else
@@ -321,11 +344,21 @@ func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 
 // Probes is the number of underlay neighbour resolutions asked for so far
 // (they change no configuration; a VTEP that does not answer is asked
-// for again at every Apply).
+// for again at every whole Apply and whenever it becomes new to the
+// node).
 func (d *Datapath) Probes() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.probes
+}
+
+// NextHops is the number of VTEPs whose underlay next hop was looked up
+// so far (a route lookup, a neighbour listing, and a probe when it has
+// no valid neighbour entry).
+func (d *Datapath) NextHops() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lookups
 }
 
 // Rules returns the state of every rule of the last Apply, with counters

@@ -237,23 +237,37 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 			return errDevices
 		}
 	}
+	// The underlay next hops of VTEPs new to the node (no user before
+	// this change); the others were resolved when they got their first.
+	want := map[netip.Addr]bool{}
+	for _, r := range cur {
+		for _, a := range r.Actions {
+			if a.Kind == flower.TunnelSet && d.vteps[a.Dst] == 0 {
+				want[a.Dst] = true
+			}
+		}
+	}
+	if d.vteps == nil {
+		d.vteps = map[netip.Addr]int{}
+	}
 	for _, n := range names {
+		if r, ok := d.last.plan.Remote[n]; ok {
+			if v, ok := remoteVTEP(d.last.plan, r); ok {
+				if d.vteps[v]--; d.vteps[v] <= 0 {
+					delete(d.vteps, v)
+				}
+			}
+		}
 		if r, ok := p.Remote[n]; ok {
+			if v, ok := remoteVTEP(p, r); ok {
+				d.vteps[v]++
+			}
 			d.last.plan.Remote[n] = r
 		} else {
 			delete(d.last.plan.Remote, n)
 		}
 	}
 	d.last.plan.Revision = p.Revision
-	// The underlay next hops of new VTEPs.
-	want := map[netip.Addr]bool{}
-	for _, r := range cur {
-		for _, a := range r.Actions {
-			if a.Kind == flower.TunnelSet {
-				want[a.Dst] = true
-			}
-		}
-	}
 	return d.resolve(want)
 }
 
@@ -340,7 +354,7 @@ func setDiff(old, cur []netip.Addr) (joined, left []netip.Addr) {
 func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Addr) error {
 	in := d.last.in
 	d.mu.Lock()
-	devs, fwd := d.devs, d.rules
+	devs, fwd := d.devs, d.fwdDevs
 	d.mu.Unlock()
 	add, err := flower.MemberRules(p, in, fwd, group, joined)
 	if err != nil {

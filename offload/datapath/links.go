@@ -83,19 +83,38 @@ func (d *Datapath) ensureVXLAN(cur nl.Link, exists bool, mtu int) (nl.Link, erro
 // remote VTEP that has no valid neighbour entry (NTF_USE: an ARP probe
 // now, not when the first tunnelled packet needs it), so that encap rules
 // are not held in the slow path by an unresolved neighbour.
+// It keeps how many users each VTEP has (vtepUse), so that a remote
+// endpoint change resolves only VTEPs new to the node.
 func (d *Datapath) neighbours(p plan.Plan) error {
-	want := map[netip.Addr]bool{}
+	d.vteps = vtepUse(p)
+	want := make(map[netip.Addr]bool, len(d.vteps))
+	for v := range d.vteps {
+		want[v] = true
+	}
+	return d.resolve(want)
+}
+
+// vtepUse counts the users of each VTEP of p: networks flooding to it
+// and remote endpoints (of a network of p) behind it.
+func vtepUse(p plan.Plan) map[netip.Addr]int {
+	use := map[netip.Addr]int{}
 	for _, n := range p.Networks {
 		for _, v := range n.FloodVTEPs {
-			want[v] = true
+			use[v]++
 		}
 	}
 	for _, r := range p.Remote {
-		if _, ok := p.Networks[r.Network]; ok && r.VTEP.IsValid() {
-			want[r.VTEP] = true
+		if v, ok := remoteVTEP(p, r); ok {
+			use[v]++
 		}
 	}
-	return d.resolve(want)
+	return use
+}
+
+// remoteVTEP is the VTEP of r that vtepUse counts.
+func remoteVTEP(p plan.Plan, r plan.Remote) (netip.Addr, bool) {
+	_, ok := p.Networks[r.Network]
+	return r.VTEP, ok && r.VTEP.IsValid()
 }
 
 // resolve asks the kernel to resolve the underlay next hops of the VTEPs
@@ -104,6 +123,9 @@ func (d *Datapath) resolve(want map[netip.Addr]bool) error {
 	var errs []error
 	cache := map[int][]netip.Addr{}
 	for _, v := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
+		d.mu.Lock()
+		d.lookups++
+		d.mu.Unlock()
 		route, err := d.k.RouteTo(v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: no underlay route to VTEP %s: %w", v, err))

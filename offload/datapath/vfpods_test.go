@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -135,5 +136,48 @@ func TestReturnStranded(t *testing.T) {
 	}
 	if got := strings.Join(m.calls, "; "); got != `stranded? 2; detach VF 2 of ens1f0 (0000:03:00.4) from "" ""` {
 		t.Errorf("calls: %s", got)
+	}
+}
+
+// TestSweepStrandedByListing: with a mover that looks in the datapath's
+// namespace, stranded VFs are looked for after each new link listing
+// only (a VF coming back is a link change), and again after a sweep
+// that failed.
+func TestSweepStrandedByListing(t *testing.T) {
+	m := &fakeMover{}
+	d := podVFDatapath(m, eswitch.ModeSwitchdev)
+	d.strandedByLinks = true
+	d.listings = 1
+	sweeps := func() int { return strings.Count(strings.Join(m.calls, ";"), "stranded?") }
+	for i, step := range []struct {
+		listed bool // a link listing since the step before
+		want   int  // sweeps so far
+	}{{false, 1}, {false, 1}, {true, 2}, {false, 2}} {
+		if step.listed {
+			d.listings++
+		}
+		if errs := d.sweep(plan.Plan{}, false); len(errs) != 0 {
+			t.Fatal(errs)
+		}
+		if got := sweeps(); got != step.want {
+			t.Errorf("step %d: %d sweeps, want %d", i, got, step.want)
+		}
+	}
+	// A VF found and not given back: looked for again without a listing.
+	m.stranded, m.detachErr = []vf.Ref{{PF: "ens1f0", Index: 2, PCI: "0000:03:00.4"}}, errors.New("busy")
+	d.listings++
+	if errs := d.sweep(plan.Plan{}, false); len(errs) != 1 {
+		t.Fatalf("a failed detach: %v, want its error", errs)
+	}
+	m.stranded, m.detachErr = nil, nil
+	d.sweep(plan.Plan{}, false)
+	d.sweep(plan.Plan{}, false)
+	if got := sweeps(); got != 4 {
+		t.Errorf("after a failed sweep: %d sweeps, want 4 (one more, then none)", got)
+	}
+	d.strandedByLinks = false // an injected mover: every time
+	d.sweep(plan.Plan{}, false)
+	if got := sweeps(); got != 5 {
+		t.Errorf("injected mover: %d sweeps, want 5", got)
 	}
 }

@@ -1,6 +1,7 @@
 package flower
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -105,6 +106,25 @@ func TestMemberRules(t *testing.T) {
 		}
 		if len(want) == 0 || !slices.Equal(strs(got), want) {
 			t.Errorf("MemberRules(g, %v):\n%v\nwant\n%v", ms, strs(got), want)
+		}
+		// What the datapath passes: the first forwarding rule of each
+		// device stands for them all.
+		one := FirstPerDevice(fwd)
+		devs := map[string]bool{}
+		for _, r := range fwd {
+			devs[r.Dev] = true
+		}
+		var oneDevs []string
+		for _, r := range one {
+			oneDevs = append(oneDevs, r.Dev)
+		}
+		slices.Sort(oneDevs)
+		if !slices.Equal(oneDevs, slices.Sorted(maps.Keys(devs))) || len(one) >= len(fwd) {
+			t.Errorf("FirstPerDevice: devices %v of %d rules, want each of %v once", oneDevs, len(fwd), slices.Sorted(maps.Keys(devs)))
+		}
+		got, err = MemberRules(p, in, one, "g", ms)
+		if err != nil || !slices.Equal(strs(got), want) {
+			t.Errorf("MemberRules(g, %v) with one forwarding rule per device: %v\n%v\nwant\n%v", ms, err, strs(got), want)
 		}
 	}
 }

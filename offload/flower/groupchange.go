@@ -28,6 +28,9 @@ func MemberRules(p plan.Plan, in Input, fwd []Rule, group string, members []neti
 	if len(q.Policies) == 0 || len(members) == 0 {
 		return nil, nil
 	}
+	// CompilePolicy reads fwd only for the devices holding forwarding
+	// rules: one rule of each is enough, found once for both compiles.
+	fwd = FirstPerDevice(fwd)
 	compile := func(ms []netip.Addr) ([]PolicyRule, error) {
 		q.Groups = make(map[string]plan.AddressGroup, len(p.Groups))
 		for n, g := range p.Groups {
@@ -55,6 +58,23 @@ func MemberRules(p plan.Plan, in Input, fwd []Rule, group string, members []neti
 		}
 	}
 	return out, nil
+}
+
+// FirstPerDevice is the first rule of each device of fwd, in order: what
+// CompilePolicy and MemberRules read of the forwarding rules (a caller
+// that keeps it makes a member change cost nothing per forwarding rule).
+func FirstPerDevice(fwd []Rule) []Rule {
+	var out []Rule
+	seen := map[string]bool{}
+	for i := range fwd {
+		dev := fwd[i].Dev
+		if (i > 0 && dev == fwd[i-1].Dev) || seen[dev] {
+			continue
+		}
+		seen[dev] = true
+		out = append(out, fwd[i])
+	}
+	return out
 }
 
 func refers(pol plan.EndpointPolicy, group string) bool {

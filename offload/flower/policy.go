@@ -326,12 +326,21 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 			tracked(gw, families(p.Networks[nname]))
 		}
 	}
-	// Everything else on every device with forwarding rules.
+	// Everything else on every device with forwarding rules. fwd holds
+	// each device's rules together (tens of thousands on a node with
+	// many remote endpoints, and a member change compiles this again):
+	// a device is looked up only where it changes along fwd.
 	seen := map[string]bool{}
-	for _, r := range fwd {
-		if !seen[r.Dev] {
-			seen[r.Dev] = true
-			add(PolicyRule{Dev: r.Dev, Chain: ChainEntry, Prio: PrioEntryAll, Match: PolicyMatch{EthType: EthAll},
+	last := ""
+	for i := range fwd {
+		dev := fwd[i].Dev
+		if dev == last && i > 0 {
+			continue
+		}
+		last = dev
+		if !seen[dev] {
+			seen[dev] = true
+			add(PolicyRule{Dev: dev, Chain: ChainEntry, Prio: PrioEntryAll, Match: PolicyMatch{EthType: EthAll},
 				Actions: []PolicyAction{gotoChain(ChainForward)}})
 		}
 	}

@@ -129,9 +129,12 @@ type PolicyConn struct {
 
 // OpenPolicy returns a connection in the network namespace at the given
 // path (empty: the caller's).
-func OpenPolicy(netns string) (p *PolicyConn, err error) {
+func OpenPolicy(netns string) (p *PolicyConn, err error) { return openPolicy(netns, 1) }
+
+// openPolicy is OpenPolicy with writers sockets for bulk writes.
+func openPolicy(netns string, writers int) (p *PolicyConn, err error) {
 	p = &PolicyConn{}
-	if p.c, err = tc.Dial(netns); err != nil {
+	if p.c, err = tc.DialWriters(netns, writers); err != nil {
 		return nil, err
 	}
 	return p, nil

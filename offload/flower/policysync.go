@@ -50,7 +50,7 @@ type polCache struct {
 // OpenPolicyProgrammer returns a programmer for the network namespace at
 // the given path (empty: the caller's).
 func OpenPolicyProgrammer(netns string, log *slog.Logger) (*PolicyProgrammer, error) {
-	c, err := OpenPolicy(netns)
+	c, err := openPolicy(netns, Writers)
 	if err != nil {
 		return nil, err
 	}
@@ -62,9 +62,9 @@ func OpenPolicyProgrammer(netns string, log *slog.Logger) (*PolicyProgrammer, er
 	return p, nil
 }
 
-// PortID is the netlink port id of the programmer's socket: the kernel's
-// notifications of its writes carry it.
-func (p *PolicyProgrammer) PortID() uint32 { return p.conn.c.PortID() }
+// PortIDs are the netlink port ids of the programmer's sockets: the
+// kernel's notifications of its writes carry them.
+func (p *PolicyProgrammer) PortIDs() []uint32 { return p.conn.c.PortIDs() }
 
 // Invalidate forgets what the programmer knows of the device at ifindex:
 // its next Install reads it again.

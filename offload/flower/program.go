@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,7 +83,7 @@ type Programmer struct {
 // Open returns a programmer for the network namespace at the given path
 // (empty: the caller's).
 func Open(netns string, log *slog.Logger) (*Programmer, error) {
-	raw, err := OpenPolicy(netns)
+	raw, err := openPolicy(netns, Writers)
 	if err != nil {
 		return nil, err
 	}
@@ -91,9 +92,9 @@ func Open(netns string, log *slog.Logger) (*Programmer, error) {
 	return p, nil
 }
 
-// PortID is the netlink port id of the programmer's socket: the kernel's
-// notifications of its writes carry it.
-func (p *Programmer) PortID() uint32 { return p.raw.c.PortID() }
+// PortIDs are the netlink port ids of the programmer's sockets: the
+// kernel's notifications of its writes carry them.
+func (p *Programmer) PortIDs() []uint32 { return p.raw.c.PortIDs() }
 
 // Invalidate forgets what the programmer knows of the device at ifindex:
 // its next Sync reads it again.
@@ -254,6 +255,13 @@ func (p *Programmer) cached(dev Device) (*fwdCache, error) {
 // filters per sendmsg (the default), or wait for each request's answer
 // before the next (set false only to measure the difference).
 var Pipelined = true
+
+// Writers is how many sockets each programmer opened from now on writes
+// bulk changes over at once (tc.DialWriters): the kernel inserts flower
+// filters of different sockets in parallel, one per CPU at most. 1
+// writes everything over one socket (set only to measure the
+// difference).
+var Writers = min(runtime.NumCPU(), 4)
 
 // Sync makes the ingress of every device in devs hold exactly Skiff's rules
 // among rules: missing rules are added (a rule whose match is installed

@@ -24,19 +24,21 @@ type outcome struct {
 	inHW    bool
 }
 
-// writer writes filters over one socket. pipelined: many requests per
-// sendmsg (tc.Conn.Write); otherwise one request and its answer at a time.
+// writer writes filters. pipelined: many requests per sendmsg, bulk
+// writes split across the connection's sockets (tc.Conn.WriteAny);
+// otherwise one request and its answer at a time over one socket.
 type writer struct {
 	c         *tc.Conn
 	writes    *atomic.Int64
 	pipelined bool
 }
 
-// do carries out ops in order and returns one error per op.
+// do carries out ops, which must not depend on each other (a caller
+// with a barrier calls do once per group), and returns one error per op.
 func (w writer) do(ops []tc.Op) ([]error, error) {
 	w.writes.Add(int64(len(ops)))
 	if w.pipelined {
-		return w.c.Write(ops)
+		return w.c.WriteAny(ops)
 	}
 	errs := make([]error, len(ops))
 	for i := range ops {
@@ -49,12 +51,14 @@ func (w writer) do(ops []tc.Op) ([]error, error) {
 	return errs, nil
 }
 
-// apply carries out cs in order: those asking for hardware with skip_sw
-// first; those hardware refused are written again without flags after
-// the others of cs (soft gives the filter to write then: a cookie may
-// record the refusal). The order of cs is kept among the writes that
-// succeed at once; a caller that needs a barrier (one chain before the
-// next) calls apply once per group.
+// apply carries out cs, which must not depend on each other: those
+// asking for hardware with skip_sw first; those hardware refused are
+// written again without flags after the others of cs (soft gives the
+// filter to write then: a cookie may record the refusal). The order
+// among cs is not promised (bulk writes go over several sockets at
+// once); a caller that needs a barrier (one chain before the next,
+// deletes after adds) calls apply once per group: it returns when the
+// kernel has answered every write of it.
 func (w writer) apply(cs []change, soft func(i int, refusal error) tc.Filter) ([]outcome, error) {
 	out := make([]outcome, len(cs))
 	ops := make([]tc.Op, len(cs))

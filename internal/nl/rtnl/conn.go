@@ -21,7 +21,9 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
@@ -291,4 +293,54 @@ func ackError(h Header, b []byte) error {
 		}
 	}
 	return e
+}
+
+// DropFrom makes the kernel drop, before they are queued on this socket,
+// the messages whose sender port id (nlmsg_pid) is one of ids: a
+// subscriber's filter (SO_ATTACH_FILTER, classic BPF) against the
+// notifications of changes made through those sockets, which then cost
+// the subscriber no buffer space, wake-up or read. It replaces the filter
+// of an earlier call; no ids removes it.
+func (c *Conn) DropFrom(ids []uint32) error {
+	var err error
+	cerr := c.rc.Control(func(fd uintptr) {
+		if len(ids) == 0 {
+			err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0)
+			if errors.Is(err, unix.ENOENT) {
+				err = nil // none attached
+			}
+			return
+		}
+		var prog []bpf.RawInstruction
+		if prog, err = dropProgram(ids); err != nil {
+			return
+		}
+		err = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+			&unix.SockFprog{Len: uint16(len(prog)), Filter: (*unix.SockFilter)(unsafe.Pointer(&prog[0]))})
+	})
+	if cerr != nil {
+		return fmt.Errorf("rtnl: socket filter: %w", cerr)
+	}
+	if err != nil {
+		return fmt.Errorf("rtnl: socket filter: %w", err)
+	}
+	return nil
+}
+
+// dropProgram is the filter of DropFrom: load nlmsg_pid, drop it when it
+// is one of ids, else accept the message whole.
+func dropProgram(ids []uint32) ([]bpf.RawInstruction, error) {
+	if len(ids) > 250 {
+		return nil, fmt.Errorf("%d port ids: at most 250", len(ids))
+	}
+	n := uint8(len(ids))
+	prog := []bpf.Instruction{bpf.LoadAbsolute{Off: 12, Size: 4}}
+	for i, id := range ids {
+		// Absolute loads read big-endian; nlmsg_pid is in host order.
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], id)
+		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: binary.BigEndian.Uint32(b[:]), SkipTrue: n - uint8(i)})
+	}
+	prog = append(prog, bpf.RetConstant{Val: 0xffffffff}, bpf.RetConstant{Val: 0})
+	return bpf.Assemble(prog)
 }

@@ -10,31 +10,63 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 )
 
-// Conn installs and dumps filters over one rtnetlink socket. It is not
-// safe for concurrent use.
+// Conn installs and dumps filters over rtnetlink sockets: one for
+// everything, and more for WriteAny's bulk writes (DialWriters). It is
+// not safe for concurrent use.
 type Conn struct {
-	c *rtnl.Conn
+	c  *rtnl.Conn
+	cs []*rtnl.Conn // c first, then the other writers
 }
 
 // Dial opens a connection in the network namespace at path (empty: the
 // caller's).
-func Dial(netns string) (*Conn, error) {
-	c, err := rtnl.Dial(netns)
-	if err != nil {
-		return nil, fmt.Errorf("tc: %w", err)
+func Dial(netns string) (*Conn, error) { return DialWriters(netns, 1) }
+
+// DialWriters opens a connection in the network namespace at path (empty:
+// the caller's) with n sockets (at least 1): WriteAny splits bulk writes
+// across them, which the kernel carries out in parallel (flower does
+// not take the rtnl lock).
+func DialWriters(netns string, n int) (*Conn, error) {
+	c := &Conn{}
+	for range max(n, 1) {
+		s, err := rtnl.Dial(netns)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("tc: %w", err)
+		}
+		c.cs = append(c.cs, s)
 	}
-	return &Conn{c: c}, nil
+	c.c = c.cs[0]
+	return c, nil
 }
 
-// Close releases the socket.
-func (c *Conn) Close() error { return c.c.Close() }
+// Close releases the sockets.
+func (c *Conn) Close() error {
+	var errs []error
+	for _, s := range c.cs {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
+}
 
-// PortID is the socket's netlink port id: notifications of the changes
-// it makes carry it.
-func (c *Conn) PortID() uint32 { return c.c.PortID() }
+// PortIDs are the sockets' netlink port ids: notifications of the changes
+// they make carry them.
+func (c *Conn) PortIDs() []uint32 {
+	ids := make([]uint32, len(c.cs))
+	for i, s := range c.cs {
+		ids[i] = s.PortID()
+	}
+	return ids
+}
 
 // Messages is the number of netlink messages sent and received so far.
-func (c *Conn) Messages() int64 { return c.c.Sent() + c.c.Received() }
+func (c *Conn) Messages() int64 {
+	var n int64
+	for _, s := range c.cs {
+		n += s.Sent() + s.Received()
+	}
+	return n
+}
 
 // OpKind says what an Op does.
 type OpKind int
@@ -61,20 +93,49 @@ type Op struct {
 // per op: nil, or the kernel's refusal (an *rtnl.Error: errors.Is works
 // with unix.E*). err is a failure of the socket.
 func (c *Conn) Write(ops []Op) ([]error, error) {
+	if err := checkOps(ops); err != nil {
+		return nil, err
+	}
 	reqs := make([]rtnl.Request, len(ops))
 	for i, op := range ops {
-		switch op.Kind {
-		case Add:
-			reqs[i] = rtnl.Request{Type: unix.RTM_NEWTFILTER, Flags: unix.NLM_F_CREATE | unix.NLM_F_EXCL, Data: op.Filter.Encode()}
-		case Replace:
-			reqs[i] = rtnl.Request{Type: unix.RTM_NEWTFILTER, Flags: unix.NLM_F_REPLACE, Data: op.Filter.Encode()}
-		case Delete:
-			reqs[i] = rtnl.Request{Type: unix.RTM_DELTFILTER, Data: op.Filter.AppendDelete(make([]byte, 0, 48))}
-		default:
-			return nil, fmt.Errorf("tc: op %d: unknown kind %d", i, op.Kind)
-		}
+		reqs[i] = request(op)
 	}
 	return c.c.Do(reqs)
+}
+
+// WriteAny carries out ops, which must be independent of each other (no
+// op needs another done first), as Write does but in no promised order:
+// bulk writes are split across the connection's sockets (DialWriters) and
+// encoded and sent by one goroutine each (rtnl.Split); few ops go in
+// order over one socket. One entry per op: nil or the kernel's refusal of
+// that op. err is a failure of a socket; the ops it did not carry out
+// have it as their entry.
+func (c *Conn) WriteAny(ops []Op) ([]error, error) {
+	if err := checkOps(ops); err != nil {
+		return nil, err
+	}
+	return rtnl.Split(c.cs, len(ops), func(i int) rtnl.Request { return request(ops[i]) })
+}
+
+func checkOps(ops []Op) error {
+	for i, op := range ops {
+		if op.Kind < Add || op.Kind > Delete {
+			return fmt.Errorf("tc: op %d: unknown kind %d", i, op.Kind)
+		}
+	}
+	return nil
+}
+
+// request is the netlink request of op (of a known kind).
+func request(op Op) rtnl.Request {
+	switch op.Kind {
+	case Add:
+		return rtnl.Request{Type: unix.RTM_NEWTFILTER, Flags: unix.NLM_F_CREATE | unix.NLM_F_EXCL, Data: op.Filter.Encode()}
+	case Replace:
+		return rtnl.Request{Type: unix.RTM_NEWTFILTER, Flags: unix.NLM_F_REPLACE, Data: op.Filter.Encode()}
+	default:
+		return rtnl.Request{Type: unix.RTM_DELTFILTER, Data: op.Filter.AppendDelete(make([]byte, 0, 48))}
+	}
 }
 
 // Do carries out one op and returns its error.

@@ -32,13 +32,19 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	w.Ignore(c.PortID())
+	if err := w.Ignore(c.PortIDs()...); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := c.AddClsact(index("skw0")); err != nil {
 		t.Fatal(err)
 	}
 	if devs, lost := w.Changed(); len(devs) != 0 || lost {
 		t.Errorf("after our own change: changed %v, lost %v", devs, lost)
+	}
+	// Not even read: the kernel dropped it before the watch's socket.
+	if n := w.Notifications(); n != 0 {
+		t.Errorf("after our own change: %d notifications read, want 0", n)
 	}
 	// A chain made and deleted changes no filter: the kernel's chain
 	// notifications carry port id 0 whoever caused them (the agent's
@@ -57,7 +63,7 @@ func TestWatch(t *testing.T) {
 	if devs, _ := w.Changed(); len(devs) != 0 {
 		t.Errorf("reported twice: %v", devs)
 	}
-	if w.Notifications() < 5 {
-		t.Errorf("%d notifications read, want 5", w.Notifications())
+	if w.Notifications() < 4 {
+		t.Errorf("%d notifications read, want at least iproute2's 4", w.Notifications())
 	}
 }

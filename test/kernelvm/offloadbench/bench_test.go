@@ -14,13 +14,17 @@ package offloadbench
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/datapath"
 	"github.com/skiff-sdn/skiff/offload/flower"
@@ -43,19 +47,9 @@ func remote(i int) plan.Remote {
 		MAC: fmt.Sprintf("02:42:00:00:%02x:%02x", byte(i>>8), byte(i)), IPs: []netip.Prefix{netip.PrefixFrom(ip, 15)}}
 }
 
-// scaleNode makes namespace ns a node with one local endpoint (a veth
-// standing in for its representor, skpbench) and 10,000 remote endpoints,
-// and returns its plan and datapath (closed at the test's end).
-func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.Datapath) {
-	guest.AddNetns(t, ns)
-	run := func(args ...string) { guest.In(t, ns, args...) }
-	run(guest.IP, "link", "add", "skbu0", "type", "dummy")
-	run(guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
-	run(guest.IP, "link", "set", "skbu0", "up")
-	run(guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
-	run(guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
-	run(guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
-
+// scalePlan is the plan of node n1 with one local endpoint (pod) and
+// 10,000 remote endpoints.
+func scalePlan() plan.Plan {
 	p := plan.New("n1")
 	p.Revision = 1 // changes come as the agent makes them: follow
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
@@ -70,37 +64,142 @@ func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.
 		r := remote(i)
 		p.Remote[r.Name] = r
 	}
+	return p
+}
+
+// scaleNode makes namespace ns a node with one local endpoint (a veth
+// standing in for its representor, skpbench) and 10,000 remote endpoints,
+// and returns its plan and datapath (closed at the test's end).
+func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.Datapath) {
+	guest.AddNetns(t, ns)
+	run := func(args ...string) { guest.In(t, ns, args...) }
+	run(guest.IP, "link", "add", "skbu0", "type", "dummy")
+	run(guest.IP, "addr", "add", "192.0.2.1/24", "dev", "skbu0")
+	run(guest.IP, "link", "set", "skbu0", "up")
+	run(guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
+	run(guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
+	run(guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
 	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: nsPath(ns),
 		Representor: func(plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: "skpbench"}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(dp.Close)
-	return p, dp
+	return scalePlan(), dp
 }
 
-// TestSerialWrites installs the node of TestScale with a writer that
-// waits for each request's answer (flower.Pipelined false): what
-// pipelining gains. It runs before TestScale; its namespace (datapath
-// closed first) is deleted when it ends, freeing the filters.
-func TestSerialWrites(t *testing.T) {
+// oneSocketRate is the install rate of TestWriteModes' modes (none when
+// it did not run), which TestScale compares with its tc -batch.
+var oneSocketRate = map[string]float64{}
+
+// unwatchedRate is the rate of TestWriteModes/tc_batch_unwatched (0 when
+// it did not run).
+var unwatchedRate float64
+
+// TestWriteModes installs the node of TestScale with the writers of
+// before: waiting for each request's answer (serial), pipelined over one
+// socket with the watch reading the datapath's own notifications
+// (one_socket_read_own: main before issue 19's fourth step), and over
+// one socket with the kernel dropping them (one_socket); what
+// pipelining, the dropped notifications and the parallel sockets gain.
+// It runs before TestScale; each namespace (datapath closed first) is
+// deleted when its subtest ends, freeing the filters. tc_batch_unwatched
+// is TestScale's reference in a namespace where nobody subscribes to tc
+// notifications: what the kernel's notification of each filter to the
+// datapath's watch costs tc -batch in TestScale.
+func TestWriteModes(t *testing.T) {
 	guest.Require(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	flower.Pipelined = false
-	p, dp := scaleNode(t, "skbench1", log)
-	flower.Pipelined = true
-	start := time.Now()
-	if err := dp.Apply(p); err != nil {
+	for _, mode := range []struct {
+		name      string
+		pipelined bool
+		writers   int
+		dropOwn   bool
+	}{{"serial", false, 1, false}, {"one_socket_read_own", true, 1, false}, {"one_socket", true, 1, true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			pipelined, writers, dropOwn := flower.Pipelined, flower.Writers, tc.DropOwn
+			flower.Pipelined, flower.Writers, tc.DropOwn = mode.pipelined, mode.writers, mode.dropOwn
+			p, dp := scaleNode(t, "skbench1", log)
+			flower.Pipelined, flower.Writers, tc.DropOwn = pipelined, writers, dropOwn
+			start := time.Now()
+			if err := dp.Apply(p); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			total := countIn(t, "skbench1", "skpbench") + countIn(t, "skbench1", datapath.VXLANName)
+			if want := 2*endpoints + 5 + 1 + 3 + 1; total != want {
+				t.Fatalf("%d rules, want %d", total, want)
+			}
+			rate := float64(total) / took.Seconds()
+			t.Logf("FIGURE install, %s: %d rules in %v: %.0f rules/s", mode.name, total, took.Round(time.Millisecond), rate)
+			figure("install_"+mode.name+"_ms", took)
+			figure("install_"+mode.name+"_rules_per_s", rate)
+			oneSocketRate[mode.name] = rate
+		})
+	}
+	// Profiles (only when the VM run keeps files): a whole install over
+	// one socket and over the default writers.
+	for _, writers := range []int{1, flower.Writers} {
+		t.Run(fmt.Sprintf("profile_writers=%d", writers), func(t *testing.T) {
+			if os.Getenv("SKIFF_KERNELVM_OUT") == "" {
+				t.Skip("profiles are kept only with run.sh -keep")
+			}
+			saved := flower.Writers
+			flower.Writers = writers
+			p, dp := scaleNode(t, "skbench1", log)
+			flower.Writers = saved
+			profile(t, fmt.Sprintf("install-writers%d", writers), 1, func() {
+				if err := dp.Apply(p); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+	t.Run("tc_batch_unwatched", func(t *testing.T) {
+		const ns = "skbench2"
+		guest.AddNetns(t, ns)
+		guest.In(t, ns, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
+		guest.In(t, ns, guest.IP, "link", "add", datapath.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
+		file, nrules := batchFile(t, scalePlan(), "skbtc")
+		start := time.Now()
+		guest.In(t, ns, guest.TC, "-batch", file)
+		took := time.Since(start)
+		if got := countIn(t, ns, "skbtc"); got != nrules {
+			t.Fatalf("tc -batch installed %d of %d rules", got, nrules)
+		}
+		t.Logf("FIGURE tc -batch, no tc subscriber in its namespace: %d rules in %v: %.0f rules/s", nrules, took.Round(time.Millisecond), float64(nrules)/took.Seconds())
+		figure("tc_batch_unwatched_rules_per_s", float64(nrules)/took.Seconds())
+		unwatchedRate = float64(nrules) / took.Seconds()
+	})
+}
+
+// batchFile writes the tc -batch file installing plan p's representor
+// rules on dev (its clsact, the forwarding rules in their chain and chain
+// 0's filter to it, from the same compiled rules as the datapath's) and
+// returns its path and how many filters it adds.
+func batchFile(t *testing.T, p plan.Plan, dev string) (string, int) {
+	t.Helper()
+	rules, pol := compile(t, p, flower.Input{Reps: map[string]string{"pod": dev}, VXLAN: datapath.VXLANName})
+	var b strings.Builder
+	b.WriteString("qdisc add dev " + dev + " clsact\n")
+	nrules := 0
+	for _, r := range pol {
+		if r.Dev == dev {
+			nrules++
+			batchPolicy(t, &b, r)
+		}
+	}
+	for _, r := range rules {
+		if r.Dev == dev {
+			nrules++
+			batchRule(t, &b, r)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "rules.tc")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
-	total := countIn(t, "skbench1", "skpbench") + countIn(t, "skbench1", datapath.VXLANName)
-	if want := 2*endpoints + 5 + 1 + 3 + 1; total != want {
-		t.Fatalf("%d rules, want %d", total, want)
-	}
-	t.Logf("FIGURE install, one request per answer: %d rules in %v: %.0f rules/s", total, took.Round(time.Millisecond), float64(total)/took.Seconds())
-	figure("install_serial_ms", took)
-	figure("install_serial_rules_per_s", float64(total)/took.Seconds())
+	return file, nrules
 }
 
 func TestScale(t *testing.T) {
@@ -192,28 +291,67 @@ func TestScale(t *testing.T) {
 		name, figure string
 		change       func()
 		writes       int
+		nextHops     int // underlay next hops looked up: VTEPs new to the node only
 	}{
-		{"add one remote endpoint", "endpoint_add", func() { follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{remote(endpoints)}}) }, 2},
+		{"add one remote endpoint", "endpoint_add", func() { follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{remote(endpoints)}}) }, 2, 0},
 		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
 			r := p.Remote["r00042"]
 			r.VTEP = netip.MustParseAddr("203.0.113.200")
 			follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{r}})
-		}, 2},
-		{"delete one remote endpoint", "endpoint_delete", func() { follow(t, &p, plan.Delta{RemoveRemote: []string{"r00007"}}) }, 2},
+		}, 2, 1},
+		{"delete one remote endpoint", "endpoint_delete", func() { follow(t, &p, plan.Delta{RemoveRemote: []string{"r00007"}}) }, 2, 0},
 	} {
 		step.change()
 		w0, m0 = dp.Writes(), dp.TCMessages()
+		h0, g0 := dp.NextHops(), gcs()
 		start = time.Now()
 		if err := dp.Apply(p); err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(start)
+		figure(step.figure+"_gcs", gcs()-g0)
 		if w := dp.Writes() - w0; w != step.writes {
 			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
+		}
+		if n := dp.NextHops() - h0; n != step.nextHops {
+			t.Errorf("%s: %d underlay next hops looked up, want %d", step.name, n, step.nextHops)
 		}
 		t.Logf("FIGURE %s on a node with %d rules: %v (%d writes)", step.name, total, took.Round(time.Millisecond), step.writes)
 		figure(step.figure+"_ms", took)
 		figure(step.figure+"_tc_msgs", dp.TCMessages()-m0)
+	}
+
+	// The same again, changeRounds times (another endpoint added, r00042
+	// moved back and forth, the added one deleted): the median of each
+	// (the figures above are the first change of each kind).
+	times := map[string][]time.Duration{}
+	extra := remote(endpoints + 1)
+	for i := range changeRounds {
+		r := p.Remote["r00042"]
+		r.VTEP = netip.AddrFrom4([4]byte{203, 0, 113, byte(201 + i%2)})
+		for _, step := range []struct {
+			figure string
+			d      plan.Delta
+		}{
+			{"endpoint_add", plan.Delta{UpsertRemote: []plan.Remote{extra}}},
+			{"endpoint_move", plan.Delta{UpsertRemote: []plan.Remote{r}}},
+			{"endpoint_delete", plan.Delta{RemoveRemote: []string{extra.Name}}},
+		} {
+			follow(t, &p, step.d)
+			w0 := dp.Writes()
+			start = time.Now()
+			if err := dp.Apply(p); err != nil {
+				t.Fatal(err)
+			}
+			times[step.figure] = append(times[step.figure], time.Since(start))
+			if w := dp.Writes() - w0; w != 2 {
+				t.Fatalf("%s, round %d: %d writes, want 2", step.figure, i, w)
+			}
+		}
+	}
+	for _, name := range []string{"endpoint_add", "endpoint_move", "endpoint_delete"} {
+		t.Logf("FIGURE %s, median of %d more rounds: %v", name, changeRounds, median(times[name]))
+		figure(name+"_p50_ms", median(times[name]))
 	}
 
 	// Drift: one filter deleted by hand (iproute2) is put back by the
@@ -256,7 +394,6 @@ func TestScale(t *testing.T) {
 	}
 	profile(t, "reapply", 50, apply)
 	profile(t, "counters", 3, func() { dp.Rules() })
-	extra := remote(endpoints + 1)
 	profile(t, "endpoint", 20, func() {
 		follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{extra}})
 		apply()
@@ -269,32 +406,12 @@ func TestScale(t *testing.T) {
 	})
 
 	// Reference: iproute2 installing the same representor rules with
-	// tc -batch (one process, one netlink socket) on another device: the
-	// forwarding rules in their chain and chain 0's filter to it, from
-	// the same compiled rules.
-	refIn := flower.Input{Reps: map[string]string{"pod": "skbtc"}, VXLAN: datapath.VXLANName}
-	rules, pol := compile(t, p, refIn)
-	var b strings.Builder
-	b.WriteString("qdisc add dev skbtc clsact\n")
-	nrules := 0
-	for _, r := range pol {
-		if r.Dev == "skbtc" {
-			nrules++
-			batchPolicy(t, &b, r)
-		}
-	}
-	for _, r := range rules {
-		if r.Dev == "skbtc" {
-			nrules++
-			batchRule(t, &b, r)
-		}
-	}
+	// tc -batch (one process, one netlink socket) on another device of
+	// this namespace, where the datapath's watch is subscribed to tc
+	// notifications (so the kernel builds one per filter for both).
+	file, nrules := batchFile(t, p, "skbtc")
 	if nrules != repRules {
 		t.Fatalf("the reference has %d rules for the representor, the datapath installed %d", nrules, repRules)
-	}
-	file := filepath.Join(t.TempDir(), "rules.tc")
-	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	start = time.Now()
 	in(t, guest.TC, "-batch", file)
@@ -308,6 +425,18 @@ func TestScale(t *testing.T) {
 	figure("tc_batch_ms", ref)
 	figure("tc_batch_rules_per_s", float64(nrules)/ref.Seconds())
 	figure("install_ratio_vs_tc_batch", ratio)
+	if unwatchedRate > 0 {
+		// The conservative ratio: tc -batch where nobody reads its
+		// notifications (the datapath's watch does here).
+		r := float64(total) / full.Seconds() / unwatchedRate
+		t.Logf("FIGURE the datapath's install rate against tc -batch with no tc subscriber (TestWriteModes): %.2f", r)
+		figure("install_ratio_vs_tc_batch_unwatched", r)
+	}
+	for _, mode := range slices.Sorted(maps.Keys(oneSocketRate)) {
+		r1 := oneSocketRate[mode] / (float64(nrules) / ref.Seconds())
+		t.Logf("FIGURE the same install, %s (TestWriteModes): %.2f of tc -batch", mode, r1)
+		figure("install_"+mode+"_ratio_vs_tc_batch", r1)
+	}
 	start = time.Now()
 	out := in(t, guest.TC, "-s", "filter", "show", "dev", "skbtc", "ingress")
 	show := time.Since(start)

@@ -3,6 +3,8 @@ package offloadbench
 import (
 	"fmt"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,4 +36,27 @@ func rssKiB() int {
 		}
 	}
 	return 0
+}
+
+// changeRounds is how many times the change steps are repeated, after their
+// first (timed and reported on its own), for their median.
+const changeRounds = 20
+
+// median is the middle of ds (the mean of the two middle ones for an
+// even count); ds is sorted.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	if len(ds)%2 == 1 {
+		return ds[len(ds)/2]
+	}
+	return (ds[len(ds)/2-1] + ds[len(ds)/2]) / 2
+}
+
+// gcs is the number of garbage collections the process has completed
+// (runtime.MemStats.NumGC): read around a timed step, outside it, it
+// says whether a collection ran during the step.
+func gcs() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumGC
 }

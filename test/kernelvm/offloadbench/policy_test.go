@@ -265,7 +265,9 @@ func policyBench(t *testing.T, members int) {
 	grp := pol.p.Groups["g"]
 	grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
 	follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+	g0 := gcs()
 	w, took := pol.apply(t, "one member joins")
+	figure("group_member_join_gcs"+g, gcs()-g0)
 	if wantW := ports * len(devicesWithGroup); w != wantW {
 		t.Fatalf("one member joining wrote %d times, want %d (%d ports x %v)", w, wantW, ports, devicesWithGroup)
 	}
@@ -284,7 +286,9 @@ func policyBench(t *testing.T, members int) {
 	// (c') It leaves again.
 	grp.Members = grp.Members[:len(grp.Members)-1]
 	follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+	g0 = gcs()
 	w, took = pol.apply(t, "one member leaves")
+	figure("group_member_leave_gcs"+g, gcs()-g0)
 	if wantW := ports * len(devicesWithGroup); w != wantW {
 		t.Fatalf("one member leaving wrote %d times, want %d", w, wantW)
 	}
@@ -298,6 +302,34 @@ func policyBench(t *testing.T, members int) {
 	figure("group_member_leave_ms"+g, took)
 	if members == groupSizes[len(groupSizes)-1] {
 		figure("group_member_leave_ms", took)
+	}
+
+	// The same again, changeRounds times: the median of a join and of a leave
+	// (the figures above are the first change after the install).
+	var joins, leaves []time.Duration
+	for range changeRounds {
+		grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
+		follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+		w, took := pol.apply(t, "one member joins")
+		joins = append(joins, took)
+		grp.Members = grp.Members[:len(grp.Members)-1]
+		follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
+		w2, took := pol.apply(t, "one member leaves")
+		leaves = append(leaves, took)
+		if wantW := ports * len(devicesWithGroup); w != wantW || w2 != wantW {
+			t.Fatalf("one member joining and leaving wrote %d and %d times, want %d each", w, w2, wantW)
+		}
+	}
+	if got := pol.counts(t); !maps.Equal(got, want) {
+		t.Fatalf("after %d joins and leaves: filters per device %v, want %v", changeRounds, got, want)
+	}
+	join, leave := median(joins), median(leaves)
+	t.Logf("FIGURE members=%d one member joins / leaves, median of %d more rounds: %v / %v", members, changeRounds, join, leave)
+	figure("group_member_join_p50_ms"+g, join)
+	figure("group_member_leave_p50_ms"+g, leave)
+	if members == groupSizes[len(groupSizes)-1] {
+		figure("group_member_join_p50_ms", join)
+		figure("group_member_leave_p50_ms", leave)
 	}
 
 	// Profile (only when the VM run keeps files): join and leave again.
