@@ -2,8 +2,6 @@ package egressvm
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
@@ -71,54 +68,6 @@ func kubeProxyRules(node string, ips map[string]string) string {
 ` + ep("a") + ep("b") + ep("t1") + ep("t2") + "}\n"
 }
 
-// serve answers every TCP connection to port 8080 in pod namespace ns
-// with the pod's name and the source address it saw, until the test
-// ends.
-func serve(t *testing.T, ns, name string) {
-	t.Helper()
-	var l net.Listener
-	guest.InNetns(t, ns, func() (err error) {
-		l, err = net.Listen("tcp", ":8080")
-		return err
-	})
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			fmt.Fprintf(c, "%s %s\n", name, host)
-			c.Close()
-		}
-	}()
-}
-
-// ask connects over TCP from namespace ns to addr:port and returns the
-// answer's two words (server, source it saw), or an error when no
-// answer came within 3 s.
-func ask(ns, addr, port string) (server, seen string, err error) {
-	var b []byte
-	err = nl.InNetNS("/run/netns/"+ns, func() error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, port), 3*time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-		b, err = io.ReadAll(c)
-		return err
-	})
-	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-		return f[0], f[1], nil
-	}
-	if err == nil {
-		err = fmt.Errorf("answer %q", b)
-	}
-	return "", "", err
-}
-
 // TestOffloadServices: pods on offload nodes reach Services through
 // kube-proxy's rules in the node's stack (the equivalent nftables rules,
 // written by the test in each node's namespace). n1 and n2 run --mode
@@ -162,7 +111,7 @@ func TestOffloadServices(t *testing.T) {
 	for _, n := range nodes {
 		for _, p := range n.Pods {
 			ips[p] = r.CreatePod(t, n, p, network[p])
-			serve(t, "sksvp"+p, p)
+			guest.Serve(t, "sksvp"+p, p)
 		}
 	}
 	diag := func() string {
@@ -178,7 +127,7 @@ func TestOffloadServices(t *testing.T) {
 	guest.WaitFor(t, "pods reach each other's servers across the nodes", 60*time.Second, func() (bool, string) {
 		var failed []string
 		for _, pr := range [][2]string{{"c", "a"}, {"c", "b"}, {"b", "a"}, {"t1", "t2"}, {"t2", "t1"}} {
-			if _, _, err := ask("sksvp"+pr[0], ips[pr[1]], "8080"); err != nil {
+			if _, _, err := guest.Ask("sksvp"+pr[0], ips[pr[1]], "8080"); err != nil {
 				failed = append(failed, pr[0]+"->"+pr[1]+": "+err.Error())
 			}
 		}
@@ -211,7 +160,7 @@ func TestOffloadServices(t *testing.T) {
 	for _, client := range []string{"c", "b"} {
 		var got []string
 		for range 4 {
-			server, seen, err := ask("sksvp"+client, svcWeb, "80")
+			server, seen, err := guest.Ask("sksvp"+client, svcWeb, "80")
 			if err != nil {
 				t.Errorf("%s -> Service %s: %v\n%s", client, svcWeb, err, diag())
 				break
@@ -234,7 +183,7 @@ func TestOffloadServices(t *testing.T) {
 	}
 
 	// Hairpin: a through its own Service.
-	if server, seen, err := ask("sksvpa", svcSelf, "80"); err != nil || server != "a" {
+	if server, seen, err := guest.Ask("sksvpa", svcSelf, "80"); err != nil || server != "a" {
 		t.Errorf("a -> its own Service %s: %q, %v\n%s", svcSelf, server, err, diag())
 	} else {
 		t.Logf("a -> its own Service: answered by a, seen from %s", seen)
@@ -242,7 +191,7 @@ func TestOffloadServices(t *testing.T) {
 
 	// NodePort on n1 from the underlay, answered by b on n2, which sees
 	// n1 (kube-proxy's masquerade).
-	if server, seen, err := ask(out, "192.0.2.1", nodePort); err != nil || server != "b" || seen != "192.0.2.1" {
+	if server, seen, err := guest.Ask(out, "192.0.2.1", nodePort); err != nil || server != "b" || seen != "192.0.2.1" {
 		t.Errorf("underlay -> NodePort 192.0.2.1:%s: %q seen from %q, %v; want b seeing 192.0.2.1\n%s", nodePort, server, seen, err, diag())
 	} else {
 		t.Log("underlay -> NodePort on n1: answered by b (n2), seen from 192.0.2.1")
@@ -252,11 +201,11 @@ func TestOffloadServices(t *testing.T) {
 	// network (egress none), on its node or the other; the tenant pods'
 	// servers still answer each other.
 	for _, svc := range []string{svcTenant1, svcTenant2} {
-		if server, seen, err := ask("sksvpc", svc, "80"); err == nil {
+		if server, seen, err := guest.Ask("sksvpc", svc, "80"); err == nil {
 			t.Errorf("c reached tenant pod %s through Service %s (seen from %s)", server, svc, seen)
 		}
 	}
-	if _, _, err := ask("sksvpt1", ips["t2"], "8080"); err != nil {
+	if _, _, err := guest.Ask("sksvpt1", ips["t2"], "8080"); err != nil {
 		t.Errorf("the tenant pods no longer reach each other: %v", err)
 	}
 
@@ -274,12 +223,12 @@ spec:
 	}
 	r.Ctl.Must("policy", "apply", "-f", file)
 	guest.WaitFor(t, "b isolated", 30*time.Second, func() (bool, string) {
-		_, _, err := ask("sksvpc", ips["b"], "8080")
+		_, _, err := guest.Ask("sksvpc", ips["b"], "8080")
 		return err != nil, "c still reaches b directly"
 	})
 	var got []string
 	for range 4 {
-		if server, _, err := ask("sksvpc", svcWeb, "80"); err == nil {
+		if server, _, err := guest.Ask("sksvpc", svcWeb, "80"); err == nil {
 			got = append(got, server)
 		}
 	}
