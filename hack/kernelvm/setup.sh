@@ -25,7 +25,7 @@ apt_update() {
 }
 
 # Host packages. Installed only when missing.
-host_pkgs=(qemu-system-x86 busybox-static iproute2 kmod xz-utils gcc-12 make libc6-dev libelf1 libssl3)
+host_pkgs=(qemu-system-x86 busybox-static iproute2 nftables kmod xz-utils gcc-12 make libc6-dev libelf1 libssl3)
 missing=()
 for p in "${host_pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

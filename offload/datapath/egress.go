@@ -29,7 +29,10 @@ func routesOut(egress string) bool {
 // rules go first: a gateway forwards only once they are in, and when
 // they cannot be written every gateway's forwarding is turned off.
 // Networks without a gateway here have nothing in the node's stack;
-// a network's host port (hps) counts as its own, as on software nodes.
+// a network's host port (hps) counts as its own, as on software nodes,
+// and what a Service's DNAT sends from its gateway back into it (out of
+// the gateway to a local backend, out of the host port to a remote one)
+// is masqueraded to the node (nl.BridgeEgress MasqueradeDNAT).
 func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[string]flower.HostPort) error {
 	var devs []nl.BridgeEgress
 	forward := map[string]bool{}
@@ -42,6 +45,11 @@ func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[st
 			// never pass the gateway twice (the eswitch rules move
 			// them), so none is left untracked (no HostMAC).
 			b.HostPort = agentdp.HostPortName(n.VNI)
+			// A pod's Service connection DNATed back into the
+			// network (kube-proxy's rules) is masqueraded, so that
+			// the backend's reply comes back here, not through the
+			// eswitch straight to the client (see MasqueradeDNAT).
+			b.MasqueradeDNAT = true
 		}
 		devs = append(devs, b)
 		forward[gw] = routesOut(n.Egress)

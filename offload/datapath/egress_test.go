@@ -11,6 +11,7 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
@@ -39,41 +40,19 @@ func TestGatewayEgress(t *testing.T) {
 	ipIn(t, inet, "addr", "add", outside+"/32", "dev", "lo")
 	ipIn(t, node, "route", "add", outside+"/32", "via", "192.0.2.254")
 
-	p := plan.New("n1")
-	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
-	reps := map[string]string{}
 	pods := map[string]string{}   // network -> pod namespace
 	podIPs := map[string]string{} // network -> pod address
-	for _, n := range []struct {
-		name, egress, cidr, gw, pod string
-		vni                         uint32
-	}{
+	nets := []gatewayNet{
 		{"pods", plan.EgressSNAT, "198.51.100.0/25", "198.51.100.1", "198.51.100.10", 100},
 		{"tenant", plan.EgressNone, "198.51.100.128/25", "198.51.100.129", "198.51.100.130", 200},
 		{"flat", plan.EgressRouted, "203.0.113.0/25", "203.0.113.1", "203.0.113.10", 300},
-	} {
-		cidr := netip.MustParsePrefix(n.cidr)
-		p.Networks[n.name] = plan.Network{Name: n.name, VNI: n.vni, MTU: 1450, Egress: n.egress,
-			Subnets: []plan.Subnet{{Name: n.name + "-v4", Network: n.name, CIDR: cidr, Gateway: netip.MustParseAddr(n.gw)}}}
-		ep := "ep-" + n.name
-		p.Local[ep] = plan.Endpoint{Name: ep, Network: n.name, Kind: plan.KindVeth, VFIndex: -1,
-			IPs: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr(n.pod), cidr.Bits())}}
-		reps[ep] = "unused" // gateways only asks which networks have a plumbed endpoint
+	}
+	for _, n := range nets {
 		podIPs[n.name] = n.pod
 	}
-	dp, err := New(Options{NetNS: nsPath(node)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, reps := gatewayPlan(nets)
+	dp, gws := gatewayDatapath(t, node, p, reps)
 	defer dp.Close()
-	byName, err := dp.links()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gws, err := dp.gateways(p, reps, byName)
-	if err != nil || len(gws) != 3 {
-		t.Fatalf("gateways: %v, %d made", err, len(gws))
-	}
 	if err := dp.egress(p, gws, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +137,54 @@ func TestGatewayEgress(t *testing.T) {
 	if tables, err := nl.InetTables(nsPath(node)); err != nil || slices.Contains(tables, nl.NftTable) {
 		t.Errorf("with no gateway the node keeps inet tables %v (%v)", tables, err)
 	}
+}
+
+// gatewayNet is a network of the gateway tests, with one local
+// endpoint (a veth pod at address pod).
+type gatewayNet struct {
+	name, egress, cidr, gw, pod string
+	vni                         uint32
+}
+
+// gatewayPlan returns node n1's plan (underlay 192.0.2.1) holding the
+// networks and their endpoints, and the representors gateways asks
+// for (only which networks have a plumbed endpoint counts).
+func gatewayPlan(nets []gatewayNet) (plan.Plan, map[string]string) {
+	p := plan.New("n1")
+	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	reps := map[string]string{}
+	for _, n := range nets {
+		cidr := netip.MustParsePrefix(n.cidr)
+		p.Networks[n.name] = plan.Network{Name: n.name, VNI: n.vni, MTU: 1450, Egress: n.egress,
+			Subnets: []plan.Subnet{{Name: n.name + "-v4", Network: n.name, CIDR: cidr, Gateway: netip.MustParseAddr(n.gw)}}}
+		ep := "ep-" + n.name
+		p.Local[ep] = plan.Endpoint{Name: ep, Network: n.name, Kind: plan.KindVeth, VFIndex: -1,
+			IPs: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr(n.pod), cidr.Bits())}}
+		reps[ep] = "unused"
+	}
+	return p, reps
+}
+
+// gatewayDatapath opens the offload datapath of the named namespace
+// and makes the plan's gateways, one per network (the caller closes
+// it).
+func gatewayDatapath(t *testing.T, node string, p plan.Plan, reps map[string]string) (*Datapath, map[string]flower.Gateway) {
+	t.Helper()
+	dp, err := New(Options{NetNS: nsPath(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName, err := dp.links()
+	if err != nil {
+		dp.Close()
+		t.Fatal(err)
+	}
+	gws, err := dp.gateways(p, reps, byName)
+	if err != nil || len(gws) != len(p.Networks) {
+		dp.Close()
+		t.Fatalf("gateways: %v, %d made", err, len(gws))
+	}
+	return dp, gws
 }
 
 // The helpers work on the host and in the kernel VM (iproute2 by full

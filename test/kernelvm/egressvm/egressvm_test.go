@@ -6,7 +6,6 @@
 package egressvm
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
@@ -49,10 +47,12 @@ const (
 // datapath's stand-ins, not of egress; TestStandInPlumbedMidApply).
 func TestOffloadEgress(t *testing.T) {
 	guest.Require(t)
-	dir := t.TempDir()
-	guest.UnderlayBridge(t, "skegbr", "192.0.2.254/24")
-	ctlAddr := "192.0.2.254:7400"
-	ctl := guest.StartController(t, ctlAddr, dir)
+	nodes := []guest.RigNode{
+		{Name: "n1", Mode: "offload", IP: "192.0.2.1", Pods: []string{"a", "t1", "r", "w"}},
+		{Name: "n2", Mode: "offload", IP: "192.0.2.2", Pods: []string{"t2"}}, // one VF pod: see above
+	}
+	rig := guest.StartRig(t, "skeg", 7400, 71, nodes)
+	ctl, dir := rig.Ctl, rig.Dir
 
 	// The internet: on the underlay, no route to any pod subnet.
 	inet := "skeginet"
@@ -63,36 +63,10 @@ func TestOffloadEgress(t *testing.T) {
 	in(t, inet, ipBin, "link", "set", "eth0", "up")
 	for _, a := range []string{denied, allowed} {
 		in(t, inet, ipBin, "addr", "add", a+"/32", "dev", "lo")
-	}
-
-	pods := map[string][]string{ // node -> pods, in VF order
-		"n1": {"a", "t1", "r", "w"},
-		"n2": {"t2"}, // one VF pod: see TestOffloadEgress's comment
-	}
-	network := map[string]string{"a": "pods", "w": "pods", "t1": "tenant", "t2": "tenant", "r": "flat"}
-	socks, pfs := map[string]string{}, map[string]string{}
-	for i, name := range []string{"n1", "n2"} {
-		ns, ip := "skeg"+name, fmt.Sprintf("192.0.2.%d", i+1)
-		for _, p := range pods[name] {
-			guest.AddNetns(t, "skegp"+p) // before the agent: see offloadvm
+		for _, n := range nodes {
+			in(t, "skeg"+n.Name, ipBin, "route", "add", a+"/32", "via", "192.0.2.250")
 		}
-		guest.AddNetns(t, ns)
-		guest.Run(t, ipBin, "link", "add", "u"+name, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		guest.Run(t, ipBin, "link", "set", "u"+name, "master", "skegbr", "up")
-		in(t, ns, ipBin, "addr", "add", ip+"/24", "dev", "eth0")
-		in(t, ns, ipBin, "link", "set", "eth0", "up")
-		for _, a := range []string{denied, allowed} {
-			in(t, ns, ipBin, "route", "add", a+"/32", "via", "192.0.2.250")
-		}
-		pfs[name] = guest.SwitchdevEswitch(t, ns, 71+i, len(pods[name]))
-		socks[name] = filepath.Join(dir, name+".sock")
-		guest.StartIn(t, ns, "skiff-agent", "--controller", ctlAddr, "--node", name, "--underlay-ip", ip,
-			"--state-dir", filepath.Join(dir, name+".state"), "--socket", socks[name], "--mode", "offload")
 	}
-	guest.WaitFor(t, "two nodes registered", 60*time.Second, func() (bool, string) {
-		out, err := ctl.Run("get", "nodes", "-o", "json")
-		return err == nil && strings.Count(out, `"underlayIp"`) == 2, out
-	})
 	ctl.Must("network", "create", "pods", "--vni", "100", "--egress", "snat")
 	ctl.Must("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
 	ctl.Must("network", "create", "tenant", "--vni", "200")
@@ -100,19 +74,11 @@ func TestOffloadEgress(t *testing.T) {
 	ctl.Must("network", "create", "flat", "--vni", "300", "--egress", "routed")
 	ctl.Must("subnet", "create", "flat-v4", "--network", "flat", "--cidr", "203.0.113.0/25")
 
+	network := map[string]string{"a": "pods", "w": "pods", "t1": "tenant", "t2": "tenant", "r": "flat"}
 	ips := map[string]string{}
-	for _, node := range []string{"n1", "n2"} {
-		for vf, p := range pods[node] {
-			req := localapi.CreateRequest{Name: p, Network: network[p], NetNS: guest.HoldNetns(t, "skegp"+p), IfName: "eth0",
-				PF: pfs[node], VF: &vf, Labels: map[string]string{"app": p}, Owner: "pod:default/" + p, Namespace: "default"}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			resp, err := localapi.NewClient(socks[node]).Create(ctx, req)
-			cancel()
-			if err != nil {
-				t.Fatalf("create %s on %s: %v", p, node, err)
-			}
-			ips[p] = strings.Split(resp.IPs[0], "/")[0]
-			t.Logf("%s (%s) on %s: %s", p, network[p], node, resp.IPs[0])
+	for _, n := range nodes {
+		for _, p := range n.Pods {
+			ips[p] = rig.CreatePod(t, n, p, network[p])
 		}
 	}
 	pings := func(from, addr string) bool {

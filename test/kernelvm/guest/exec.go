@@ -10,10 +10,12 @@ import (
 )
 
 // IP and TC are iproute2 inside the guest, by full path: busybox's applets
-// shadow PATH.
+// shadow PATH; NFT is nftables' nft (what kube-proxy's nftables mode
+// drives).
 const (
-	IP = "/usr/sbin/ip"
-	TC = "/usr/sbin/tc"
+	IP  = "/usr/sbin/ip"
+	TC  = "/usr/sbin/tc"
+	NFT = "/usr/sbin/nft"
 )
 
 // Run runs a command and returns its combined output, failing t when it

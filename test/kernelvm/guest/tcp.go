@@ -1,8 +1,10 @@
 package guest
 
 import (
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +80,52 @@ func SourceSeen(from, to, addr string) (string, error) {
 	}
 	c.Close()
 	return <-seen, nil
+}
+
+// Serve answers every TCP connection to port 8080 in the named
+// namespace with name and the source address it saw, until the test
+// ends: a server that says which backend a Service picked.
+func Serve(t testing.TB, ns, name string) {
+	t.Helper()
+	var l net.Listener
+	InNetns(t, ns, func() (err error) {
+		l, err = net.Listen("tcp", ":8080")
+		return err
+	})
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			fmt.Fprintf(c, "%s %s\n", name, host)
+			c.Close()
+		}
+	}()
+}
+
+// Ask connects over TCP from the named namespace to addr:port and
+// returns a Serve answer's two words (server, source it saw), or an
+// error when no answer came within 3 s.
+func Ask(ns, addr, port string) (server, seen string, err error) {
+	var b []byte
+	err = nl.InNetNS("/run/netns/"+ns, func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, port), 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		b, err = io.ReadAll(c)
+		return err
+	})
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		return f[0], f[1], nil
+	}
+	if err == nil {
+		err = fmt.Errorf("answer %q", b)
+	}
+	return "", "", err
 }

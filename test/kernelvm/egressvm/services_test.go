@@ -1,0 +1,238 @@
+package egressvm
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+)
+
+// Service addresses (ClusterIPs) and the NodePort of the rules below.
+const (
+	svcWeb     = "203.0.113.10" // backends a (n1) and b (n2)
+	svcSelf    = "203.0.113.11" // backend a: a through its own Service
+	svcTenant1 = "203.0.113.12" // backend t1 (tenant, n1)
+	svcTenant2 = "203.0.113.13" // backend t2 (tenant, n2)
+	nodePort   = "30080"        // on each node, backend b (n2)
+)
+
+// kubeProxyRules are, for a node with underlay address node, what
+// kube-proxy's nftables mode would write for the Services above
+// (without a kubelet in the VM, the test writes them): DNAT in
+// prerouting and output, KUBE-MARK-MASQ's mark for hairpin (a backend
+// reaching itself) and for NodePorts, masquerade of what is marked at
+// postrouting. kube-proxy picks a backend with numgen random; inc here
+// makes consecutive connections alternate, so that two show both.
+func kubeProxyRules(node string, ips map[string]string) string {
+	ep := func(p string) string {
+		return fmt.Sprintf("\tchain ep-%s {\n\t\tip saddr %s jump mark-for-masquerade\n\t\tmeta l4proto tcp dnat to %s:8080\n\t}\n", p, ips[p], ips[p])
+	}
+	return `table ip skiff-test-kube-proxy {
+	chain mark-for-masquerade {
+		meta mark set meta mark | 0x4000
+	}
+	chain masquerading {
+		type nat hook postrouting priority srcnat; policy accept;
+		meta mark & 0x4000 == 0 return
+		meta mark set meta mark ^ 0x4000
+		masquerade fully-random
+	}
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+	chain nat-output {
+		type nat hook output priority -100; policy accept;
+		jump services
+	}
+	chain services {
+		ip daddr ` + svcWeb + ` tcp dport 80 jump svc-web
+		ip daddr ` + svcSelf + ` tcp dport 80 jump ep-a
+		ip daddr ` + svcTenant1 + ` tcp dport 80 jump ep-t1
+		ip daddr ` + svcTenant2 + ` tcp dport 80 jump ep-t2
+		ip daddr ` + node + ` tcp dport ` + nodePort + ` jump nodeport-web
+	}
+	chain svc-web {
+		numgen inc mod 2 vmap { 0 : jump ep-a, 1 : jump ep-b }
+	}
+	chain nodeport-web {
+		jump mark-for-masquerade
+		jump ep-b
+	}
+` + ep("a") + ep("b") + ep("t1") + ep("t2") + "}\n"
+}
+
+// TestOffloadServices: pods on offload nodes reach Services through
+// kube-proxy's rules in the node's stack (the equivalent nftables rules,
+// written by the test in each node's namespace). n1 and n2 run --mode
+// offload; network pods (snat) has c and a on n1, b on n2; network
+// tenant (none) t1 on n1, t2 on n2.
+//   - a ClusterIP backed by a (n1) and b (n2) answers from both, to a
+//     client on n1 (c) and one on n2 (b): the node DNATs the connection
+//     that came in from its gateway skg100 and the agent masquerades it
+//     into the overlay, so the backend sees the node (its gateway
+//     address for a local backend, its underlay address through the
+//     host port for a remote one) and answers through the overlay to
+//     the node's conntrack;
+//   - hairpin: a reaches itself through its own Service;
+//   - a NodePort on n1 answers a client on the underlay (not a node)
+//     from b on n2;
+//   - isolation: c cannot reach the tenant pods through a Service
+//     DNATed to them (the tenant pods still reach each other);
+//   - NetworkPolicy applies after DNAT: with an ingress policy isolating
+//     b, the Service answers only from a.
+func TestOffloadServices(t *testing.T) {
+	guest.Require(t)
+	nodes := []guest.RigNode{
+		{Name: "n1", Mode: "offload", IP: "192.0.2.1", Pods: []string{"c", "a", "t1"}},
+		{Name: "n2", Mode: "offload", IP: "192.0.2.2", Pods: []string{"b", "t2"}},
+	}
+	r := guest.StartRig(t, "sksv", 7402, 91, nodes)
+	// A client on the underlay that is not a node.
+	out := "sksvout"
+	guest.AddNetns(t, out)
+	guest.Run(t, ipBin, "link", "add", "uout", "type", "veth", "peer", "name", "eth0", "netns", out)
+	guest.Run(t, ipBin, "link", "set", "uout", "master", "sksvbr", "up")
+	in(t, out, ipBin, "addr", "add", "192.0.2.250/24", "dev", "eth0")
+	in(t, out, ipBin, "link", "set", "eth0", "up")
+
+	r.Ctl.Must("network", "create", "pods", "--vni", "100", "--egress", "snat")
+	r.Ctl.Must("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+	r.Ctl.Must("network", "create", "tenant", "--vni", "200")
+	r.Ctl.Must("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+	network := map[string]string{"a": "pods", "b": "pods", "c": "pods", "t1": "tenant", "t2": "tenant"}
+	ips := map[string]string{}
+	for _, n := range nodes {
+		for _, p := range n.Pods {
+			ips[p] = r.CreatePod(t, n, p, network[p])
+			guest.Serve(t, "sksvp"+p, p)
+		}
+	}
+	diag := func() string {
+		s := diagnoseNodes("sksvn1", "sksvn2")
+		for _, ns := range []string{"sksvn1", "sksvn2"} {
+			o, _ := exec.Command(ipBin, "netns", "exec", ns, guest.NFT, "list", "ruleset").CombinedOutput()
+			s += "==== " + ns + " nft\n" + string(o) + "\n"
+		}
+		return s
+	}
+
+	// The overlay carries TCP in both networks (the servers answer).
+	guest.WaitFor(t, "pods reach each other's servers across the nodes", 60*time.Second, func() (bool, string) {
+		var failed []string
+		for _, pr := range [][2]string{{"c", "a"}, {"c", "b"}, {"b", "a"}, {"t1", "t2"}, {"t2", "t1"}} {
+			if _, _, err := guest.Ask("sksvp"+pr[0], ips[pr[1]], "8080"); err != nil {
+				failed = append(failed, pr[0]+"->"+pr[1]+": "+err.Error())
+			}
+		}
+		return len(failed) == 0, fmt.Sprintf("no answer %v\n%s", failed, diag())
+	})
+
+	rules := map[string]string{}
+	for _, n := range nodes {
+		f := filepath.Join(r.Dir, n.Name+".nft")
+		rules[n.Name] = f
+		if err := os.WriteFile(f, []byte(kubeProxyRules(n.IP, ips)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		in(t, "sksv"+n.Name, guest.NFT, "-f", f)
+	}
+	gw := map[string]string{} // the pods network's gateway address on each node
+	for _, n := range nodes {
+		f := strings.Fields(in(t, "sksv"+n.Name, ipBin, "-4", "-o", "addr", "show", "dev", "skg100"))
+		if len(f) < 4 {
+			t.Fatalf("%s: no address on skg100: %q", n.Name, f)
+		}
+		gw[n.Name] = strings.Split(f[3], "/")[0]
+	}
+
+	// The ClusterIP, from a client on each node: both backends, each
+	// seeing the client's node (its gateway address when local, its
+	// underlay address when remote).
+	home := map[string]string{"a": "n1", "b": "n2", "c": "n1"}
+	addr := map[string]string{"n1": "192.0.2.1", "n2": "192.0.2.2"}
+	for _, client := range []string{"c", "b"} {
+		var got []string
+		for range 4 {
+			server, seen, err := guest.Ask("sksvp"+client, svcWeb, "80")
+			if err != nil {
+				t.Errorf("%s -> Service %s: %v\n%s", client, svcWeb, err, diag())
+				break
+			}
+			want := addr[home[client]]
+			if home[server] == home[client] {
+				want = gw[home[client]]
+			}
+			if seen != want {
+				t.Errorf("%s (%s) -> Service -> %s (%s): seen from %s, want %s", client, home[client], server, home[server], seen, want)
+			}
+			got = append(got, server)
+		}
+		slices.Sort(got)
+		if got = slices.Compact(got); !slices.Equal(got, []string{"a", "b"}) {
+			t.Errorf("%s -> Service %s: answered by %v, want a (n1) and b (n2)", client, svcWeb, got)
+		} else {
+			t.Logf("%s (%s) -> Service %s: answered by a (n1) and b (n2)", client, home[client], svcWeb)
+		}
+	}
+
+	// Hairpin: a through its own Service.
+	if server, seen, err := guest.Ask("sksvpa", svcSelf, "80"); err != nil || server != "a" {
+		t.Errorf("a -> its own Service %s: %q, %v\n%s", svcSelf, server, err, diag())
+	} else {
+		t.Logf("a -> its own Service: answered by a, seen from %s", seen)
+	}
+
+	// NodePort on n1 from the underlay, answered by b on n2, which sees
+	// n1 (kube-proxy's masquerade).
+	if server, seen, err := guest.Ask(out, "192.0.2.1", nodePort); err != nil || server != "b" || seen != "192.0.2.1" {
+		t.Errorf("underlay -> NodePort 192.0.2.1:%s: %q seen from %q, %v; want b seeing 192.0.2.1\n%s", nodePort, server, seen, err, diag())
+	} else {
+		t.Log("underlay -> NodePort on n1: answered by b (n2), seen from 192.0.2.1")
+	}
+
+	// Isolation: no Service DNAT takes a snat pod into the tenant
+	// network (egress none), on its node or the other; the tenant pods'
+	// servers still answer each other.
+	for _, svc := range []string{svcTenant1, svcTenant2} {
+		if server, seen, err := guest.Ask("sksvpc", svc, "80"); err == nil {
+			t.Errorf("c reached tenant pod %s through Service %s (seen from %s)", server, svc, seen)
+		}
+	}
+	if _, _, err := guest.Ask("sksvpt1", ips["t2"], "8080"); err != nil {
+		t.Errorf("the tenant pods no longer reach each other: %v", err)
+	}
+
+	// NetworkPolicy after DNAT: b isolated for ingress, the Service
+	// answers c only from a.
+	file := filepath.Join(r.Dir, "deny-b.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-b, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  policyTypes: [Ingress]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.Ctl.Must("policy", "apply", "-f", file)
+	guest.WaitFor(t, "b isolated", 30*time.Second, func() (bool, string) {
+		_, _, err := guest.Ask("sksvpc", ips["b"], "8080")
+		return err != nil, "c still reaches b directly"
+	})
+	var got []string
+	for range 4 {
+		if server, _, err := guest.Ask("sksvpc", svcWeb, "80"); err == nil {
+			got = append(got, server)
+		}
+	}
+	if slices.Contains(got, "b") || len(got) != 2 {
+		t.Errorf("with b isolated, c -> Service %s answered by %v, want a twice (every other connection to b dropped)", svcWeb, got)
+	}
+}

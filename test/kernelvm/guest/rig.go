@@ -1,0 +1,97 @@
+package guest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-sdn/skiff/agent/localapi"
+)
+
+// RigNode is a node of a Rig: its name, datapath mode ("offload": a
+// netdevsim eswitch in switchdev mode, pods standing in for its VFs; or
+// "software"), underlay address, and pods (in VF order on an offload
+// node).
+type RigNode struct {
+	Name, Mode, IP string
+	Pods           []string
+}
+
+// Rig is the real controller and one agent per node, each node a
+// namespace (Prefix+name) on an underlay bridge (Prefix+"br",
+// 192.0.2.0/24, the controller on its .254), each pod a namespace
+// (Prefix+"p"+pod).
+type Rig struct {
+	Prefix string
+	Dir    string
+	Ctl    Ctl
+	Nodes  []RigNode
+	socks  map[string]string
+	pfs    map[string]string
+}
+
+// StartRig builds a Rig: the underlay bridge, the controller (on port),
+// then per node its pods' namespaces (before the agent: see offloadvm),
+// its namespace with eth0 on the bridge holding its address, strict
+// reverse-path filtering there (as on a real node: a pod's reply that
+// takes the underlay instead of the overlay back to a host port is
+// dropped), for an offload node an eswitch (netdevsim id eswitchID+i),
+// and its agent; it waits until every node has registered. Everything
+// goes when the test ends.
+func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode) *Rig {
+	t.Helper()
+	r := &Rig{Prefix: prefix, Dir: t.TempDir(), Nodes: nodes, socks: map[string]string{}, pfs: map[string]string{}}
+	UnderlayBridge(t, prefix+"br", "192.0.2.254/24")
+	ctlAddr := fmt.Sprintf("192.0.2.254:%d", port)
+	r.Ctl = StartController(t, ctlAddr, r.Dir)
+	for i, n := range nodes {
+		ns := prefix + n.Name
+		for _, p := range n.Pods {
+			AddNetns(t, prefix+"p"+p)
+		}
+		AddNetns(t, ns)
+		Run(t, IP, "link", "add", "u"+n.Name, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		Run(t, IP, "link", "set", "u"+n.Name, "master", prefix+"br", "up")
+		In(t, ns, IP, "addr", "add", n.IP+"/24", "dev", "eth0")
+		In(t, ns, IP, "link", "set", "eth0", "up")
+		In(t, ns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 1 > /proc/sys/net/ipv4/conf/eth0/rp_filter")
+		if n.Mode == "offload" {
+			r.pfs[n.Name] = SwitchdevEswitch(t, ns, eswitchID+i, len(n.Pods))
+		}
+		r.socks[n.Name] = filepath.Join(r.Dir, n.Name+".sock")
+		StartIn(t, ns, "skiff-agent", "--controller", ctlAddr, "--node", n.Name, "--underlay-ip", n.IP,
+			"--state-dir", filepath.Join(r.Dir, n.Name+".state"), "--socket", r.socks[n.Name], "--mode", n.Mode)
+	}
+	WaitFor(t, "every node registered", 60*time.Second, func() (bool, string) {
+		out, err := r.Ctl.Run("get", "nodes", "-o", "json")
+		return err == nil && strings.Count(out, `"underlayIp"`) == len(nodes), out
+	})
+	return r
+}
+
+// CreatePod creates pod p of network on node n through n's local API
+// (labels app=p; on an offload node, the VF of p's index in n.Pods) and
+// returns its first address, without the prefix length.
+func (r *Rig) CreatePod(t *testing.T, n RigNode, p, network string) string {
+	t.Helper()
+	req := localapi.CreateRequest{Name: p, Network: network, NetNS: HoldNetns(t, r.Prefix+"p"+p), IfName: "eth0",
+		Labels: map[string]string{"app": p}, Owner: "pod:default/" + p, Namespace: "default"}
+	if n.Mode == "offload" {
+		for vf, q := range n.Pods {
+			if q == p {
+				req.PF, req.VF = r.pfs[n.Name], &vf
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := localapi.NewClient(r.socks[n.Name]).Create(ctx, req)
+	if err != nil {
+		t.Fatalf("create %s on %s: %v", p, n.Name, err)
+	}
+	t.Logf("%s (%s) on %s: %s", p, network, n.Name, resp.IPs[0])
+	return strings.Split(resp.IPs[0], "/")[0]
+}
