@@ -92,10 +92,14 @@ func (a *Agent) run(ctx context.Context) {
 		err := a.stream(ctx)
 		a.mu.Lock()
 		a.session.open = false
-		if err != nil && ctx.Err() == nil {
+		failed := err != nil && ctx.Err() == nil
+		if failed {
 			a.stats.Errors++
 		}
 		a.mu.Unlock()
+		if failed {
+			a.fleet.fails.add(err)
+		}
 		if ctx.Err() != nil {
 			return
 		}
