@@ -126,9 +126,21 @@ const MaxBackoff = time.Second
 
 // connectBackoff paces reconnections (100 ms to MaxBackoff); the jitter
 // spreads a whole cluster's reconnections.
+//
+// ConnectTimeout is how long one connection attempt (TCP, TLS handshake,
+// the server's HTTP/2 preface) may take: gRPC's default. A controller
+// that thousands of agents connect to at once (its start, its restart)
+// answers every handshake late; with 5 s, attempts were dropped just
+// before their answer and started over, each costing the controller
+// another handshake, and 5,000 agents made 36,000 attempts
+// (docs/benchmarks.md, "Scale", run C). A replica that does not answer at
+// all does not hold the agent that long: pick_first tries the next
+// address after 250 ms while the first attempt goes on.
+const ConnectTimeout = 20 * time.Second
+
 var connectBackoff = grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: MaxBackoff},
-	MinConnectTimeout: 5 * time.Second,
+	MinConnectTimeout: ConnectTimeout,
 }
 
 // StreamWindow and ConnWindow are the HTTP/2 flow-control windows of the

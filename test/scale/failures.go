@@ -60,19 +60,15 @@ func (f *failures) take() string {
 		causes = append(causes, c)
 	}
 	slices.SortFunc(causes, func(a, b string) int { return m[b] - m[a] })
-	var out []string
+	out := make([]string, len(causes))
 	for i, c := range causes {
-		if i == 5 {
-			out = append(out, fmt.Sprintf("and %d more causes", len(causes)-5))
-			break
-		}
-		out = append(out, fmt.Sprintf("%d x %q", m[c], c))
+		out[i] = fmt.Sprintf("%d x %q", m[c], c)
 	}
 	return strings.Join(out, "; ")
 }
 
 // TakeFailures returns the agents' failed sessions by cause since the
-// last call (see failures.take).
+// last call (see failures.take), every cause.
 func (f *Fleet) TakeFailures() string { return f.fails.take() }
 
 // loadAverage returns the machine's load average over 1, 5 and 15
