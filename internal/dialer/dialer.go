@@ -143,6 +143,22 @@ var connectBackoff = grpc.ConnectParams{
 	MinConnectTimeout: ConnectTimeout,
 }
 
+// KeepaliveTime and KeepaliveTimeout are the agent's keepalive (gRPC's
+// keepalive.ClientParameters, with PermitWithoutStream): an idle
+// connection to the controller is pinged this often, and given up when a
+// ping is not answered in time. A controller that vanished without
+// closing its connections (its host or its pod's network gone first) is
+// noticed within their sum; one that returns at the same address answers
+// the next ping with a reset, so the agent is back within KeepaliveTime
+// plus a reconnection. The controller allows pings this frequent (its
+// keepalive enforcement). The scale harness's simulated agents use the
+// same, so that the controller reads and answers their pings as it does
+// real agents'.
+const (
+	KeepaliveTime    = 5 * time.Second
+	KeepaliveTimeout = 3 * time.Second
+)
+
 // StreamWindow and ConnWindow are the HTTP/2 flow-control windows of the
 // connection to the controller, static. gRPC's default (dynamic windows,
 // grown by bandwidth-delay estimation) makes the client send a PING, and a
