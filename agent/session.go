@@ -34,16 +34,11 @@ func dialController(cfg Config, extra []grpc.DialOption) (*grpc.ClientConn, erro
 	return dialer.Dial(cfg.Controller, append(opts, extra...)...)
 }
 
-// KeepaliveTime and KeepaliveTimeout: an idle connection to the controller
-// is pinged this often, and given up when a ping is not answered in time.
-// A controller that vanished without closing its connections (its host or
-// its pod's network gone first) is noticed within their sum; one that
-// returns at the same address answers the next ping with a reset, so the
-// agent is back within KeepaliveTime plus a reconnection. The controller
-// allows pings this frequent (its keepalive enforcement).
+// KeepaliveTime and KeepaliveTimeout: the agent's keepalive on its
+// connection to the controller (dialer.KeepaliveTime, which says why).
 const (
-	KeepaliveTime    = 5 * time.Second
-	KeepaliveTimeout = 3 * time.Second
+	KeepaliveTime    = dialer.KeepaliveTime
+	KeepaliveTimeout = dialer.KeepaliveTimeout
 )
 
 // waitChannel waits until the connection to the controller is ready, for

@@ -152,36 +152,3 @@ func (s *Store) DeleteNode(ctx context.Context, name string) error {
 	}
 	return nil
 }
-
-// MarkConnected records that node's agent holds a session, until ctx ends
-// (or the controller dies: the record is leased with ttl). It returns when
-// ctx ends.
-func (s *Store) MarkConnected(ctx context.Context, node string, ttl time.Duration) error {
-	lease, err := s.cli.Grant(ctx, int64(max(ttl/time.Second, 2)))
-	if err != nil {
-		return fmt.Errorf("store: node %q status lease: %w", node, err)
-	}
-	defer func() {
-		// The session ends: the time it did is kept (unleased) while
-		// no session of the node holds the status key, so that a
-		// controller started later can say how long the agent has been
-		// away. A session that ends with the controller (the lease
-		// expires) leaves no such time.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_, _ = s.cli.Txn(rctx).If(clientv3.Compare(clientv3.LeaseValue(s.statusKey(node)), "=", int64(lease.ID))).
-			Then(clientv3.OpPut(s.awayKey(node), time.Now().UTC().Format(time.RFC3339Nano)), clientv3.OpDelete(s.statusKey(node))).Commit()
-		_, _ = s.cli.Revoke(rctx, lease.ID)
-	}()
-	if _, err := s.cli.Txn(ctx).Then(clientv3.OpPut(s.statusKey(node), time.Now().UTC().Format(time.RFC3339Nano), clientv3.WithLease(lease.ID)),
-		clientv3.OpDelete(s.awayKey(node))).Commit(); err != nil {
-		return fmt.Errorf("store: node %q status: %w", node, err)
-	}
-	ka, err := s.cli.KeepAlive(ctx, lease.ID)
-	if err != nil {
-		return fmt.Errorf("store: node %q status keepalive: %w", node, err)
-	}
-	for range ka {
-	}
-	return ctx.Err()
-}

@@ -53,11 +53,12 @@ type Store struct {
 	log    *slog.Logger
 	prefix string
 	hist   HistoryReader // nil: Changes reads through watches
+	leases *statusLeases // shared by the copies WithPrefix makes
 }
 
 // New returns a store on cli under DefaultPrefix.
 func New(cli *clientv3.Client, log *slog.Logger) *Store {
-	return &Store{cli: cli, log: log, prefix: DefaultPrefix}
+	return &Store{cli: cli, log: log, prefix: DefaultPrefix, leases: &statusLeases{m: map[int64]*statusLease{}}}
 }
 
 // WithPrefix returns a store using another key prefix (tests).

@@ -126,10 +126,38 @@ const MaxBackoff = time.Second
 
 // connectBackoff paces reconnections (100 ms to MaxBackoff); the jitter
 // spreads a whole cluster's reconnections.
+//
+// ConnectTimeout is how long one connection attempt (TCP, TLS handshake,
+// the server's HTTP/2 preface) may take: gRPC's default. A controller
+// that thousands of agents connect to at once (its start, its restart)
+// answers every handshake late; with 5 s, attempts were dropped just
+// before their answer and started over, each costing the controller
+// another handshake: 5,000 agents failed 31,000 attempts
+// (docs/benchmarks.md, "Scale", run C). A replica that does not answer at
+// all does not hold the agent that long: pick_first tries the next
+// address after 250 ms while the first attempt goes on.
+const ConnectTimeout = 20 * time.Second
+
 var connectBackoff = grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: MaxBackoff},
-	MinConnectTimeout: 5 * time.Second,
+	MinConnectTimeout: ConnectTimeout,
 }
+
+// KeepaliveTime and KeepaliveTimeout are the agent's keepalive (gRPC's
+// keepalive.ClientParameters, with PermitWithoutStream): an idle
+// connection to the controller is pinged this often, and given up when a
+// ping is not answered in time. A controller that vanished without
+// closing its connections (its host or its pod's network gone first) is
+// noticed within their sum; one that returns at the same address answers
+// the next ping with a reset, so the agent is back within KeepaliveTime
+// plus a reconnection. The controller allows pings this frequent (its
+// keepalive enforcement). The scale harness's simulated agents use the
+// same, so that the controller reads and answers their pings as it does
+// real agents'.
+const (
+	KeepaliveTime    = 5 * time.Second
+	KeepaliveTimeout = 3 * time.Second
+)
 
 // StreamWindow and ConnWindow are the HTTP/2 flow-control windows of the
 // connection to the controller, static. gRPC's default (dynamic windows,

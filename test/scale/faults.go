@@ -29,6 +29,7 @@ func (e *Env) Restart(ctx context.Context, kill bool) error {
 		return fmt.Errorf("before restart: %w", err)
 	}
 	before := e.Fleet.Stats()
+	e.Fleet.TakeFailures()
 	var mon *Monitor
 	if e.Real != nil {
 		var err error
@@ -64,6 +65,7 @@ func (e *Env) Restart(ctx context.Context, kill bool) error {
 		resumed["in-sync"], resumed["delta"], resumed["snapshot"])
 	e.Report.Add(sc, "snapshots sent", "%d", after.Snapshots-before.Snapshots)
 	e.Report.Add(sc, "sessions that failed on the way (agents retried)", "%d", after.Errors-before.Errors)
+	e.Report.Add(sc, "agents' sessions that failed, by cause", "%s", e.Fleet.TakeFailures())
 	if u, err := ct.Usage(); err == nil {
 		e.Report.Add(sc, "controller RSS after", "%s", mib(u.RSS))
 	}

@@ -39,6 +39,7 @@ type Fleet struct {
 	Agents  []*Agent
 	byNode  map[string]*Agent
 	watches watches
+	fails   failures
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }

@@ -117,10 +117,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, s := range rates.Steps {
 		rep.Add("setup", s.What, "%d in %s (%.0f/s, %d clients)", s.Count, secs(time.Duration(s.Seconds*float64(time.Second))), float64(s.Count)/s.Seconds, o.Width)
 	}
+	rep.Add("load average", "after setup (1 / 5 / 15 min)", "%s", loadAverage())
 	has := func(s string) bool { return slices.Contains(o.Scenarios, s) }
 	if has("cold") {
 		logf("scenario: cold start")
-		if err := env.ColdStart(ctx); err != nil {
+		err := env.ColdStart(ctx)
+		rep.Add("load average", "after cold", "%s", loadAverage())
+		if err != nil {
 			return rep, fmt.Errorf("cold start: %w", err)
 		}
 	} else {
@@ -162,7 +165,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		logf("scenario: %s", s.name)
-		if err := s.fn(); err != nil {
+		err := s.fn()
+		rep.Add("load average", "after "+s.name, "%s", loadAverage())
+		if err != nil {
 			return rep, fmt.Errorf("%s: %w", s.name, err)
 		}
 	}

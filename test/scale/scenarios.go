@@ -2,8 +2,10 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -127,20 +129,27 @@ func (e *Env) ColdStart(ctx context.Context) error {
 	}
 	serving := time.Now()
 	u0, _ := e.Cluster.Controllers[0].Usage()
+	h0, _ := ReadUsage(os.Getpid())
 	wait := e.profile(ctx, "coldstart", 10*time.Second)
+	before := e.Fleet.Stats()
+	e.Fleet.TakeFailures()
 	e.Fleet.Start(ctx)
 	last, err := e.Fleet.WaitSessions(ctx, serving)
 	if err != nil {
 		return err
 	}
 	u1, _ := e.Cluster.Controllers[0].Usage()
+	h1, _ := ReadUsage(os.Getpid())
 	e.Report.Add(sc, "controller start -> serving (planner loaded; every replica)", "%s", secs(serving.Sub(start)))
 	e.Report.Add(sc, "agents started -> every agent holds its plan", "%s", secs(last.Sub(serving)))
 	e.Report.Add(sc, "controller start -> every agent holds its plan", "%s", secs(last.Sub(start)))
 	e.Report.Add(sc, "controller CPU while agents connected", "%.1f s (%.0f%% of one core)", (u1.CPU - u0.CPU).Seconds(), CPUPercent(u0, u1))
 	e.Report.Add(sc, "controller RSS after", "%s", mib(u1.RSS))
+	e.Report.Add(sc, "harness (the simulated agents) CPU meanwhile", "%.1f s (%.0f%% of one core)", (h1.CPU - h0.CPU).Seconds(), CPUPercent(h0, h1))
 	st := e.Fleet.Stats()
 	e.Report.Add(sc, "snapshots sent", "%d", st.Snapshots)
+	e.Report.Add(sc, "plan streams opened by the agents / agents", "%d / %d", st.Sessions-before.Sessions, len(e.Fleet.Agents))
+	e.Report.Add(sc, "agents' sessions that failed, by cause", "%s", e.Fleet.TakeFailures())
 	e.Report.Add(sc, "plan items held by the agents", "%d", e.Fleet.PlanItems())
 	wait()
 	check := time.Now()
@@ -192,11 +201,13 @@ func (e *Env) Rest(ctx context.Context, d time.Duration) error {
 		}
 		us = append(us, [2]Usage{u})
 	}
+	wait := e.profile(ctx, "rest", d)
 	select {
 	case <-time.After(d):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	wait()
 	for i, ct := range e.Cluster.Controllers {
 		u, err := ct.Usage()
 		if err != nil {
@@ -226,6 +237,7 @@ func (e *Env) Load(ctx context.Context, rate int, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	h0, _ := ReadUsage(os.Getpid())
 	wait := e.profile(ctx, "load", min(d, 30*time.Second))
 	var (
 		mu        sync.Mutex
@@ -307,6 +319,7 @@ func (e *Env) Load(ctx context.Context, rate int, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	h1, _ := ReadUsage(os.Getpid())
 	wait()
 	// The figures are recorded whether or not the rate was kept: they
 	// say by how much it was not.
@@ -314,13 +327,21 @@ func (e *Env) Load(ctx context.Context, rate int, d time.Duration) error {
 	e.Report.Add(sc, "ticks skipped: 64 changes outstanding", "%d", skipped)
 	e.Report.Add(sc, "controller 1 CPU", "%.1f%% of one core", CPUPercent(u0, u1))
 	e.Report.Add(sc, "controller 1 RSS at the end", "%s", mib(u1.RSS))
+	e.Report.Add(sc, "harness (the simulated agents and the API clients) CPU", "%.1f%% of one core", CPUPercent(h0, h1))
 	e.Report.Add(sc, "creation -> every relevant agent, p50 / p99 (one change in ten)", "%s / %s", ms(Percentile(latencies, 50)), ms(Percentile(latencies, 99)))
 	e.Report.Add(sc, "creation call (the API's answer), p50 / p99", "%s / %s", ms(Percentile(calls, 50)), ms(Percentile(calls, 99)))
-	if failed != nil {
-		return failed
+	// Whether or not the rate was kept, what was made is deleted and every
+	// plan checked: a load the controller fell behind on must still end
+	// with every agent holding its plan.
+	check := time.Now()
+	err = parallel(len(live), 16, func(i int) error { return DeleteEndpoint(ctx, e.Mgmt, live[i]) })
+	if err == nil {
+		err = e.InSync(ctx, 2*time.Minute)
 	}
-	if err := parallel(len(live), 16, func(i int) error { return DeleteEndpoint(ctx, e.Mgmt, live[i]) }); err != nil {
-		return err
+	if err == nil {
+		e.Report.Add(sc, "after the load: its endpoints deleted, every plan checked against GetPlan", "ok (%s)", secs(time.Since(check)))
+	} else {
+		e.Report.Add(sc, "after the load: its endpoints deleted, every plan checked against GetPlan", "failed: %v", err)
 	}
-	return e.InSync(ctx, 2*time.Minute)
+	return errors.Join(failed, err)
 }

@@ -74,7 +74,9 @@ func (s *AgentStats) add(o AgentStats) {
 
 func newAgent(f *Fleet, node, underlay string, creds credentials.TransportCredentials) (*Agent, error) {
 	conn, err := dialer.Dial(f.cfg.Target, grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+		// The real agent's keepalive: the controller reads and answers
+		// an idle agent's pings every 5 s (and does not ping it itself).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: dialer.KeepaliveTime, Timeout: dialer.KeepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(f.cfg.MaxMessage)))
 	if err != nil {
 		return nil, err
@@ -92,10 +94,14 @@ func (a *Agent) run(ctx context.Context) {
 		err := a.stream(ctx)
 		a.mu.Lock()
 		a.session.open = false
-		if err != nil && ctx.Err() == nil {
+		failed := err != nil && ctx.Err() == nil
+		if failed {
 			a.stats.Errors++
 		}
 		a.mu.Unlock()
+		if failed {
+			a.fleet.fails.add(err)
+		}
 		if ctx.Err() != nil {
 			return
 		}

@@ -32,6 +32,8 @@ func run() error {
 		scenarios string
 		keep      bool
 		out       string
+		interval  time.Duration
+		ctlArgs   string
 	)
 	flag.StringVar(&o.Work.Kind, "workload", scale.Local, "local (tenants, each network on 10 nodes) or wide (one network on every node)")
 	flag.IntVar(&o.Work.Nodes, "agents", 5000, "nodes, one agent each")
@@ -50,12 +52,18 @@ func run() error {
 	flag.IntVar(&o.Width, "width", 32, "parallel API clients for setup and creations")
 	flag.DurationVar(&o.Counters, "counters", 10*time.Second, "agents' counter report interval")
 	flag.BoolVar(&o.Kill, "kill", false, "restart: SIGKILL the controller instead of SIGTERM")
-	flag.BoolVar(&o.Profile, "profile", false, "save controller CPU profiles (cold start, load, restart) in the run directory")
+	flag.BoolVar(&o.Profile, "profile", false, "save controller CPU profiles (cold start, rest, load, restart) in the run directory")
 	flag.StringVar(&o.Bins.Controller, "bin-dir", "", "directory with prebuilt skiff-controller, skiff-agent and scale-etcd (default: build)")
 	flag.StringVar(&o.Dir, "dir", "", "run directory (default: a new temporary one)")
 	flag.BoolVar(&keep, "keep", false, "keep the run directory (logs, profiles)")
 	flag.StringVar(&out, "out", "", "also write the figures to this file")
+	flag.DurationVar(&interval, "plan-interval", 0, "the controllers' --plan-interval (0: the controller's default)")
+	flag.StringVar(&ctlArgs, "controller-args", "", "more flags for every controller, space-separated")
 	flag.Parse()
+	if interval != 0 {
+		o.ControllerIn = append(o.ControllerIn, "--plan-interval", interval.String())
+	}
+	o.ControllerIn = append(o.ControllerIn, strings.Fields(ctlArgs)...)
 	o.Scenarios = strings.Split(scenarios, ",")
 	if dir := o.Bins.Controller; dir != "" {
 		o.Bins = scale.Binaries{Controller: dir + "/skiff-controller", Agent: dir + "/skiff-agent", Etcd: dir + "/scale-etcd"}
