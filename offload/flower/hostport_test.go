@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
 // hostPortInput: base's network blue with a gateway (skh100) and the
@@ -71,6 +73,10 @@ func TestCompileHostPort(t *testing.T) {
 	gws := in.Gateways
 	in.Gateways = nil
 	expect(t, "host port without a gateway", in, p, sorted(baseRules, hostRules[:2]))
+	// And with no local endpoint at all: those two rules alone.
+	q := p.Clone()
+	q.Local = map[string]plan.Endpoint{}
+	expect(t, "host port, no local endpoint", Input{VXLAN: "skvx", HostPorts: in.HostPorts}, q, sorted(hostRules[:2]))
 	in.Gateways = gws
 
 	// Without a host port (egress none), none of its rules.

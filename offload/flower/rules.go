@@ -328,8 +328,19 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		}
 		remotes[r.Network] = append(remotes[r.Network], r)
 	}
+	// The networks with local endpoints, and those with only the node's
+	// host port (a node with no endpoint on a network that routes out).
+	nets := slices.Collect(maps.Keys(byNet))
+	for nname := range in.HostPorts {
+		if _, ok := byNet[nname]; !ok {
+			if _, inPlan := p.Networks[nname]; inPlan {
+				nets = append(nets, nname)
+			}
+		}
+	}
+	slices.Sort(nets)
 	var out []Rule
-	for _, nname := range slices.Sorted(maps.Keys(byNet)) {
+	for _, nname := range nets {
 		n := p.Networks[nname]
 		if n.VNI == 0 || n.VNI > 1<<24-1 {
 			return nil, fmt.Errorf("networks[%s].vni: must be 1..16777215, got %d", nname, n.VNI)
