@@ -13,10 +13,12 @@ import (
 // the kubelet, the API server or a NodePort would send) reaches pods on
 // every node and gets the replies, on offload and software nodes alike,
 // through the host ports (skn<VNI>), while the anycast gateway stays the
-// pods' first hop. n1 and n2 run --mode offload (netdevsim eswitches,
-// pods standing in for VFs), n3 --mode software; network pods (snat)
-// has a pod on each node, network tenant (none) one on each offload
-// node.
+// pods' first hop. n1, n2 and n4 run --mode offload (netdevsim
+// eswitches, pods standing in for VFs), n3 --mode software; network
+// pods (snat) has a pod on n1, n2 and n3, network tenant (none) one on
+// each offload node. n4 has no pod of network pods (a control-plane
+// node calling a webhook): the planner makes it a member all the same
+// and it has a host port without a gateway.
 //   - every node pings every pods pod and opens TCP to it; a pod on
 //     another node sees the node's underlay address (the node's packets
 //     left through its host port, and the reply, routed by the pod's
@@ -32,6 +34,7 @@ func TestOffloadHostPort(t *testing.T) {
 		{Name: "n1", Mode: "offload", IP: "192.0.2.1", Pods: []string{"a", "t1"}},
 		{Name: "n2", Mode: "offload", IP: "192.0.2.2", Pods: []string{"b", "t2"}},
 		{Name: "n3", Mode: "software", IP: "192.0.2.3", Pods: []string{"c"}},
+		{Name: "n4", Mode: "offload", IP: "192.0.2.4", Pods: []string{"t4"}},
 	}
 	r := guest.StartRig(t, "skhp", 7401, 81, nodes)
 	ctl := r.Ctl
@@ -40,7 +43,7 @@ func TestOffloadHostPort(t *testing.T) {
 	ctl.Must("network", "create", "tenant", "--vni", "200")
 	ctl.Must("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
 
-	network := map[string]string{"a": "pods", "b": "pods", "c": "pods", "t1": "tenant", "t2": "tenant"}
+	network := map[string]string{"a": "pods", "b": "pods", "c": "pods", "t1": "tenant", "t2": "tenant", "t4": "tenant"}
 	ips, home := map[string]string{}, map[string]string{}
 	for _, n := range nodes {
 		for _, p := range n.Pods {
@@ -51,12 +54,12 @@ func TestOffloadHostPort(t *testing.T) {
 		_, err := exec.Command(ipBin, "netns", "exec", ns, "/bin/ping", "-c", "1", "-W", "1", addr).CombinedOutput()
 		return err == nil
 	}
-	diag := func() string { return diagnoseNodes("skhpn1", "skhpn2", "skhpn3") }
+	diag := func() string { return diagnoseNodes("skhpn1", "skhpn2", "skhpn3", "skhpn4") }
 
 	// The overlay works in both networks.
 	guest.WaitFor(t, "pods reach each other across the three nodes", 60*time.Second, func() (bool, string) {
 		var failed []string
-		for _, pr := range [][2]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"t1", "t2"}} {
+		for _, pr := range [][2]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"t1", "t2"}, {"t4", "t1"}} {
 			if !ping("skhpp"+pr[0], ips[pr[1]]) {
 				failed = append(failed, pr[0]+"->"+pr[1])
 			}
@@ -101,7 +104,7 @@ func TestOffloadHostPort(t *testing.T) {
 			t.Errorf("%s has no host port on network pods: %v\n%s", n.Name, err, out)
 		}
 	}
-	for from, to := range map[string]string{"n1": "t2", "n2": "t1", "n3": "t1"} {
+	for from, to := range map[string]string{"n1": "t2", "n2": "t1", "n3": "t1", "n4": "t2"} {
 		if ping("skhp"+from, ips[to]) {
 			t.Errorf("%s reached the tenant pod %s on %s (egress none)", from, to, home[to])
 		}
