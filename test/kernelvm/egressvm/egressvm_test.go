@@ -197,7 +197,7 @@ func diagnoseNodes(nss ...string) string {
 	// bridge fdb: a software node's forwarding to remote MACs (its
 	// VXLAN entries) and to its host port.
 	node := ip + " -br link; " + ip + " -br addr; " + ip + " route show table all; " + ip + " rule; " + ip + " neigh; " +
-		"/usr/sbin/bridge fdb show | grep -v -E 'permanent$|^33:33|^01:00:5e' ; for d in $(ls /sys/class/net); do " +
+		"/usr/sbin/bridge fdb show | grep -v -E '^33:33|^01:00:5e' ; for d in $(ls /sys/class/net); do " +
 		tc + " -s filter show dev $d ingress 2>/dev/null | grep -E 'filter|dst_mac|arp_tip|redirect|Sent|chain|ct|not_in_hw' ; done"
 	for _, ns := range nss {
 		out, _ := exec.Command(ipBin, "netns", "exec", ns, "/bin/sh", "-c", node).CombinedOutput()
