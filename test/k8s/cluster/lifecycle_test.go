@@ -165,7 +165,14 @@ func TestDeadTestProcess(t *testing.T) {
 // deadHelper runs a one-node cluster with a pod, writes its record to
 // file, and waits to be killed.
 func deadHelper(t *testing.T, file string) {
-	pause, testpod := TestImages(t, t.TempDir())
+	// The images go beside the record, in the parent's temporary
+	// directory: this process is killed, so its own would never be
+	// removed.
+	dir := filepath.Join(filepath.Dir(file), "images")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pause, testpod := TestImages(t, dir)
 	c := Start(t, Options{Nodes: 1, Images: []string{pause, testpod}})
 	c.WaitDefaultServiceAccount(t, "default")
 	c.Apply(t, hostPod)
