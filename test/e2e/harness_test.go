@@ -4,11 +4,13 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,7 +49,8 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "skiff-e2e-bin")
+	removeDeadBinDirs()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("skiff-e2e-bin-%d-", os.Getpid()))
 	if err != nil {
 		panic(err)
 	}
@@ -69,6 +72,22 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// removeDeadBinDirs removes the binary directories of earlier runs whose
+// test process is gone: a run killed by its timeout exits without
+// removing its own (about 200 MB each).
+func removeDeadBinDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "skiff-e2e-bin-*-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(strings.Split(filepath.Base(d), "-")[3])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // freePort returns a loopback address with a port that was free a moment ago.
