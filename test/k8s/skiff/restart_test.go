@@ -19,20 +19,6 @@ func networkUnavailable(t *testing.T, c *cluster.Cluster, node string) string {
 	return strings.TrimSpace(out)
 }
 
-// waitFor polls f every 50 ms until it holds, and returns how long it
-// took.
-func waitFor(t *testing.T, what string, within time.Duration, f func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !f() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not after %v", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestRestartsKeepTraffic restarts the controller's pod and each agent's
 // pod while a ping flow crosses the nodes: no packet is lost. Pods
 // deleted while the controller is down finish terminating, and their
@@ -67,7 +53,7 @@ func TestRestartsKeepTraffic(t *testing.T) {
 		get := append([]string{"-n", "skiff-system", "get", "pods"}, sel...)
 		old := strings.TrimSpace(c.MustKubectl(t, append(get, "-o", "jsonpath={.items[0].metadata.uid}")...))
 		c.MustKubectl(t, append(append([]string{"-n", "skiff-system", "delete", "pods"}, sel...), "--wait=true")...)
-		took := waitFor(t, what+" back", 2*time.Minute, func() bool {
+		took := cluster.WaitFor(t, 2*time.Minute, what+" back", func() bool {
 			out, _ := c.Kubectl(append(get, "-o", `jsonpath={range .items[*]}{.metadata.uid} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)...)
 			f := strings.Fields(out)
 			return len(f) == 2 && f[0] != old && f[1] == "True"
@@ -107,11 +93,11 @@ func TestRestartsKeepTraffic(t *testing.T) {
 	c.MustKubectl(t, "label", "node", "k1", "skiff-test-agent=on")
 	c.MustKubectl(t, "-n", "skiff-system", "patch", "daemonset", "skiff-agent", "--type=merge", "-p",
 		`{"spec":{"template":{"spec":{"nodeSelector":{"skiff-test-agent":"on"}}}}}`)
-	waitFor(t, "k2's agent gone", 2*time.Minute, func() bool {
+	cluster.WaitFor(t, 2*time.Minute, "k2's agent gone", func() bool {
 		out, _ := c.Kubectl("-n", "skiff-system", "get", "pods", "-l", "app.kubernetes.io/name=skiff-agent", "--field-selector", "spec.nodeName=k2", "-o", "name")
 		return strings.TrimSpace(out) == ""
 	})
-	down := waitFor(t, "k2 NetworkUnavailable", time.Minute, func() bool {
+	down := cluster.WaitFor(t, time.Minute, "k2 NetworkUnavailable", func() bool {
 		return strings.HasPrefix(networkUnavailable(t, c, "k2"), "True")
 	})
 	t.Logf("agent pod of k2 gone -> NetworkUnavailable True (%s) in %v", networkUnavailable(t, c, "k2"), down)
@@ -121,7 +107,7 @@ func TestRestartsKeepTraffic(t *testing.T) {
 	start = time.Now()
 	c.MustKubectl(t, "-n", "skiff-system", "patch", "daemonset", "skiff-agent", "--type=json", "-p",
 		`[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]`)
-	waitFor(t, "k2 NetworkUnavailable cleared", 2*time.Minute, func() bool {
+	cluster.WaitFor(t, 2*time.Minute, "k2 NetworkUnavailable cleared", func() bool {
 		return strings.HasPrefix(networkUnavailable(t, c, "k2"), "False")
 	})
 	t.Logf("DaemonSet back on k2 -> NetworkUnavailable False in %v (includes the agent pod's start)", time.Since(start))
