@@ -31,14 +31,8 @@ func TestGatewayEgress(t *testing.T) {
 	// A new namespace copies IPv4 settings from the root one: start
 	// from a node that does not forward.
 	guest.In(t, node, "/bin/sh", "-c", "echo 0 > /proc/sys/net/ipv4/ip_forward")
-	ipIn(t, node, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", inet)
-	ipIn(t, node, "addr", "add", "192.0.2.1/24", "dev", "up0")
-	ipIn(t, node, "link", "set", "up0", "up")
-	ipIn(t, inet, "addr", "add", "192.0.2.254/24", "dev", "eth0")
-	ipIn(t, inet, "link", "set", "eth0", "up")
 	const outside = "203.0.113.200"
-	ipIn(t, inet, "addr", "add", outside+"/32", "dev", "lo")
-	ipIn(t, node, "route", "add", outside+"/32", "via", "192.0.2.254")
+	uplink(t, node, inet, "192.0.2.1/24", "192.0.2.254/24", outside+"/32")
 
 	pods := map[string]string{}   // network -> pod namespace
 	podIPs := map[string]string{} // network -> pod address
@@ -202,6 +196,21 @@ func ipIn(t *testing.T, ns string, args ...string) string {
 func try(ns string, args ...string) (string, error) {
 	out, err := exec.Command(guest.IP, append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// uplink links node (up0, at nodeAddr) to the outside namespace inet
+// (eth0, at inetAddr), which holds the address outside on its loopback;
+// the node routes outside through inet. No route leads back.
+func uplink(t *testing.T, node, inet, nodeAddr, inetAddr, outside string) {
+	t.Helper()
+	ipIn(t, node, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", inet)
+	ipIn(t, node, "addr", "add", nodeAddr, "dev", "up0", "nodad")
+	ipIn(t, node, "link", "set", "up0", "up")
+	ipIn(t, inet, "addr", "add", inetAddr, "dev", "eth0", "nodad")
+	ipIn(t, inet, "link", "set", "eth0", "up")
+	ipIn(t, inet, "addr", "add", outside, "dev", "lo")
+	via, _, _ := strings.Cut(inetAddr, "/")
+	ipIn(t, node, "route", "add", outside, "via", via)
 }
 
 func nsPath(name string) string { return "/run/netns/" + name }

@@ -45,7 +45,7 @@ func (d *Datapath) hostPorts(p plan.Plan, _ map[string]flower.Gateway, byName ma
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(p.Networks)) {
 		n := p.Networks[name]
-		if !routesOut(n.Egress) || !p.UnderlayIP.Is4() {
+		if !agentdp.RoutesOut(n) || !p.UnderlayIP.Is4() {
 			continue
 		}
 		hp, peer := agentdp.HostPortName(n.VNI), agentdp.HostPeerName(n.VNI)

@@ -118,14 +118,14 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		if err := d.fw.SetIsolation(bridges); err != nil {
 			errs = append(errs, err)
 		}
-		if slices.ContainsFunc(bridges, func(b nl.BridgeEgress) bool { return b.Egress == plan.EgressSNAT || b.Egress == plan.EgressRouted }) {
+		if slices.ContainsFunc(slices.Collect(maps.Values(p.Networks)), datapath.RoutesOut) {
 			// Traffic leaving the overlay is routed by the node.
 			if changed, err := d.fw.EnableIPv4Forwarding(); err != nil {
 				errs = append(errs, err)
 			} else if changed {
 				d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
 			}
-			if routesIPv6(p) {
+			if slices.ContainsFunc(slices.Collect(maps.Values(p.Networks)), datapath.RoutesIPv6) {
 				if changed, err := d.fw.EnableIPv6Forwarding(); err != nil {
 					errs = append(errs, err)
 				} else if changed {
@@ -162,20 +162,6 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// routesIPv6 reports whether the node routes IPv6 out of a network: one
-// whose egress is snat or routed has an IPv6 subnet.
-func routesIPv6(p plan.Plan) bool {
-	for _, n := range p.Networks {
-		if n.Egress != plan.EgressSNAT && n.Egress != plan.EgressRouted {
-			continue
-		}
-		if slices.ContainsFunc(n.Subnets, func(s plan.Subnet) bool { return s.CIDR.Addr().Is6() }) {
-			return true
-		}
-	}
-	return false
 }
 
 // mtuAdvice says why a network's MTU does not fit a 1500-byte underlay

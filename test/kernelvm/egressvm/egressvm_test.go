@@ -23,8 +23,9 @@ func in(t testing.TB, ns string, args ...string) string { t.Helper(); return gue
 
 // Outside addresses, on the internet namespace's loopback.
 const (
-	denied  = "203.0.113.200" // excepted by the ipBlock policy below
-	allowed = "203.0.113.201"
+	denied   = "203.0.113.200" // excepted by the ipBlock policy below
+	allowed  = "203.0.113.201"
+	outside6 = "2001:db8:ee::200"
 )
 
 // TestOffloadEgress: on offload nodes,
@@ -67,10 +68,20 @@ func TestOffloadEgress(t *testing.T) {
 			in(t, "skeg"+n.Name, ipBin, "route", "add", a+"/32", "via", "192.0.2.250")
 		}
 	}
+	// The IPv6 internet: the underlay carries IPv6 too (the VTEPs stay
+	// IPv4).
+	in(t, inet, ipBin, "addr", "add", "2001:db8:ff::fe/64", "dev", "eth0", "nodad")
+	in(t, inet, ipBin, "addr", "add", outside6+"/128", "dev", "lo")
+	for i, n := range nodes {
+		in(t, "skeg"+n.Name, ipBin, "addr", "add", fmt.Sprintf("2001:db8:ff::%d/64", i+1), "dev", "eth0", "nodad")
+		in(t, "skeg"+n.Name, ipBin, "-6", "route", "add", outside6+"/128", "via", "2001:db8:ff::fe")
+	}
 	ctl.Must("network", "create", "pods", "--vni", "100", "--egress", "snat")
 	ctl.Must("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+	ctl.Must("subnet", "create", "pods-v6", "--network", "pods", "--cidr", "2001:db8:100::/64")
 	ctl.Must("network", "create", "tenant", "--vni", "200")
 	ctl.Must("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+	ctl.Must("subnet", "create", "tenant-v6", "--network", "tenant", "--cidr", "2001:db8:200::/64")
 	ctl.Must("network", "create", "flat", "--vni", "300", "--egress", "routed")
 	ctl.Must("subnet", "create", "flat-v4", "--network", "flat", "--cidr", "203.0.113.0/25")
 
@@ -83,6 +94,10 @@ func TestOffloadEgress(t *testing.T) {
 	}
 	pings := func(from, addr string) bool {
 		_, err := exec.Command(ipBin, "netns", "exec", "skegp"+from, "/bin/ping", "-c", "1", "-W", "1", addr).CombinedOutput()
+		return err == nil
+	}
+	pings6 := func(from, addr string) bool {
+		_, err := exec.Command(ipBin, "netns", "exec", "skegp"+from, "/bin/ping", "-6", "-c", "1", "-W", "1", addr).CombinedOutput()
 		return err == nil
 	}
 	diag := func() string { return diagnose(inet) }
@@ -103,17 +118,39 @@ func TestOffloadEgress(t *testing.T) {
 	if seen, err := seenFrom(t, "skegpa", denied); err != nil || seen != "192.0.2.1" {
 		t.Errorf("snat pod a -> outside: seen from %q (%v), want n1's 192.0.2.1\n%s", seen, err, diag())
 	}
-	for key, want := range map[string]string{"ip_forward": "1", "conf/skg100/forwarding": "1", "conf/skg200/forwarding": "0", "conf/skg300/forwarding": "1"} {
-		if v := strings.TrimSpace(in(t, "skegn1", "/bin/cat", "/proc/sys/net/ipv4/"+key)); v != want {
-			t.Errorf("n1: net.ipv4.%s = %s, want %s", key, v, want)
+	for key, want := range map[string]string{"ipv4/ip_forward": "1", "ipv4/conf/skg100/forwarding": "1", "ipv4/conf/skg200/forwarding": "0", "ipv4/conf/skg300/forwarding": "1",
+		"ipv6/conf/all/forwarding": "1", "ipv6/conf/skg100/forwarding": "1", "ipv6/conf/skg200/forwarding": "0"} {
+		if v := strings.TrimSpace(in(t, "skegn1", "/bin/cat", "/proc/sys/net/"+key)); v != want {
+			t.Errorf("n1: net.%s = %s, want %s", strings.ReplaceAll(key, "/", "."), v, want)
 		}
+	}
+	// snat over IPv6: out, masqueraded to n1's IPv6 address; the pod's
+	// packets leave the eswitch for n1's stack at the gateway, as IPv4's.
+	if seen, err := seenFrom(t, "skegpa", outside6); err != nil || seen != "2001:db8:ff::1" {
+		t.Errorf("snat pod a -> IPv6 outside: seen from %q (%v), want n1's 2001:db8:ff::1\n%s", seen, err, diag())
+	}
+	// Between networks over IPv6: w reaches a, the tenant pod t1 does
+	// not (through the gateways: the isolation rules are inet).
+	a6 := podIPv6(t, "skegpa")
+	guest.WaitFor(t, "w reaches a over IPv6", 30*time.Second, func() (bool, string) {
+		return pings6("w", a6), "no answer from " + a6 + "\n" + diag()
+	})
+	if pings6("t1", a6) {
+		t.Errorf("tenant pod t1 reached the snat pod a (%s) over IPv6", a6)
 	}
 
 	// none: nothing out even with a route back, nothing in; no snat pod
 	// reaches it, on its node or the other.
 	in(t, inet, ipBin, "route", "add", "198.51.100.128/25", "via", "192.0.2.1")
+	in(t, inet, ipBin, "-6", "route", "add", "2001:db8:200::/64", "via", "2001:db8:ff::1")
 	if seen, err := seenFrom(t, "skegpt1", denied); err == nil {
 		t.Errorf("a pod of a network with egress none reached the outside (seen from %s)", seen)
+	}
+	if seen, err := seenFrom(t, "skegpt1", outside6); err == nil {
+		t.Errorf("a pod of a network with egress none reached the IPv6 outside (seen from %s)", seen)
+	}
+	if _, err := exec.Command(ipBin, "netns", "exec", inet, "/bin/ping", "-6", "-c", "1", "-W", "1", podIPv6(t, "skegpt1")).CombinedOutput(); err == nil {
+		t.Error("the IPv6 outside reached a pod of a network with egress none")
 	}
 	if _, err := exec.Command(ipBin, "netns", "exec", inet, "/bin/ping", "-c", "1", "-W", "1", ips["t1"]).CombinedOutput(); err == nil {
 		t.Error("the outside reached a pod of a network with egress none")
@@ -204,4 +241,16 @@ func diagnoseNodes(nss ...string) string {
 		fmt.Fprintf(&b, "==== %s\n%s\n", ns, out)
 	}
 	return b.String()
+}
+
+// podIPv6 is the global IPv6 address of eth0 in a pod namespace.
+func podIPv6(t *testing.T, ns string) string {
+	t.Helper()
+	for _, f := range strings.Fields(in(t, ns, ipBin, "-6", "-br", "addr", "show", "dev", "eth0", "scope", "global")) {
+		if a, _, ok := strings.Cut(f, "/"); ok {
+			return a
+		}
+	}
+	t.Fatalf("%s: no global IPv6 address on eth0", ns)
+	return ""
 }
