@@ -126,9 +126,17 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 			if r.Network != name {
 				continue
 			}
-			for _, a := range ipv4Addrs(r.IPs) {
+			for _, ip := range r.IPs {
+				a := ip.Addr()
 				remote[a] = r.MAC
-				st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 32), LinkIndex: port.Index, Src: p.UnderlayIP}] = true
+				if a.Is4() {
+					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 32), LinkIndex: port.Index, Src: p.UnderlayIP}] = true
+				} else {
+					// No IPv6 of the node's own to answer to (the
+					// underlay is IPv4): for what the node forwards
+					// (a Service's DNAT keeps the client's address).
+					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 128), LinkIndex: port.Index}] = true
+				}
 			}
 		}
 		if err := agentdp.SyncPermanentNeighs(d.k, port.Index, remote); err != nil {
@@ -150,14 +158,4 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 		errs = append(errs, fmt.Errorf("offload datapath: host port routes: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-func ipv4Addrs(ps []netip.Prefix) []netip.Addr {
-	var out []netip.Addr
-	for _, p := range ps {
-		if p.Addr().Is4() {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
 }

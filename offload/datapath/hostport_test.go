@@ -103,14 +103,18 @@ func TestHostPortRouting(t *testing.T) {
 		"198.51.100.20 dev skn100 lladdr 02:00:00:00:00:20 PERMANENT",
 		"192.0.2.2 dev skg100 lladdr 06:64:c0:00:02:02 PERMANENT",
 		"192.0.2.3 dev skg100 lladdr 06:64:c0:00:02:03 PERMANENT",
+		// IPv6: routed without a source of the node's (for what it
+		// forwards), permanent neighbour.
+		"2001:db8::20 dev skn100 metric",
+		"2001:db8::20 dev skn100 lladdr 02:00:00:00:00:20 PERMANENT",
 	} {
 		if !strings.Contains(got, w) {
 			t.Errorf("the node lacks %q:\n%s", w, got)
 		}
 	}
-	for _, no := range []string{"skn200", "198.51.100.140", "skg200 table", "iif skg200", "2001:db8::20"} {
+	for _, no := range []string{"skn200", "198.51.100.140", "skg200 table", "iif skg200", "2001:db8::20 dev skn100 src"} {
 		if strings.Contains(got, no) {
-			t.Errorf("the node has %q (egress none, or IPv6 on an IPv4 underlay):\n%s", no, got)
+			t.Errorf("the node has %q (egress none, or an IPv6 source on an IPv4 underlay):\n%s", no, got)
 		}
 	}
 	w, lw := dp.k.Writes(), dp.linkW
@@ -160,7 +164,7 @@ func TestHostPortRouting(t *testing.T) {
 		t.Errorf("egress none: host ports %v", slices.Collect(maps.Keys(hps)))
 	}
 	got = state()
-	for _, no := range []string{"skn100@", "sknp100@", "proto 83", "lladdr 06:64"} {
+	for _, no := range []string{"skn100@", "sknp100@", "proto 83", "lladdr 06:64", "2001:db8::20"} {
 		if strings.Contains(got, no) {
 			t.Errorf("after egress none the node keeps %q:\n%s", no, got)
 		}

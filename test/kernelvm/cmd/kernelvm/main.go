@@ -27,6 +27,7 @@ func run() int {
 	timeout := flag.Duration("timeout", 15*time.Minute, "limit for the whole boot (the guest runs the test binaries directly: no per-binary limit)")
 	runRE := flag.String("run", "", "only run tests matching this regexp (go test -run)")
 	verbose := flag.Bool("v", false, "show the guest output of passing packages too")
+	count := flag.Int("count", 1, "run each test this many times in the one boot (go test -count), to find a rare failure")
 	short := flag.Bool("short", false, "run the tests in short mode (go test -short): long loops run a smaller count")
 	bins := flag.String("bins", strings.Join(kernelvm.DefaultBinaries, ","), "comma-separated main packages built statically into $SKIFF_BIN of the guest (empty: none)")
 	keep := flag.String("keep", "", "host directory receiving the files tests wrote into $SKIFF_KERNELVM_OUT (profiles)")
@@ -49,6 +50,13 @@ func run() int {
 	}
 	if *runRE != "" {
 		cfg.TestArgs = append(cfg.TestArgs, "-test.run="+*runRE)
+	}
+	if *count < 1 {
+		fmt.Fprintf(os.Stderr, "kernelvm: -count %d: want at least 1\n", *count)
+		return 2
+	}
+	if *count > 1 {
+		cfg.TestArgs = append(cfg.TestArgs, fmt.Sprintf("-test.count=%d", *count))
 	}
 	if *short {
 		cfg.TestArgs = append(cfg.TestArgs, "-test.short")
