@@ -22,9 +22,13 @@ import (
 // roundTripKV counts and times the calls made through it by kind: a
 // linearizable read (etcd answers it once every write it knows of is
 // applied: under a stream of writes, a wait for their commit), a
-// serializable read (the member's applied state, at once), a write.
+// serializable read (the member's applied state, at once), a write. It
+// also counts the keys etcd visited for the reads: the Count of every
+// range response (the keys in the range, whatever the options: a
+// count-only read walks them all too).
 type roundTripKV struct {
 	clientv3.KV
+	keys  atomic.Int64
 	mu    sync.Mutex
 	calls map[string]int
 	spent map[string]time.Duration
@@ -61,6 +65,9 @@ func (c *roundTripKV) take() (map[string]int, map[string]time.Duration) {
 func (c *roundTripKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	t0 := time.Now()
 	r, err := c.KV.Get(ctx, key, opts...)
+	if err == nil {
+		c.keys.Add(r.Count)
+	}
 	c.record([]clientv3.Op{clientv3.OpGet(key, opts...)}, false, time.Since(t0))
 	return r, err
 }
@@ -93,6 +100,9 @@ func (t *roundTripTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Els
 func (t *roundTripTxn) Commit() (*clientv3.TxnResponse, error) {
 	t0 := time.Now()
 	r, err := t.Txn.Commit()
+	if err == nil {
+		t.c.keys.Add(rangeKeys(r.Responses))
+	}
 	t.c.record(t.ops, t.conds, time.Since(t0))
 	return r, err
 }
