@@ -80,7 +80,8 @@ scale: deps build
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./test/scale/cmd/skiff-scale ./test/scale/cmd/scale-etcd
 	$(SCALE) --workload local --agents 5000 --out $(BIN)/scale-local.txt
 	$(SCALE) --workload wide --agents 1000 --out $(BIN)/scale-wide.txt
-	$(SCALE) --workload local --agents 5000 --policies 10000 --scenarios cold,latency,rest,load --out $(BIN)/scale-policies.txt
+	$(SCALE) --workload local --agents 5000 --policies 10000 --scenarios cold,latency,policy,rest,load --out $(BIN)/scale-policies.txt
+	$(SCALE) --workload wide --agents 1000 --policies 10000 --scenarios cold,latency,policy,rest,load --changes 200 --out $(BIN)/scale-wide-policies.txt
 	$(SCALE) --workload local --agents 5000 --replicas 3 --scenarios cold,failover --out $(BIN)/scale-failover.txt
 
 demo: deps build

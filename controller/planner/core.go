@@ -115,13 +115,14 @@ type Planner struct {
 	// Policies by "namespace/name", namespace labels, and the last
 	// successful compilation split by node.
 	pidx       *policy.Index
-	compiled   map[string]nodePolicy              // node -> what its plan holds
-	epNode     map[string]string                  // isolated endpoint -> node whose plan holds its rules
-	groupNodes map[string]map[string]struct{}     // group -> nodes holding it
-	netGroups  map[string]map[string][]netip.Addr // group -> network -> members' addresses (cache)
-	subs       map[string][]*Subscription         // node -> its open streams (a slice: most often one)
-	ext        externals                          // learned over BGP (external.go)
-	extStaged  *[]External                        // applied by the next Update
+	compiled   map[string]nodePolicy                     // node -> what its plan holds
+	epNode     map[string]string                         // isolated endpoint -> node whose plan holds its rules
+	groupNodes map[string]map[string]map[string]struct{} // group -> network -> nodes holding it narrowed to that network
+	netGroups  map[string]map[string][]netip.Addr        // group -> network -> members' addresses (cache)
+	recompiled int                                       // nodePolicyOf calls (tests)
+	subs       map[string][]*Subscription                // node -> its open streams (a slice: most often one)
+	ext        externals                                 // learned over BGP (external.go)
+	extStaged  *[]External                               // applied by the next Update
 	// After a Load, from SetRecent (resume.go): node -> last revision of
 	// a change its plan depends on, counted from recentFloor.
 	quiet       map[string]int64
@@ -162,7 +163,7 @@ func (p *Planner) reset() {
 	p.pidx = policy.NewIndex()
 	p.compiled = map[string]nodePolicy{}
 	p.epNode = map[string]string{}
-	p.groupNodes = map[string]map[string]struct{}{}
+	p.groupNodes = map[string]map[string]map[string]struct{}{}
 	p.netGroups = map[string]map[string][]netip.Addr{}
 	p.quiet, p.recentFloor = nil, 0
 	p.forget()

@@ -19,8 +19,14 @@ type NamespaceLabels struct {
 type nodePolicy struct {
 	policies map[string]plan.EndpointPolicy
 	groups   map[string]plan.AddressGroup // by plan name: "<group>-<network>"
-	gids     map[string]struct{}          // the index's groups behind them
+	gnets    map[groupNet]struct{}        // the index's groups behind them, and their networks
 }
+
+// groupNet is one of the index's groups narrowed to one network: one
+// AddressGroup of the plans, named "<group>-<network>".
+type groupNet struct{ gid, network string }
+
+func (g groupNet) name() string { return g.gid + "-" + g.network }
 
 // policyEndpoint is what the policy index needs of an endpoint.
 func policyEndpoint(e plan.Endpoint) policy.Endpoint {
@@ -47,7 +53,8 @@ func (p *Planner) setPolicy(pol policy.Policy) {
 // it through its bridge) and named after both: "<group>-<network>".
 // Caller holds mu.
 func (p *Planner) nodePolicyOf(node string) nodePolicy {
-	np := nodePolicy{policies: map[string]plan.EndpointPolicy{}, groups: map[string]plan.AddressGroup{}, gids: map[string]struct{}{}}
+	p.recompiled++
+	np := nodePolicy{policies: map[string]plan.EndpointPolicy{}, groups: map[string]plan.AddressGroup{}, gnets: map[groupNet]struct{}{}}
 	for name := range p.byNode[node] {
 		er, ok := p.pidx.Rules(name)
 		if !ok {
@@ -71,10 +78,11 @@ func (p *Planner) netRules(rs []policy.Rule, network string, np nodePolicy) []pl
 			if peer.Group == "" {
 				continue
 			}
-			id := peer.Group + "-" + network
+			gn := groupNet{peer.Group, network}
+			id := gn.name()
 			if _, ok := np.groups[id]; !ok {
 				np.groups[id] = plan.AddressGroup{Name: id, Members: p.groupOn(peer.Group, network)}
-				np.gids[peer.Group] = struct{}{}
+				np.gnets[gn] = struct{}{}
 			}
 			peer.Group = id
 		}
@@ -107,10 +115,14 @@ func (p *Planner) groupOn(gid, network string) []netip.Addr {
 // holds. Caller holds mu.
 func (p *Planner) setNodePolicy(node string, np nodePolicy) {
 	if old, ok := p.compiled[node]; ok {
-		for g := range old.gids {
-			delete(p.groupNodes[g], node)
-			if len(p.groupNodes[g]) == 0 {
-				delete(p.groupNodes, g)
+		for gn := range old.gnets {
+			nets := p.groupNodes[gn.gid]
+			delete(nets[gn.network], node)
+			if len(nets[gn.network]) == 0 {
+				delete(nets, gn.network)
+			}
+			if len(nets) == 0 {
+				delete(p.groupNodes, gn.gid)
 			}
 		}
 	}
@@ -119,11 +131,16 @@ func (p *Planner) setNodePolicy(node string, np nodePolicy) {
 		return
 	}
 	p.compiled[node] = np
-	for g := range np.gids {
-		if p.groupNodes[g] == nil {
-			p.groupNodes[g] = map[string]struct{}{}
+	for gn := range np.gnets {
+		nets := p.groupNodes[gn.gid]
+		if nets == nil {
+			nets = map[string]map[string]struct{}{}
+			p.groupNodes[gn.gid] = nets
 		}
-		p.groupNodes[g][node] = struct{}{}
+		if nets[gn.network] == nil {
+			nets[gn.network] = map[string]struct{}{}
+		}
+		nets[gn.network][node] = struct{}{}
 	}
 }
 
@@ -145,8 +162,12 @@ func rules(rs []policy.Rule) []plan.PolicyRule {
 // syncPolicy takes what the policy index says changed and recomputes the
 // compiled policy of only the nodes concerned: those hosting (or, for a
 // moved or deleted endpoint, having hosted) an endpoint whose rules
-// changed, and those holding a group whose members changed. It marks in t
-// the nodes whose plans must change. Caller holds mu.
+// changed, in full; and those holding a group whose members changed on
+// the network they hold it for, only that group (a group's members are
+// spread over networks, and a node holds it narrowed to the networks of
+// its isolated endpoints: a member added on one network changes no
+// other network's plans). It marks in t the nodes whose plans must
+// change. Caller holds mu.
 func (p *Planner) syncPolicy(t touchSet) {
 	eps, groups := p.pidx.Take()
 	nodes := map[string]bool{}
@@ -158,11 +179,18 @@ func (p *Planner) syncPolicy(t touchSet) {
 			nodes[n] = true
 		}
 	}
+	regroup := map[string][]groupNet{} // node -> its narrowed groups whose members changed
 	for _, g := range groups {
-		for n := range p.groupNodes[g] {
-			nodes[n] = true
-		}
+		old := p.netGroups[g]
 		delete(p.netGroups, g)
+		for network, holders := range p.groupNodes[g] {
+			if was, ok := old[network]; ok && slices.Equal(was, p.groupOn(g, network)) {
+				continue
+			}
+			for n := range holders {
+				regroup[n] = append(regroup[n], groupNet{g, network})
+			}
+		}
 	}
 	for node := range nodes {
 		np := p.nodePolicyOf(node)
@@ -177,6 +205,23 @@ func (p *Planner) syncPolicy(t touchSet) {
 		p.setNodePolicy(node, np)
 		pl := p.planOf(node)
 		if !maps.EqualFunc(pl.Policies, np.policies, plan.EndpointPolicy.Equal) || !maps.EqualFunc(pl.Groups, np.groups, plan.AddressGroup.Equal) {
+			t.node(node).policy = true
+		}
+	}
+	for node, gns := range regroup {
+		np, ok := p.compiled[node]
+		if nodes[node] || !ok {
+			continue // recompiled in full above
+		}
+		// Its rules and the groups it holds are the same; only these
+		// groups' members change. The groups map is the plan's to
+		// compare with (policyDelta), so it is replaced, not edited.
+		np.groups = maps.Clone(np.groups)
+		for _, gn := range gns {
+			np.groups[gn.name()] = plan.AddressGroup{Name: gn.name(), Members: p.groupOn(gn.gid, gn.network)}
+		}
+		p.compiled[node] = np
+		if !maps.EqualFunc(p.planOf(node).Groups, np.groups, plan.AddressGroup.Equal) {
 			t.node(node).policy = true
 		}
 	}

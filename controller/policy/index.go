@@ -489,8 +489,17 @@ func (x *Index) Endpoint(name string) (Endpoint, bool) {
 func (x *Index) Take() (endpoints, groups []string) {
 	endpoints = slices.Sorted(maps.Keys(x.dirtyEps))
 	groups = slices.Sorted(maps.Keys(x.dirtyGroup))
-	clear(x.dirtyEps)
-	clear(x.dirtyGroup)
+	// New sets, not cleared ones: a Go map keeps the size it grew to, and
+	// ranging or clearing it visits every slot. After a load marked every
+	// endpoint, each later Take walked 150,000 slots twice for the few a
+	// change marks (9% of the controller's CPU under the scale harness's
+	// load with 10,000 policies).
+	if len(x.dirtyEps) > 0 {
+		x.dirtyEps = map[string]bool{}
+	}
+	if len(x.dirtyGroup) > 0 {
+		x.dirtyGroup = map[string]bool{}
+	}
 	return endpoints, groups
 }
 

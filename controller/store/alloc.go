@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/skiff-sdn/skiff/controller/ipam"
@@ -35,6 +36,16 @@ type networkState struct {
 // network); without, it reads no allocation at all (not even a count: etcd
 // counts a prefix by walking it) and taken is empty.
 func (s *Store) readNetworkState(ctx context.Context, net string, allocs bool) (*networkState, error) {
+	resp, err := s.cli.Txn(ctx).Then(s.networkStateOps(net, allocs)...).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("store: read network %q: %w", net, err)
+	}
+	return parseNetworkState(resp.Responses, allocs)
+}
+
+// networkStateOps are the reads of readNetworkState, for parseNetworkState;
+// a caller may read them in one transaction with others.
+func (s *Store) networkStateOps(net string, allocs bool) []clientv3.Op {
 	ops := []clientv3.Op{
 		clientv3.OpGet(s.k("snet", net)+"/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.subnetGuard(net)),
@@ -44,12 +55,13 @@ func (s *Store) readNetworkState(ctx context.Context, net string, allocs bool) (
 	if allocs {
 		ops = append(ops, clientv3.OpGet(s.k("ipalloc", net)+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return nil, fmt.Errorf("store: read network %q: %w", net, err)
-	}
+	return ops
+}
+
+// parseNetworkState reads the responses to networkStateOps.
+func parseNetworkState(rs []*pb.ResponseOp, allocs bool) (*networkState, error) {
 	r := func(i int) *clientv3.GetResponse {
-		return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+		return (*clientv3.GetResponse)(rs[i].GetResponseRange())
 	}
 	st := &networkState{taken: map[netip.Addr]string{}}
 	locks := map[string]bool{}
@@ -112,9 +124,13 @@ func (s *Store) probe(ctx context.Context, st *networkState, network string, req
 			cands = append(cands, candidates(ps.pool, seed)...)
 		}
 	}
+	// Serializable: the member's applied state, without waiting for the
+	// writes in flight to commit. The probe only chooses candidates; the
+	// creation's transaction compares them, and a stale answer costs a
+	// retry, never a duplicate.
 	var ops []clientv3.Op
 	for _, a := range cands {
-		ops = append(ops, clientv3.OpGet(s.ipKey(network, a)))
+		ops = append(ops, clientv3.OpGet(s.ipKey(network, a), clientv3.WithSerializable()))
 	}
 	if len(ops) == 0 {
 		return nil

@@ -21,43 +21,6 @@ import (
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
-// countingKV counts the keys etcd visited for the reads made through it:
-// the Count of every range response (the keys in the range, whatever the
-// options: a count-only read walks them all too).
-type countingKV struct {
-	clientv3.KV
-	keys atomic.Int64
-}
-
-func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	r, err := c.KV.Get(ctx, key, opts...)
-	if err == nil {
-		c.keys.Add(r.Count)
-	}
-	return r, err
-}
-
-func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &countingTxn{Txn: c.KV.Txn(ctx), c: c}
-}
-
-type countingTxn struct {
-	clientv3.Txn
-	c *countingKV
-}
-
-func (t *countingTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(cs...); return t }
-func (t *countingTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
-func (t *countingTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
-
-func (t *countingTxn) Commit() (*clientv3.TxnResponse, error) {
-	r, err := t.Txn.Commit()
-	if err == nil {
-		t.c.keys.Add(rangeKeys(r.Responses))
-	}
-	return r, err
-}
-
 func rangeKeys(rs []*pb.ResponseOp) int64 {
 	var n int64
 	for _, r := range rs {
@@ -94,7 +57,7 @@ func replica(t *testing.T, cli *clientv3.Client) *store.Store {
 func TestCreateReadsBoundedKeys(t *testing.T) {
 	ctx := context.Background()
 	cli := newClient(t)
-	kv := &countingKV{KV: cli.KV}
+	kv := newRoundTripKV(cli.KV)
 	cli.KV = kv
 	s := replica(t, cli)
 	mustNetwork(t, s, "big", 100, "2001:db8:1::/64")

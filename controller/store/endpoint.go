@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -43,34 +44,26 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 			node = n
 		}
 	}
-	if cur, err := s.cli.Get(ctx, s.epKey(e.Name), clientv3.WithCountOnly()); err != nil {
-		return nil, fmt.Errorf("store: create endpoint %q: %w", e.Name, err)
-	} else if cur.Count > 0 {
-		return nil, errorf(AlreadyExists, "name", "endpoint %q already exists", e.Name)
-	}
 	requested := slices.Clone(e.Ips)
 	seed := fnv.New64a()
 	seed.Write([]byte(e.Name))
 	misses := 0 // probes that found every candidate taken
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		_, nrev, err := s.getNetwork(ctx, e.Network)
-		if err != nil {
-			if errors.Is(err, ErrNotFound) {
-				return nil, errorf(NotFound, "network", "network %q does not exist", e.Network)
-			}
-			return nil, err
-		}
 		// An attempt probes a few candidate addresses, reading only their
 		// keys (its cost does not grow with the network). Only once
 		// probeRounds probes found every candidate taken (a nearly full
 		// subnet) do attempts scan every allocation of the network. A lost
 		// race (the transaction's compares) probes again with new
 		// candidates; the compares, not the probe, keep addresses unique.
+		// Everything else an attempt needs is one linearizable read: each
+		// waits for every write etcd knows of to be applied, so a
+		// creation among many waited once per read (TestCreateRoundTrips).
 		scan := misses >= probeRounds
-		st, err := s.readNetworkState(ctx, e.Network, scan)
+		cs, err := s.readCreateState(ctx, e, scan)
 		if err != nil {
 			return nil, err
 		}
+		st, nrev := cs.net, cs.nrev
 		if st.locked {
 			return nil, errorf(FailedPrecondition, "network", "network %q is being deleted", e.Network)
 		}
@@ -78,15 +71,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 		// record changed meanwhile makes the transaction fail and retry.
 		var ownerRev int64
 		if e.Owner != "" {
-			o, rev, err := s.getOwner(ctx, e.Owner)
-			if err != nil {
-				return nil, err
-			}
 			e.Labels, e.Namespace = in.GetLabels(), in.GetNamespace()
-			if o != nil {
-				ownedLabels(e, o)
+			if cs.owner != nil {
+				ownedLabels(e, cs.owner)
 			}
-			ownerRev = rev
+			ownerRev = cs.ownerRev
 		}
 		sd := seed.Sum64() + uint64(attempt)*7919
 		if !scan {
@@ -179,6 +168,47 @@ func (s *Store) CreateEndpoint(ctx context.Context, in *skiffv1.Endpoint) (*skif
 		s.log.Debug("endpoint allocation raced, retrying", "endpoint", e.Name, "attempt", attempt)
 	}
 	return nil, errorf(Aborted, "", "endpoint %q: too many concurrent allocations on network %q; retry", e.Name, e.Network)
+}
+
+// createState is what one attempt of an endpoint creation reads.
+type createState struct {
+	net      *networkState
+	nrev     int64 // the network's revision
+	owner    *skiffv1.Owner
+	ownerRev int64
+}
+
+// readCreateState reads, in one transaction, whether the endpoint's name
+// is free, its network and the network's state (with every allocation if
+// scan: see readNetworkState), and its owner record. An attempt probes
+// its candidate addresses with no more than this.
+func (s *Store) readCreateState(ctx context.Context, e *skiffv1.Endpoint, scan bool) (*createState, error) {
+	ops := []clientv3.Op{clientv3.OpGet(s.epKey(e.Name), clientv3.WithCountOnly()), clientv3.OpGet(s.netKey(e.Network))}
+	if e.Owner != "" {
+		ops = append(ops, clientv3.OpGet(s.ownerKey(e.Owner)))
+	}
+	base := len(ops)
+	resp, err := s.cli.Txn(ctx).Then(append(ops, s.networkStateOps(e.Network, scan)...)...).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("store: create endpoint %q: %w", e.Name, err)
+	}
+	r := func(i int) *pb.RangeResponse { return resp.Responses[i].GetResponseRange() }
+	if r(0).Count > 0 {
+		return nil, errorf(AlreadyExists, "name", "endpoint %q already exists", e.Name)
+	}
+	if len(r(1).Kvs) == 0 {
+		return nil, errorf(NotFound, "network", "network %q does not exist", e.Network)
+	}
+	cs := &createState{nrev: r(1).Kvs[0].ModRevision}
+	if e.Owner != "" {
+		if cs.owner, cs.ownerRev, err = ownerFrom(r(2).Kvs); err != nil {
+			return nil, err
+		}
+	}
+	if cs.net, err = parseNetworkState(resp.Responses[base:], scan); err != nil {
+		return nil, err
+	}
+	return cs, nil
 }
 
 // GetEndpoint returns the named endpoint.

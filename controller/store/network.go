@@ -177,13 +177,24 @@ func (s *Store) CreateSubnet(ctx context.Context, in *skiffv1.Subnet) (*skiffv1.
 			return nil, err
 		}
 		nameKey := s.subnetName(sub.Name)
-		resp, err := s.cli.Txn(ctx).
-			If(modRev(s.netKey(sub.Network), nrev), notExist(s.netLock(sub.Network)),
-				modRev(s.subnetGuard(sub.Network), snap.guardRev), notExist(nameKey),
-				clientv3.Compare(clientv3.ModRevision(s.k("snet")+"/"), "<", srev+1).WithPrefix()).
-			Then(clientv3.OpPut(s.subnetKey(sub.Network, sub.Name), marshal(sub)),
-				clientv3.OpPut(nameKey, sub.Network), clientv3.OpPut(s.subnetGuard(sub.Network), "")).
-			Else(clientv3.OpGet(nameKey)).Commit()
+		cmps := []clientv3.Cmp{modRev(s.netKey(sub.Network), nrev), notExist(s.netLock(sub.Network)),
+			modRev(s.subnetGuard(sub.Network), snap.guardRev), notExist(nameKey)}
+		puts := []clientv3.Op{clientv3.OpPut(s.subnetKey(sub.Network, sub.Name), marshal(sub)),
+			clientv3.OpPut(nameKey, sub.Network), clientv3.OpPut(s.subnetGuard(sub.Network), "")}
+		// What another network's subnet created meanwhile could make
+		// wrong: on a routed network, any overlap (every subnet is
+		// compared); on an isolated one, only an overlap with a routed
+		// network's subnet, whose creation bumps the routed guard. Two
+		// isolated networks' creations do not conflict (with every subnet
+		// compared, 32 tenants' creations at once retried until they gave
+		// up: TestIsolatedSubnetsDoNotConflict).
+		if isolatedEgress(n.GetEgress()) {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.routedGuard()), "<", srev+1))
+		} else {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k("snet")+"/"), "<", srev+1).WithPrefix())
+			puts = append(puts, clientv3.OpPut(s.routedGuard(), ""))
+		}
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(clientv3.OpGet(nameKey)).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("store: create subnet %q: %w", sub.Name, err)
 		}
@@ -216,7 +227,6 @@ func (s *Store) checkOtherNetworks(ctx context.Context, n *skiffv1.Network, p ne
 		}
 		egress[o.GetName()] = o.GetEgress()
 	}
-	isolated := func(e string) bool { return e == "" || e == plan.EgressNone }
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		o, err := unmarshal[skiffv1.Subnet](kv.Value)
 		if err != nil {
@@ -229,13 +239,17 @@ func (s *Store) checkOtherNetworks(ctx context.Context, n *skiffv1.Network, p ne
 		if err != nil {
 			return 0, fmt.Errorf("store: stored subnet %q has CIDR %q: %w", o.GetName(), o.GetCidr(), err)
 		}
-		if op.Overlaps(p) && !(isolated(n.GetEgress()) && isolated(egress[o.GetNetwork()])) {
+		if op.Overlaps(p) && !(isolatedEgress(n.GetEgress()) && isolatedEgress(egress[o.GetNetwork()])) {
 			return 0, errorf(Invalid, "cidr", "%s overlaps %s of subnet %q on network %q: only two networks whose egress is none may share addresses (%q is %s, %q is %s)",
 				p, op.Masked(), o.GetName(), o.GetNetwork(), n.GetName(), n.GetEgress(), o.GetNetwork(), egress[o.GetNetwork()])
 		}
 	}
 	return resp.Header.Revision, nil
 }
+
+// isolatedEgress says whether a network with this egress is an isolated
+// tenant's, whose addresses other isolated networks may reuse.
+func isolatedEgress(e string) bool { return e == "" || e == plan.EgressNone }
 
 // GetSubnet returns the named subnet.
 func (s *Store) GetSubnet(ctx context.Context, name string) (*skiffv1.Subnet, error) {

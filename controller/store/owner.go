@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -107,14 +108,19 @@ func (s *Store) getOwner(ctx context.Context, name string) (*skiffv1.Owner, int6
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: get owner %q: %w", name, err)
 	}
-	if len(resp.Kvs) == 0 {
+	return ownerFrom(resp.Kvs)
+}
+
+// ownerFrom reads an owner record from the answer to a read of its key.
+func ownerFrom(kvs []*mvccpb.KeyValue) (*skiffv1.Owner, int64, error) {
+	if len(kvs) == 0 {
 		return nil, 0, nil
 	}
-	o, err := unmarshal[skiffv1.Owner](resp.Kvs[0].Value)
+	o, err := unmarshal[skiffv1.Owner](kvs[0].Value)
 	if err != nil {
 		return nil, 0, err
 	}
-	o.Revision = resp.Kvs[0].ModRevision
+	o.Revision = kvs[0].ModRevision
 	return o, o.Revision, nil
 }
 

@@ -17,6 +17,7 @@
 //	networks/NET            Network            vni/VNI -> NET
 //	snet/NET/SUB            Subnet             subnets/SUB -> NET
 //	subnetguard/NET         bumped on every subnet change of NET
+//	routedguard             bumped on every subnet creation on a network whose egress is not none
 //	netlock/NET, sublock/NET/SUB   held while a delete checks for users
 //	endpoints/EP            Endpoint           epnet/NET/EP
 //	ipalloc/NET/ADDR -> EP  macalloc/NET/MAC -> EP
@@ -79,6 +80,7 @@ func (s *Store) subnetKey(net, sub string) string { return s.k("snet", net, sub)
 func (s *Store) subnetName(sub string) string     { return s.k("subnets", sub) }
 func (s *Store) subnetGuard(net string) string    { return s.k("subnetguard", net) }
 func (s *Store) netLock(net string) string        { return s.k("netlock", net) }
+func (s *Store) routedGuard() string              { return s.k("routedguard") }
 func (s *Store) subLock(net, sub string) string   { return s.k("sublock", net, sub) }
 func (s *Store) epKey(ep string) string           { return s.k("endpoints", ep) }
 func (s *Store) epNetKey(net, ep string) string   { return s.k("epnet", net, ep) }

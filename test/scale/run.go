@@ -11,7 +11,7 @@ import (
 )
 
 // Scenario names, in the order Run plays them.
-var Scenarios = []string{"cold", "latency", "rest", "load", "badinput", "restart", "failover"}
+var Scenarios = []string{"cold", "latency", "policy", "rest", "load", "badinput", "restart", "failover"}
 
 // Options configure a run.
 type Options struct {
@@ -26,19 +26,20 @@ type Options struct {
 	Bins Binaries
 	Dir  string
 	// Sizes of the scenarios.
-	Changes      int           // latency: changes measured one by one
-	Rest         time.Duration // rest: how long
-	Rate         int           // load: changes per second
-	LoadFor      time.Duration // load: how long
-	BadRounds    int           // badinput: rounds of every bad request
-	Creations    int           // failover: creations during the faults
-	Width        int           // parallel API clients for setup and failover
-	Counters     time.Duration // agents' counter report interval
-	Kill         bool          // restart with SIGKILL instead of SIGTERM
-	Profile      bool          // save controller CPU profiles in Dir
-	ControllerIn []string      // extra controller flags
-	Logf         func(format string, args ...any)
-	Report       *Report
+	Changes       int           // latency: changes measured one by one
+	PolicyChanges int           // policy: policy changes measured one by one
+	Rest          time.Duration // rest: how long
+	Rate          int           // load: changes per second
+	LoadFor       time.Duration // load: how long
+	BadRounds     int           // badinput: rounds of every bad request
+	Creations     int           // failover: creations during the faults
+	Width         int           // parallel API clients for setup and failover
+	Counters      time.Duration // agents' counter report interval
+	Kill          bool          // restart with SIGKILL instead of SIGTERM
+	Profile       bool          // save controller CPU profiles in Dir
+	ControllerIn  []string      // extra controller flags
+	Logf          func(format string, args ...any)
+	Report        *Report
 }
 
 // Run sets up the workload on real controllers, starts the fleet and plays
@@ -154,6 +155,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		fn   func() error
 	}{
 		{"latency", func() error { return env.Latency(ctx, o.Changes) }},
+		{"policy", func() error { return env.PolicyChange(ctx, o.PolicyChanges) }},
 		{"rest", func() error { return env.Rest(ctx, o.Rest) }},
 		{"load", func() error { return env.Load(ctx, o.Rate, o.LoadFor) }},
 		{"badinput", func() error { return env.BadInput(ctx, o.BadRounds, 20) }},

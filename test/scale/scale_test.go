@@ -75,6 +75,21 @@ func TestSmokeOneController(t *testing.T) {
 	}
 }
 
+// TestSmokePolicies runs the policy workload (400 policies with ipBlocks
+// and egress over 1,200 endpoints) through a cold start, endpoint changes,
+// policy changes and a load: every change must reach the agents it
+// concerns and every plan must equal the controller's.
+func TestSmokePolicies(t *testing.T) {
+	rep := smoke(t, Options{
+		Work: Workload{Kind: Local, Nodes: 40, Policies: 400}, Replicas: 1, TLS: true,
+		Scenarios: []string{"cold", "latency", "policy", "load"},
+		Changes:   20, PolicyChanges: 20, Rate: 20, LoadFor: 2 * time.Second, Counters: time.Second,
+	})
+	if got := rep.Get("policy change", "of which the apply call, p50 / p99"); got == "" {
+		t.Error("the policy scenario reported no figure")
+	}
+}
+
 // TestSmokeReplicas runs the faults on three replicas and a three-member
 // etcd cluster with a cluster-wide network: a replica and the etcd
 // leader SIGKILLed during 300 creations.

@@ -45,13 +45,20 @@ func (e *Env) logf(format string, args ...any) {
 // and node, and the nodes with a simulated agent that it concerns.
 func (e *Env) newEndpoint(prefix string) (Endpoint, []string) {
 	name := fmt.Sprintf("%s-%06d", prefix, e.extra.Add(1))
+	var ep Endpoint
+	var members []string
+	e.random(func(r *rand.Rand) { ep, members = e.Work.Extra(name, r) })
+	return ep, e.fleetNodes(members)
+}
+
+// random calls fn with the run's random source, one caller at a time.
+func (e *Env) random(fn func(r *rand.Rand)) {
 	e.rmu.Lock()
+	defer e.rmu.Unlock()
 	if e.rng == nil {
 		e.rng = rand.New(rand.NewPCG(1, 2))
 	}
-	ep, members := e.Work.Extra(name, e.rng)
-	e.rmu.Unlock()
-	return ep, e.fleetNodes(members)
+	fn(e.rng)
 }
 
 // profile captures a CPU profile of the first controller for d in the

@@ -40,8 +40,14 @@ func Setup(ctx context.Context, mgmt skiffv1.ManagementServiceClient, fleet *Fle
 		if _, err := mgmt.CreateNetwork(ctx, &skiffv1.CreateNetworkRequest{Network: &skiffv1.Network{Name: n.Name, Vni: n.VNI}}); err != nil {
 			return fmt.Errorf("network %s: %w", n.Name, err)
 		}
-		_, err := mgmt.CreateSubnet(ctx, &skiffv1.CreateSubnetRequest{Subnet: &skiffv1.Subnet{Name: n.Name + "-v4", Network: n.Name, Cidr: n.CIDR}})
-		return err
+		// A subnet's creation compares every subnet's revision (no CIDR
+		// may overlap another network's unless both are isolated), so
+		// creations on other networks make it retry, and after a few
+		// attempts it answers Aborted ("retry"), which a client retries.
+		return retry(ctx, func() error {
+			_, err := mgmt.CreateSubnet(ctx, &skiffv1.CreateSubnetRequest{Subnet: &skiffv1.Subnet{Name: n.Name + "-v4", Network: n.Name, Cidr: n.CIDR}})
+			return err
+		})
 	}); err != nil {
 		return nil, err
 	}
@@ -79,6 +85,19 @@ func retryable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// retry calls fn until it succeeds or fails for a reason that is not
+// transient, for up to a minute.
+func retry(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := fn()
+		if err == nil || !retryable(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // CreateEndpoint creates e, retrying transient failures for up to a

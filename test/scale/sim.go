@@ -232,6 +232,12 @@ func (a *Agent) accept(u *skiffv1.PlanUpdate) error {
 			changed = append(changed, r.GetName())
 		}
 		removed = append(append(removed, d.RemoveLocal...), d.RemoveRemote...)
+		for _, p := range d.UpsertPolicies {
+			changed = append(changed, policyItem(p.GetEndpoint()))
+		}
+		for _, n := range d.RemovePolicies {
+			removed = append(removed, policyItem(n))
+		}
 	default:
 		a.mu.Unlock()
 		err := errors.New("empty plan update")

@@ -183,28 +183,17 @@ func NamespaceLabels(i int) map[string]string {
 // PolicyDocuments returns the workload's NetworkPolicies as YAML documents,
 // in batches of at most batch. Policy j of namespace ns isolates app j
 // for ingress and allows apps j+1 and j+2 of its namespace and app j+3 of
-// the namespaces of its team, on TCP 80 and 443.
+// the namespaces of its team, on TCP 80 and 443, and a /24 of the
+// underlay (its team's monitoring, all of the underlay's /16 but one /26)
+// on TCP 9100; every tenth one also isolates egress, allowing its team's
+// apps j+1 on TCP 5432 and 203.0.113.0/24 on TCP 443.
 func (w Workload) PolicyDocuments(batch int) []string {
 	w = w.withDefaults()
 	var out []string
 	var b strings.Builder
 	n := 0
 	for i := range w.Policies {
-		ns, app := i%w.Namespaces, i/w.Namespaces%100
-		fmt.Fprintf(&b, `---
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {namespace: ns%03d, name: p%05d}
-spec:
-  podSelector: {matchLabels: {app: a%02d}}
-  policyTypes: [Ingress]
-  ingress:
-  - from:
-    - podSelector: {matchExpressions: [{key: app, operator: In, values: [a%02d, a%02d]}]}
-    - namespaceSelector: {matchLabels: {team: t%d}}
-      podSelector: {matchLabels: {app: a%02d}}
-    ports: [{protocol: TCP, port: 80}, {protocol: TCP, port: 443}]
-`, ns, i, app, (app+1)%100, (app+2)%100, ns%10, (app+3)%100)
+		b.WriteString(w.PolicyDocument(i, 0))
 		if n++; n == batch {
 			out = append(out, b.String())
 			b.Reset()
@@ -213,6 +202,63 @@ spec:
 	}
 	if n > 0 {
 		out = append(out, b.String())
+	}
+	return out
+}
+
+// PolicyDocument returns policy i of PolicyDocuments; version v > 0 moves
+// its monitoring port to 9100+v (a change of the policy's rules only:
+// the endpoints it selects and its address groups stay).
+func (w Workload) PolicyDocument(i, v int) string {
+	w = w.withDefaults()
+	ns, app := i%w.Namespaces, i/w.Namespaces%100
+	var b strings.Builder
+	fmt.Fprintf(&b, `---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {namespace: ns%03d, name: p%05d}
+spec:
+  podSelector: {matchLabels: {app: a%02d}}
+`, ns, i, app)
+	if i%10 == 0 {
+		b.WriteString("  policyTypes: [Ingress, Egress]\n")
+	} else {
+		b.WriteString("  policyTypes: [Ingress]\n")
+	}
+	fmt.Fprintf(&b, `  ingress:
+  - from:
+    - podSelector: {matchExpressions: [{key: app, operator: In, values: [a%02d, a%02d]}]}
+    - namespaceSelector: {matchLabels: {team: t%d}}
+      podSelector: {matchLabels: {app: a%02d}}
+    ports: [{protocol: TCP, port: 80}, {protocol: TCP, port: 443}]
+  - from:
+    - ipBlock: {cidr: 198.18.%d.0/24, except: [198.18.%d.%d/26]}
+    ports: [{protocol: TCP, port: %d}]
+`, (app+1)%100, (app+2)%100, ns%10, (app+3)%100, ns%10, ns%10, 64*(app%4), 9100+v)
+	if i%10 == 0 {
+		fmt.Fprintf(&b, `  egress:
+  - to:
+    - namespaceSelector: {matchLabels: {team: t%d}}
+      podSelector: {matchLabels: {app: a%02d}}
+    ports: [{protocol: TCP, port: 5432}]
+  - to:
+    - ipBlock: {cidr: 203.0.113.0/24}
+    ports: [{protocol: TCP, port: 443}]
+`, ns%10, (app+1)%100)
+	}
+	return b.String()
+}
+
+// PolicySelects returns the workload's endpoints (indices) that policy i
+// selects: those of its namespace with its app.
+func (w Workload) PolicySelects(i int) []int {
+	w = w.withDefaults()
+	ns, app := i%w.Namespaces, i/w.Namespaces%100
+	var out []int
+	for x := ns; x < w.Endpoints(); x += w.Namespaces {
+		if x/w.Namespaces%100 == app {
+			out = append(out, x)
+		}
 	}
 	return out
 }

@@ -44,6 +44,7 @@ func run() error {
 	flag.BoolVar(&o.RealAgent, "real-agent", os.Geteuid() == 0, "node 0 runs a real skiff-agent in a network namespace (root)")
 	flag.StringVar(&scenarios, "scenarios", "cold,latency,rest,load,badinput,restart", "comma-separated: "+strings.Join(scale.Scenarios, ","))
 	flag.IntVar(&o.Changes, "changes", 1000, "latency: endpoint creations measured one by one")
+	flag.IntVar(&o.PolicyChanges, "policy-changes", 200, "policy: policy changes measured one by one (needs --policies)")
 	flag.DurationVar(&o.Rest, "rest", 30*time.Second, "rest: how long to measure")
 	flag.IntVar(&o.Rate, "rate", 100, "load: endpoint changes per second")
 	flag.DurationVar(&o.LoadFor, "load-for", 30*time.Second, "load: how long")
