@@ -136,6 +136,7 @@ type Datapath struct {
 	lookups int // VTEPs whose underlay next hop was looked up
 	drift   int // devices changed by someone else, seen
 	last    lastApply
+	clock   phaseClock // the parts of the last Apply, under d.op
 }
 
 // New opens the netlink sockets of a datapath.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,6 +72,7 @@ type Programmer struct {
 	raw    *PolicyConn
 	log    *slog.Logger
 	writes atomic.Int64
+	spent  atomic.Int64 // nanoseconds in filter writes
 	w      writer
 	// Refusal messages (with the driver's extack) by rule, kept for as
 	// long as the process lives; after a restart the cookie keeps the
@@ -88,7 +90,7 @@ func Open(netns string, log *slog.Logger) (*Programmer, error) {
 		return nil, err
 	}
 	p := &Programmer{raw: raw, log: log, refusals: map[string]string{}, cache: map[int]*fwdCache{}, clsact: map[int]bool{}}
-	p.w = writer{c: raw.c, writes: &p.writes, pipelined: Pipelined}
+	p.w = writer{c: raw.c, writes: &p.writes, spent: &p.spent, pipelined: Pipelined}
 	return p, nil
 }
 
@@ -139,6 +141,10 @@ func (p *Programmer) Close() error { return p.raw.Close() }
 
 // Writes is the number of netlink writes made so far.
 func (p *Programmer) Writes() int { return int(p.writes.Load()) }
+
+// WriteTime is the time spent writing filters so far (encoding them,
+// sending, waiting for the kernel's answers).
+func (p *Programmer) WriteTime() time.Duration { return time.Duration(p.spent.Load()) }
 
 // Messages is the number of netlink messages sent and received so far
 // (requests, answers, dump parts).
