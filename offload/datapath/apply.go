@@ -71,17 +71,20 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	d.clock.mark("links")
 	reps, targets := d.portsOf(p, byName)
 	d.clock.mark("ports")
-	drifted := d.forget(byName)
+	fixes, drifted := d.forget(byName)
 	d.clock.mark("watch")
 	if !drifted && d.last.valid && maps.Equal(byName, d.last.links) &&
 		maps.Equal(reps, d.last.in.Reps) && maps.Equal(targets, d.last.in.Targets) {
 		// Links, ports and Skiff's filters are what the last Apply
-		// left: the plan's difference alone, where it can be made
-		// alone.
-		var err error
+		// left (but for the filters someone else deleted or changed,
+		// put back first): the plan's difference alone, where it can
+		// be made alone.
+		err := d.repair(fixes)
+		d.clock.mark("repair")
 		c := classify(d.last.plan, p)
 		d.clock.mark("classify")
 		switch {
+		case err != nil:
 		case c.same:
 			err = nil // nothing to compile, nothing to write
 		case len(c.remotes) > 0:

@@ -373,6 +373,20 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 		return fmt.Errorf("offload datapath: policy: %w", err)
 	}
 	d.clock.mark("compile")
+	if err := d.changePolicy(devs, remove, add); err != nil {
+		return err
+	}
+	d.last.plan.Groups[group] = p.Groups[group]
+	d.last.plan.Revision = p.Revision
+	d.clock.mark("swap")
+	return nil
+}
+
+// changePolicy writes the policy filters add and deletes those of
+// remove whose place add does not take (PolicyProgrammer.Change), and
+// puts add in the rule list of the last Apply in place of remove.
+// Callers hold d.op.
+func (d *Datapath) changePolicy(devs map[string]flower.Device, remove, add []flower.PolicyRule) error {
 	w0 := d.pol.WriteTime()
 	now, err := d.pol.Change(devs, remove, add)
 	d.clock.mark("change")
@@ -387,8 +401,5 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 	d.mu.Lock()
 	swapRules(&d.polRules, &d.polStates, &d.polAt, polAt, remove, added, now)
 	d.mu.Unlock()
-	d.last.plan.Groups[group] = p.Groups[group]
-	d.last.plan.Revision = p.Revision
-	d.clock.mark("swap")
 	return nil
 }

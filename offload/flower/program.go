@@ -191,6 +191,7 @@ type installed struct {
 	flags        uint32
 	pk, by       uint64
 	hwpk, hwby   uint64
+	stale        bool // changed by someone else: replace it (Forget)
 }
 
 func (h installed) id() uint64 { return uint64(h.chain)<<48 ^ uint64(h.info)<<16 ^ uint64(h.handle) }
@@ -388,7 +389,7 @@ func (p *Programmer) sync(devs map[string]Device, dev Device, c *fwdCache, rules
 // installed with other actions, else an addition at a new handle.
 func (p *Programmer) plan(devs map[string]Device, dev Device, c *fwdCache, r Rule, ck []byte) (change, *State, error) {
 	h, ok := c.byMatch[string(ck[4:10])]
-	if ok && bytes.Equal(h.cookie[10:], ck[10:]) {
+	if ok && !h.stale && bytes.Equal(h.cookie[10:], ck[10:]) {
 		st := p.state(r, dev, h)
 		st.cookie = ck
 		return change{}, &st, nil
