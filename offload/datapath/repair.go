@@ -21,17 +21,28 @@ func (d *Datapath) repair(fixes map[int]forgotten) error {
 	if len(fixes) == 0 {
 		return nil
 	}
+	// The places by handle first (a comparison of integers per rule),
+	// then the device.
+	var fwdPlaces, polPlaces []place
+	for i, f := range fixes {
+		for _, p := range f.fwd {
+			fwdPlaces = append(fwdPlaces, place{i, p})
+		}
+		for _, p := range f.pol {
+			polPlaces = append(polPlaces, place{i, p})
+		}
+	}
 	d.mu.Lock()
 	devs := d.devs
 	var fwd []flower.Rule
 	for _, s := range d.states {
-		if f, ok := fixes[devs[s.Rule.Dev].Index]; ok && s.Handle != 0 && hit(f.fwd, flower.ChainForward, s.Rule.Prio, s.Handle) {
+		if hit(fwdPlaces, devs, s.Rule.Dev, flower.ChainForward, s.Rule.Prio, s.Handle) {
 			fwd = append(fwd, s.Rule)
 		}
 	}
 	var pol []flower.PolicyRule
 	for _, s := range d.polStates {
-		if f, ok := fixes[devs[s.Rule.Dev].Index]; ok && s.Handle != 0 && hit(f.pol, s.Rule.Chain, s.Rule.Prio, s.Handle) {
+		if hit(polPlaces, devs, s.Rule.Dev, s.Rule.Chain, s.Rule.Prio, s.Handle) {
 			pol = append(pol, s.Rule)
 		}
 	}
@@ -54,10 +65,17 @@ func (d *Datapath) repair(fixes map[int]forgotten) error {
 	return nil
 }
 
-// hit reports whether a filter at chain, prio and handle is among ps.
-func hit(ps []flower.Place, chain uint32, prio uint16, handle uint32) bool {
+// place is a filter's place on the device at ifindex.
+type place struct {
+	ifindex int
+	flower.Place
+}
+
+// hit reports whether a filter on dev at chain, prio and handle is at
+// one of ps.
+func hit(ps []place, devs map[string]flower.Device, dev string, chain uint32, prio uint16, handle uint32) bool {
 	for _, p := range ps {
-		if p.Chain == chain && p.Prio == prio && p.Handle == handle {
+		if p.Handle == handle && handle != 0 && p.Chain == chain && p.Prio == prio && devs[dev].Index == p.ifindex {
 			return true
 		}
 	}

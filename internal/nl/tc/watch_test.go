@@ -76,24 +76,26 @@ func TestWatch(t *testing.T) {
 // (the host's kernel may have no classifier).
 func TestWatchFilters(t *testing.T) {
 	guest.Require(t)
-	ns := testns.New(t)
-	testns.Run(t, ns, "ip", "link", "add", "skw0", "type", "veth", "peer", "name", "skw1")
-	n, err := strconv.Atoi(strings.TrimSpace(testns.Run(t, ns, "cat", "/sys/class/net/skw0/ifindex")))
+	const ns = "skwatchf"
+	guest.AddNetns(t, ns)
+	run := func(args ...string) string { return guest.In(t, ns, args...) }
+	run(guest.IP, "link", "add", "skw0", "type", "veth", "peer", "name", "skw1")
+	n, err := strconv.Atoi(strings.TrimSpace(run("/bin/cat", "/sys/class/net/skw0/ifindex")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, ns, "tc", "qdisc", "add", "dev", "skw0", "clsact")
-	w, err := tc.NewWatch(testns.Path(ns))
+	run(guest.TC, "qdisc", "add", "dev", "skw0", "clsact")
+	w, err := tc.NewWatch("/run/netns/" + ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
 	add := func(handle string) {
-		testns.Run(t, ns, "tc", "filter", "add", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", handle, "protocol", "ip", "flower", "action", "pass")
+		run(guest.TC, "filter", "add", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", handle, "protocol", "ip", "flower", "action", "pass")
 	}
 	add("0x7")
 	add("0x8")
-	testns.Run(t, ns, "tc", "filter", "del", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", "0x7", "protocol", "ip", "flower")
+	run(guest.TC, "filter", "del", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", "0x7", "protocol", "ip", "flower")
 	devs, lost := w.Changes()
 	want := []tc.FilterChange{
 		{Chain: 3, Prio: 5, Proto: 0x0800, Handle: 7},
@@ -104,7 +106,7 @@ func TestWatchFilters(t *testing.T) {
 		t.Fatalf("changes %+v, lost %v; want on %d only: %+v", devs, lost, n, want)
 	}
 	// The whole priority: no single filter named.
-	testns.Run(t, ns, "tc", "filter", "del", "dev", "skw0", "ingress", "chain", "3", "prio", "5")
+	run(guest.TC, "filter", "del", "dev", "skw0", "ingress", "chain", "3", "prio", "5")
 	if devs, _ := w.Changes(); !devs[n].Whole {
 		t.Errorf("after a priority deleted: %+v, want skw0 whole", devs)
 	}

@@ -376,8 +376,8 @@ func TestScale(t *testing.T) {
 		}
 	}
 	where := []string{"dev", "skpbench", "ingress", "chain", fmt.Sprint(flower.ChainForward), "prio", fmt.Sprint(altered.Rule.Prio),
-		"handle", fmt.Sprintf("%#x", altered.Handle), "protocol", "all", "flower"}
-	in(t, append(append([]string{guest.TC, "filter", "replace"}, where...), "dst_mac", altered.Rule.Match.DstMAC, "action", "drop")...)
+		"handle", fmt.Sprintf("%#x", altered.Handle), "protocol", "all"}
+	in(t, append(append([]string{guest.TC, "filter", "replace"}, where...), "flower", "dst_mac", altered.Rule.Match.DstMAC, "action", "drop")...)
 	w0, m0 = dp.Writes(), dp.TCMessages()
 	drift0 = dp.Drift()
 	start = time.Now()
