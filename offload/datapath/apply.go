@@ -60,6 +60,7 @@ func (d *Datapath) relist() (map[string]nl.Link, error) {
 func (d *Datapath) Apply(p plan.Plan) error {
 	d.op.Lock()
 	defer d.op.Unlock()
+	d.clock.begin()
 	start := d.gate.Begin()
 	// Any link change since the last listing (a pod's stand-in veth
 	// plumbed, a representor gone) makes a new one, compared below.
@@ -67,15 +68,23 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil {
 		return err
 	}
+	d.clock.mark("links")
 	reps, targets := d.portsOf(p, byName)
-	if !d.forget(byName) && d.last.valid && maps.Equal(byName, d.last.links) &&
+	d.clock.mark("ports")
+	fixes, drifted := d.forget(byName)
+	d.clock.mark("watch")
+	if !drifted && d.last.valid && maps.Equal(byName, d.last.links) &&
 		maps.Equal(reps, d.last.in.Reps) && maps.Equal(targets, d.last.in.Targets) {
 		// Links, ports and Skiff's filters are what the last Apply
-		// left: the plan's difference alone, where it can be made
-		// alone.
-		var err error
+		// left (but for the filters someone else deleted or changed,
+		// put back first): the plan's difference alone, where it can
+		// be made alone.
+		err := d.repair(fixes)
+		d.clock.mark("repair")
 		c := classify(d.last.plan, p)
+		d.clock.mark("classify")
 		switch {
+		case err != nil:
 		case c.same:
 			err = nil // nothing to compile, nothing to write
 		case len(c.remotes) > 0:
@@ -90,10 +99,13 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			// failure, the whole plan is applied below; without host
 			// ports the last whole Apply left nothing to change).
 			err = d.hostRouting(p, d.last.in.Gateways, d.last.in.HostPorts, d.last.links)
+			d.clock.mark("hostrouting")
 		}
 		if err == nil {
 			d.gate.Done(start)
-			return errors.Join(d.sweep(p, false)...)
+			errs := d.sweep(p, false)
+			d.clock.mark("sweep")
+			return errors.Join(errs...)
 		}
 		if !errors.Is(err, flower.ErrNotIncremental) && !errors.Is(err, errDevices) {
 			d.log.Warn("incremental change failed; applying the whole plan", "err", err)
@@ -236,7 +248,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
 		}
 	}
-	return errors.Join(append(errs, d.sweep(p, true)...)...)
+	errs = append(errs, d.sweep(p, true)...)
+	d.clock.mark("whole")
+	return errors.Join(errs...)
 }
 
 // portsOf names, among the links byName, each local endpoint's

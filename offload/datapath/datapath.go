@@ -136,6 +136,7 @@ type Datapath struct {
 	lookups int // VTEPs whose underlay next hop was looked up
 	drift   int // devices changed by someone else, seen
 	last    lastApply
+	clock   phaseClock // the parts of the last Apply, under d.op
 }
 
 // New opens the netlink sockets of a datapath.
@@ -213,21 +214,43 @@ func New(o Options) (*Datapath, error) {
 		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil}, nil
 }
 
-// forget makes the programmers read again the devices someone else
-// changed since the last Apply, and forget those that are gone.
-func (d *Datapath) forget(links map[string]nl.Link) (any bool) {
-	changed, lost := d.watch.Changed()
+// forget makes the programmers forget what someone else changed since
+// the last Apply (and the devices that are gone): filters of their own
+// deleted or changed by hand alone, when the tc notifications name them
+// (returned by device, for repair); otherwise the whole device, read
+// again by the next whole Apply. whole: a device must be read again, or
+// notifications were lost.
+func (d *Datapath) forget(links map[string]nl.Link) (fixes map[int]forgotten, whole bool) {
+	changes, lost := d.watch.Changes()
 	if lost {
 		d.log.Info("tc notifications lost: reading every device again")
 		d.prog.InvalidateAll()
 		d.pol.InvalidateAll()
 	}
-	for i := range changed {
-		d.prog.Invalidate(i)
-		d.pol.Invalidate(i)
+	for i, ch := range changes {
+		var f forgotten
+		okF, okP := false, false
+		if !ch.Whole {
+			f.fwd, okF = d.prog.Forget(i, ch.Filters)
+			f.pol, okP = d.pol.Forget(i, ch.Filters)
+		}
+		if !okF {
+			d.prog.Invalidate(i)
+		}
+		if !okP {
+			d.pol.Invalidate(i)
+		}
+		if !okF || !okP {
+			whole = true
+		} else if len(f.fwd)+len(f.pol) > 0 {
+			if fixes == nil {
+				fixes = map[int]forgotten{}
+			}
+			fixes[i] = f
+		}
 	}
 	d.mu.Lock()
-	d.drift += len(changed)
+	d.drift += len(changes)
 	d.mu.Unlock()
 	present := make(map[int]bool, len(links))
 	for _, l := range links {
@@ -235,7 +258,7 @@ func (d *Datapath) forget(links map[string]nl.Link) (any bool) {
 	}
 	d.prog.Retain(present)
 	d.pol.Retain(present)
-	return lost || len(changed) > 0
+	return fixes, lost || whole
 }
 
 // Drift is the number of times a device's filters were changed by

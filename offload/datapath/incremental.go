@@ -211,6 +211,7 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	if err != nil {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
+	d.clock.mark("compile")
 	d.mu.Lock()
 	devs, rules := d.devs, d.rules
 	d.mu.Unlock()
@@ -221,7 +222,10 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	for _, r := range append(slices.Clone(old), cur...) {
 		touched[r.Dev] = d.prog.Installed(devs[r.Dev].Index)
 	}
+	w0 := d.prog.WriteTime()
 	now, err := d.prog.Change(devs, old, cur)
+	d.clock.mark("change")
+	d.clock.part("change.netlink", d.prog.WriteTime()-w0)
 	if err != nil {
 		return err
 	}
@@ -230,6 +234,7 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	d.mu.Lock()
 	swapRules(&d.rules, &d.states, &d.fwdAt, fwdAt, old, cur, now)
 	d.mu.Unlock()
+	d.clock.mark("swap")
 	for dev, n := range touched {
 		if (n == 0) != (d.prog.Installed(devs[dev].Index) == 0) {
 			// A device gained its first rules or lost its last: the
@@ -268,7 +273,10 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 		}
 	}
 	d.last.plan.Revision = p.Revision
-	return d.resolve(want)
+	d.clock.mark("vteps")
+	err = d.resolve(want)
+	d.clock.mark("resolve")
+	return err
 }
 
 // groupChange returns the members that joined and left the one address
@@ -364,7 +372,25 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 	if err != nil {
 		return fmt.Errorf("offload datapath: policy: %w", err)
 	}
+	d.clock.mark("compile")
+	if err := d.changePolicy(devs, remove, add); err != nil {
+		return err
+	}
+	d.last.plan.Groups[group] = p.Groups[group]
+	d.last.plan.Revision = p.Revision
+	d.clock.mark("swap")
+	return nil
+}
+
+// changePolicy writes the policy filters add and deletes those of
+// remove whose place add does not take (PolicyProgrammer.Change), and
+// puts add in the rule list of the last Apply in place of remove.
+// Callers hold d.op.
+func (d *Datapath) changePolicy(devs map[string]flower.Device, remove, add []flower.PolicyRule) error {
+	w0 := d.pol.WriteTime()
 	now, err := d.pol.Change(devs, remove, add)
+	d.clock.mark("change")
+	d.clock.part("change.netlink", d.pol.WriteTime()-w0)
 	if err != nil {
 		return err
 	}
@@ -375,7 +401,5 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 	d.mu.Lock()
 	swapRules(&d.polRules, &d.polStates, &d.polAt, polAt, remove, added, now)
 	d.mu.Unlock()
-	d.last.plan.Groups[group] = p.Groups[group]
-	d.last.plan.Revision = p.Revision
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 )
@@ -34,6 +35,7 @@ type PolicyProgrammer struct {
 	conn     *PolicyConn
 	log      *slog.Logger
 	writes   atomic.Int64
+	spent    atomic.Int64 // nanoseconds in filter writes
 	w        writer
 	refusals map[string]string // by device and rule: the driver's refusal
 	cache    map[int]*polCache // by ifindex
@@ -58,7 +60,7 @@ func OpenPolicyProgrammer(netns string, log *slog.Logger) (*PolicyProgrammer, er
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &PolicyProgrammer{conn: c, log: log, refusals: map[string]string{}, cache: map[int]*polCache{}}
-	p.w = writer{c: c.c, writes: &p.writes, pipelined: Pipelined}
+	p.w = writer{c: c.c, writes: &p.writes, spent: &p.spent, pipelined: Pipelined}
 	return p, nil
 }
 
@@ -109,6 +111,10 @@ func (p *PolicyProgrammer) Close() error { return p.conn.Close() }
 
 // Writes is the number of filters added, replaced or deleted so far.
 func (p *PolicyProgrammer) Writes() int { return int(p.writes.Load()) }
+
+// WriteTime is the time spent writing filters so far (encoding them,
+// sending, waiting for the kernel's answers).
+func (p *PolicyProgrammer) WriteTime() time.Duration { return time.Duration(p.spent.Load()) }
 
 // Messages is the number of netlink messages sent and received so far
 // (requests, answers, dump parts).

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,6 +72,7 @@ type Programmer struct {
 	raw    *PolicyConn
 	log    *slog.Logger
 	writes atomic.Int64
+	spent  atomic.Int64 // nanoseconds in filter writes
 	w      writer
 	// Refusal messages (with the driver's extack) by rule, kept for as
 	// long as the process lives; after a restart the cookie keeps the
@@ -88,7 +90,7 @@ func Open(netns string, log *slog.Logger) (*Programmer, error) {
 		return nil, err
 	}
 	p := &Programmer{raw: raw, log: log, refusals: map[string]string{}, cache: map[int]*fwdCache{}, clsact: map[int]bool{}}
-	p.w = writer{c: raw.c, writes: &p.writes, pipelined: Pipelined}
+	p.w = writer{c: raw.c, writes: &p.writes, spent: &p.spent, pipelined: Pipelined}
 	return p, nil
 }
 
@@ -140,6 +142,10 @@ func (p *Programmer) Close() error { return p.raw.Close() }
 // Writes is the number of netlink writes made so far.
 func (p *Programmer) Writes() int { return int(p.writes.Load()) }
 
+// WriteTime is the time spent writing filters so far (encoding them,
+// sending, waiting for the kernel's answers).
+func (p *Programmer) WriteTime() time.Duration { return time.Duration(p.spent.Load()) }
+
 // Messages is the number of netlink messages sent and received so far
 // (requests, answers, dump parts).
 func (p *Programmer) Messages() int64 { return p.raw.c.Messages() }
@@ -185,6 +191,7 @@ type installed struct {
 	flags        uint32
 	pk, by       uint64
 	hwpk, hwby   uint64
+	stale        bool // changed by someone else: replace it (Forget)
 }
 
 func (h installed) id() uint64 { return uint64(h.chain)<<48 ^ uint64(h.info)<<16 ^ uint64(h.handle) }
@@ -382,7 +389,7 @@ func (p *Programmer) sync(devs map[string]Device, dev Device, c *fwdCache, rules
 // installed with other actions, else an addition at a new handle.
 func (p *Programmer) plan(devs map[string]Device, dev Device, c *fwdCache, r Rule, ck []byte) (change, *State, error) {
 	h, ok := c.byMatch[string(ck[4:10])]
-	if ok && bytes.Equal(h.cookie[10:], ck[10:]) {
+	if ok && !h.stale && bytes.Equal(h.cookie[10:], ck[10:]) {
 		st := p.state(r, dev, h)
 		st.cookie = ck
 		return change{}, &st, nil

@@ -3,6 +3,7 @@ package flower
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 )
@@ -30,6 +31,7 @@ type outcome struct {
 type writer struct {
 	c         *tc.Conn
 	writes    *atomic.Int64
+	spent     *atomic.Int64 // nanoseconds in c's writes
 	pipelined bool
 }
 
@@ -37,6 +39,8 @@ type writer struct {
 // with a barrier calls do once per group), and returns one error per op.
 func (w writer) do(ops []tc.Op) ([]error, error) {
 	w.writes.Add(int64(len(ops)))
+	start := time.Now()
+	defer func() { w.spent.Add(int64(time.Since(start))) }()
 	if w.pipelined {
 		return w.c.WriteAny(ops)
 	}

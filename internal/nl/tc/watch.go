@@ -13,7 +13,8 @@ import (
 )
 
 // Watch follows the tc notifications of a network namespace (filters
-// and qdiscs; chains are read and not counted) and remembers which devices someone else changed:
+// and qdiscs; chains are read and not counted) and remembers which devices someone else changed
+// (and which of their filters, where it can say):
 // every change whose notification does not carry the port id of one of
 // the sockets it was told to ignore (Ignore). A goroutine reads the
 // notifications as they come, so that the agent's own bulk writes do not
@@ -22,7 +23,7 @@ type Watch struct {
 	c    *rtnl.Conn
 	mu   sync.Mutex
 	own  map[uint32]bool
-	devs map[int]bool
+	devs map[int]*DeviceChanges
 	lost bool // notifications were lost: every device may have changed
 	seen int64
 	done chan struct{}
@@ -46,7 +47,7 @@ func NewWatch(netns string) (*Watch, error) {
 		c.Close()
 		return nil, fmt.Errorf("tc: %w", err)
 	}
-	w := &Watch{c: c, own: map[uint32]bool{}, devs: map[int]bool{}, done: make(chan struct{})}
+	w := &Watch{c: c, own: map[uint32]bool{}, devs: map[int]*DeviceChanges{}, done: make(chan struct{})}
 	go w.run()
 	return w, nil
 }
@@ -112,7 +113,19 @@ func (w *Watch) drain() {
 				w.lost = true
 				return
 			}
-			w.devs[head.Ifindex] = true
+			dc := w.devs[head.Ifindex]
+			if dc == nil {
+				dc = &DeviceChanges{}
+				w.devs[head.Ifindex] = dc
+			}
+			f, ok := filterChange(h.Type, head, b)
+			switch {
+			case dc.Whole:
+			case !ok || len(dc.Filters) == maxFilterChanges:
+				dc.Whole, dc.Filters = true, nil
+			default:
+				dc.Filters = append(dc.Filters, f)
+			}
 		}
 	})
 	if err != nil {
@@ -120,16 +133,72 @@ func (w *Watch) drain() {
 	}
 }
 
+// FilterChange is one filter someone else added or changed (Delete
+// false) or deleted, by its place: chain, priority, protocol (host
+// order) and handle.
+type FilterChange struct {
+	Delete bool
+	Chain  uint32
+	Prio   uint16
+	Proto  uint16
+	Handle uint32
+}
+
+// DeviceChanges is what someone else changed on one device: the filters
+// of Filters, in the order of the notifications; or, when Whole, anything
+// of it (a qdisc added or deleted, a whole priority of filters deleted,
+// more than maxFilterChanges filters, a notification not understood).
+type DeviceChanges struct {
+	Whole   bool
+	Filters []FilterChange
+}
+
+// maxFilterChanges is the most filter changes of one device listed;
+// beyond, the device is reported Whole (reading it again is cheaper).
+const maxFilterChanges = 64
+
+// filterChange is the filter change of a notification of type typ (its
+// head decoded), b its payload; false for what names no single filter
+// (a qdisc; a priority's head, handle 0, deleted with all its filters).
+func filterChange(typ uint16, head Filter, b []byte) (FilterChange, bool) {
+	if (typ != unix.RTM_NEWTFILTER && typ != unix.RTM_DELTFILTER) || head.Handle == 0 {
+		return FilterChange{}, false
+	}
+	f := FilterChange{Delete: typ == unix.RTM_DELTFILTER, Prio: head.Prio, Proto: head.Proto, Handle: head.Handle}
+	d := rtnl.NewDecoder(b[20:])
+	for d.Next() {
+		if d.Type() == unix.TCA_CHAIN {
+			f.Chain = d.U32()
+		}
+	}
+	return f, d.Err() == nil
+}
+
 // Changed returns the devices (ifindexes) someone else changed since the
 // last call, and whether notifications were lost (then any device may
 // have changed), and forgets them. Notifications queued by the kernel
 // before the call are counted.
 func (w *Watch) Changed() (devs map[int]bool, lost bool) {
+	changes, lost := w.Changes()
+	devs = make(map[int]bool, len(changes))
+	for i := range changes {
+		devs[i] = true
+	}
+	return devs, lost
+}
+
+// Changes is Changed with what changed on each device.
+func (w *Watch) Changes() (devs map[int]DeviceChanges, lost bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.drain()
-	devs, lost = w.devs, w.lost
-	w.devs, w.lost = map[int]bool{}, false
+	devs = make(map[int]DeviceChanges, len(w.devs))
+	for i, dc := range w.devs {
+		devs[i] = *dc
+	}
+	lost = w.lost
+	clear(w.devs)
+	w.lost = false
 	return devs, lost
 }
 

@@ -1,12 +1,14 @@
 package tc_test
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
 // TestWatch: a change made through an ignored socket is not reported,
@@ -65,5 +67,50 @@ func TestWatch(t *testing.T) {
 	}
 	if w.Notifications() < 4 {
 		t.Errorf("%d notifications read, want at least iproute2's 4", w.Notifications())
+	}
+}
+
+// TestWatchFilters: someone else's filter changes are listed by place
+// (chain, priority, protocol, handle), a deleted filter as such; a whole
+// priority deleted, or a qdisc, makes the device Whole. In the kernel VM
+// (the host's kernel may have no classifier).
+func TestWatchFilters(t *testing.T) {
+	guest.Require(t)
+	const ns = "skwatchf"
+	guest.AddNetns(t, ns)
+	run := func(args ...string) string { return guest.In(t, ns, args...) }
+	run(guest.IP, "link", "add", "skw0", "type", "veth", "peer", "name", "skw1")
+	n, err := strconv.Atoi(strings.TrimSpace(run("/bin/cat", "/sys/class/net/skw0/ifindex")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(guest.TC, "qdisc", "add", "dev", "skw0", "clsact")
+	w, err := tc.NewWatch("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	add := func(handle string) {
+		run(guest.TC, "filter", "add", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", handle, "protocol", "ip", "flower", "action", "pass")
+	}
+	add("0x7")
+	add("0x8")
+	run(guest.TC, "filter", "del", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", "0x7", "protocol", "ip", "flower")
+	devs, lost := w.Changes()
+	want := []tc.FilterChange{
+		{Chain: 3, Prio: 5, Proto: 0x0800, Handle: 7},
+		{Chain: 3, Prio: 5, Proto: 0x0800, Handle: 8},
+		{Delete: true, Chain: 3, Prio: 5, Proto: 0x0800, Handle: 7},
+	}
+	if got := devs[n]; lost || len(devs) != 1 || got.Whole || !slices.Equal(got.Filters, want) {
+		t.Fatalf("changes %+v, lost %v; want on %d only: %+v", devs, lost, n, want)
+	}
+	// The whole priority: no single filter named.
+	run(guest.TC, "filter", "del", "dev", "skw0", "ingress", "chain", "3", "prio", "5")
+	if devs, _ := w.Changes(); !devs[n].Whole {
+		t.Errorf("after a priority deleted: %+v, want skw0 whole", devs)
+	}
+	if devs, _ := w.Changes(); len(devs) != 0 {
+		t.Errorf("reported twice: %+v", devs)
 	}
 }

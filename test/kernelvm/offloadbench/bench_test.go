@@ -49,18 +49,21 @@ func remote(i int) plan.Remote {
 
 // scalePlan is the plan of node n1 with one local endpoint (pod) and
 // 10,000 remote endpoints.
-func scalePlan() plan.Plan {
+func scalePlan() plan.Plan { return scalePlanOf(endpoints) }
+
+// scalePlanOf is scalePlan with n remote endpoints.
+func scalePlanOf(n int) plan.Plan {
 	p := plan.New("n1")
 	p.Revision = 1 // changes come as the agent makes them: follow
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
-	n := plan.Network{Name: "blue", VNI: 100, MTU: 1450}
+	nw := plan.Network{Name: "blue", VNI: 100, MTU: 1450}
 	for i := range 15 { // the kernel's action limit allows 15 VTEPs of broadcast fan-out
-		n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + i)}))
+		nw.FloodVTEPs = append(nw.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(1 + i)}))
 	}
-	p.Networks["blue"] = n
+	p.Networks["blue"] = nw
 	p.Local["pod"] = plan.Endpoint{Name: "pod", Network: "blue", Kind: plan.KindVeth, MAC: "02:00:00:00:00:0a",
 		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, VFIndex: -1}
-	for i := range endpoints {
+	for i := range n {
 		r := remote(i)
 		p.Remote[r.Name] = r
 	}
@@ -71,6 +74,11 @@ func scalePlan() plan.Plan {
 // standing in for its representor, skpbench) and 10,000 remote endpoints,
 // and returns its plan and datapath (closed at the test's end).
 func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.Datapath) {
+	return scaleNodeOf(t, ns, log, endpoints)
+}
+
+// scaleNodeOf is scaleNode with n remote endpoints.
+func scaleNodeOf(t *testing.T, ns string, log *slog.Logger, n int) (plan.Plan, *datapath.Datapath) {
 	guest.AddNetns(t, ns)
 	run := func(args ...string) { guest.In(t, ns, args...) }
 	run(guest.IP, "link", "add", "skbu0", "type", "dummy")
@@ -85,7 +93,7 @@ func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.
 		t.Fatal(err)
 	}
 	t.Cleanup(dp.Close)
-	return scalePlan(), dp
+	return scalePlanOf(n), dp
 }
 
 // oneSocketRate is the install rate of TestWriteModes' modes (none when
@@ -287,44 +295,13 @@ func TestScale(t *testing.T) {
 	figure("counters_read_tc_msgs", dp.TCMessages()-m0)
 
 	// 3. One endpoint change each: added, moved to another VTEP, deleted.
-	for _, step := range []struct {
-		name, figure string
-		change       func()
-		writes       int
-		nextHops     int // underlay next hops looked up: VTEPs new to the node only
-	}{
-		{"add one remote endpoint", "endpoint_add", func() { follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{remote(endpoints)}}) }, 2, 0},
-		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
-			r := p.Remote["r00042"]
-			r.VTEP = netip.MustParseAddr("203.0.113.200")
-			follow(t, &p, plan.Delta{UpsertRemote: []plan.Remote{r}})
-		}, 2, 1},
-		{"delete one remote endpoint", "endpoint_delete", func() { follow(t, &p, plan.Delta{RemoveRemote: []string{"r00007"}}) }, 2, 0},
-	} {
-		step.change()
-		w0, m0 = dp.Writes(), dp.TCMessages()
-		h0, g0 := dp.NextHops(), gcs()
-		start = time.Now()
-		if err := dp.Apply(p); err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(start)
-		figure(step.figure+"_gcs", gcs()-g0)
-		if w := dp.Writes() - w0; w != step.writes {
-			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
-		}
-		if n := dp.NextHops() - h0; n != step.nextHops {
-			t.Errorf("%s: %d underlay next hops looked up, want %d", step.name, n, step.nextHops)
-		}
-		t.Logf("FIGURE %s on a node with %d rules: %v (%d writes)", step.name, total, took.Round(time.Millisecond), step.writes)
-		figure(step.figure+"_ms", took)
-		figure(step.figure+"_tc_msgs", dp.TCMessages()-m0)
-	}
+	firstChanges(t, dp, &p, "", total)
 
 	// The same again, changeRounds times (another endpoint added, r00042
 	// moved back and forth, the added one deleted): the median of each
 	// (the figures above are the first change of each kind).
 	times := map[string][]time.Duration{}
+	parts := phaseTimes{}
 	extra := remote(endpoints + 1)
 	for i := range changeRounds {
 		r := p.Remote["r00042"]
@@ -344,6 +321,7 @@ func TestScale(t *testing.T) {
 				t.Fatal(err)
 			}
 			times[step.figure] = append(times[step.figure], time.Since(start))
+			parts.add(step.figure, dp)
 			if w := dp.Writes() - w0; w != 2 {
 				t.Fatalf("%s, round %d: %d writes, want 2", step.figure, i, w)
 			}
@@ -352,11 +330,12 @@ func TestScale(t *testing.T) {
 	for _, name := range []string{"endpoint_add", "endpoint_move", "endpoint_delete"} {
 		t.Logf("FIGURE %s, median of %d more rounds: %v", name, changeRounds, median(times[name]))
 		figure(name+"_p50_ms", median(times[name]))
+		parts.report(t, name)
 	}
 
 	// Drift: one filter deleted by hand (iproute2) is put back by the
-	// next Apply, which reads that device again (told by the tc
-	// notification) and writes that filter alone.
+	// next Apply, which writes that filter alone (told by the tc
+	// notification which filter it was: the device is not read).
 	var victim flower.State
 	for _, s := range dp.Rules()["pod"] {
 		if s.Rule.Kind == flower.KindEncap && s.Rule.Dev == "skpbench" {
@@ -385,6 +364,37 @@ func TestScale(t *testing.T) {
 	t.Logf("FIGURE repair of a filter deleted by hand on a device of %d filters: %v (1 write)", repRules, took.Round(time.Millisecond))
 	figure("repair_ms", took)
 	figure("repair_tc_msgs", dp.TCMessages()-m0)
+	t.Logf("FIGURE repair, parts (ms): %s", phaseFigures("repair", dp))
+
+	// One filter altered by hand (replaced at its handle with a drop):
+	// the next Apply replaces it again, at the same handle.
+	var altered flower.State
+	for _, s := range dp.Rules()["pod"] {
+		if s.Rule.Kind == flower.KindEncap && s.Rule.Dev == "skpbench" && s.Handle != victim.Handle {
+			altered = s
+			break
+		}
+	}
+	where := []string{"dev", "skpbench", "ingress", "chain", fmt.Sprint(flower.ChainForward), "prio", fmt.Sprint(altered.Rule.Prio),
+		"handle", fmt.Sprintf("%#x", altered.Handle), "protocol", "all"}
+	in(t, append(append([]string{guest.TC, "filter", "replace"}, where...), "flower", "dst_mac", altered.Rule.Match.DstMAC, "action", "drop")...)
+	w0, m0 = dp.Writes(), dp.TCMessages()
+	drift0 = dp.Drift()
+	start = time.Now()
+	if err := dp.Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	took = time.Since(start)
+	if w, d := dp.Writes()-w0, dp.Drift()-drift0; w != 1 || d != 1 {
+		t.Fatalf("repairing a filter altered by hand: %d writes, %d devices seen changed; want 1 and 1", w, d)
+	}
+	if out := in(t, append([]string{guest.TC, "filter", "show"}, where...)...); !strings.Contains(out, "tunnel_key") || strings.Contains(out, "gact action drop") {
+		t.Fatalf("after the repair, the filter altered by hand is\n%s", out)
+	}
+	t.Logf("FIGURE repair of a filter altered by hand on a device of %d filters: %v (1 write); parts (ms): %s", repRules, took.Round(10*time.Microsecond),
+		phaseFigures("repair_altered", dp))
+	figure("repair_altered_ms", took)
+	figure("repair_altered_tc_msgs", dp.TCMessages()-m0)
 
 	// Profiles (only when the VM run keeps files): the steps above again.
 	apply := func() {
@@ -442,6 +452,52 @@ func TestScale(t *testing.T) {
 	show := time.Since(start)
 	t.Logf("FIGURE reference tc -s filter show of %d rules: %v (%d bytes of output)", nrules, show.Round(time.Millisecond), len(out))
 	figure("tc_show_ms", show)
+}
+
+// firstChanges makes the first remote endpoint changes on the node of
+// dp, holding total rules and the plan *p (of scalePlanOf(n), installed):
+// r(n) added, r00042 moved to a VTEP new to the node, r00007 deleted;
+// each timed (figures prefix+"endpoint_add" and so on), with the parts
+// of its Apply.
+func firstChanges(t *testing.T, dp *datapath.Datapath, p *plan.Plan, prefix string, total int) {
+	t.Helper()
+	added := remote(len(p.Remote))
+	for _, step := range []struct {
+		name, figure string
+		change       func()
+		writes       int
+		nextHops     int // underlay next hops looked up: VTEPs new to the node only
+	}{
+		{"add one remote endpoint", "endpoint_add", func() { follow(t, p, plan.Delta{UpsertRemote: []plan.Remote{added}}) }, 2, 0},
+		{"move one remote endpoint to another VTEP", "endpoint_move", func() {
+			r := p.Remote["r00042"]
+			r.VTEP = netip.MustParseAddr("203.0.113.200")
+			follow(t, p, plan.Delta{UpsertRemote: []plan.Remote{r}})
+		}, 2, 1},
+		{"delete one remote endpoint", "endpoint_delete", func() { follow(t, p, plan.Delta{RemoveRemote: []string{"r00007"}}) }, 2, 0},
+	} {
+		step.change()
+		w0, m0 := dp.Writes(), dp.TCMessages()
+		h0, g0 := dp.NextHops(), gcs()
+		at := time.Since(started)
+		start := time.Now()
+		if err := dp.Apply(*p); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		name := prefix + step.figure
+		figure(name+"_gcs", gcs()-g0)
+		if w := dp.Writes() - w0; w != step.writes {
+			t.Fatalf("%s: %d writes, want %d", step.name, w, step.writes)
+		}
+		if n := dp.NextHops() - h0; n != step.nextHops {
+			t.Errorf("%s: %d underlay next hops looked up, want %d", step.name, n, step.nextHops)
+		}
+		t.Logf("FIGURE %s%s on a node with %d rules: %v (%d writes), from %.3fs of the process; parts (ms): %s", prefix, step.name, total,
+			took.Round(10*time.Microsecond), step.writes, at.Seconds(), phaseFigures(name, dp))
+		figure(name+"_ms", took)
+		figure(name+"_tc_msgs", dp.TCMessages()-m0)
+	}
 }
 
 // follow makes *p the plan at the next revision by d, as the agent does

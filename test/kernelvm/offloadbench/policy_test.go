@@ -277,7 +277,8 @@ func policyBench(t *testing.T, members int) {
 	if got := pol.counts(t); !maps.Equal(got, want) {
 		t.Fatalf("after one member joined: filters per device %v, want %v", got, want)
 	}
-	t.Logf("FIGURE members=%d one member joins, %d filters: %v, %d writes", members, sum(want), took.Round(time.Millisecond), w)
+	t.Logf("FIGURE members=%d one member joins, %d filters: %v, %d writes; parts (ms): %s", members, sum(want), took.Round(10*time.Microsecond), w,
+		phaseFigures("group_member_join"+g, pol.dp))
 	figure("group_member_join_ms"+g, took)
 	if members == groupSizes[len(groupSizes)-1] {
 		figure("group_member_join_ms", took)
@@ -298,7 +299,8 @@ func policyBench(t *testing.T, members int) {
 	if got := pol.counts(t); !maps.Equal(got, want) {
 		t.Fatalf("after one member left: filters per device %v, want %v", got, want)
 	}
-	t.Logf("FIGURE members=%d one member leaves, %d filters: %v, %d writes", members, sum(want), took.Round(time.Millisecond), w)
+	t.Logf("FIGURE members=%d one member leaves, %d filters: %v, %d writes; parts (ms): %s", members, sum(want), took.Round(10*time.Microsecond), w,
+		phaseFigures("group_member_leave"+g, pol.dp))
 	figure("group_member_leave_ms"+g, took)
 	if members == groupSizes[len(groupSizes)-1] {
 		figure("group_member_leave_ms", took)
@@ -307,15 +309,18 @@ func policyBench(t *testing.T, members int) {
 	// The same again, changeRounds times: the median of a join and of a leave
 	// (the figures above are the first change after the install).
 	var joins, leaves []time.Duration
+	parts := phaseTimes{}
 	for range changeRounds {
 		grp.Members = append(slices.Clone(grp.Members), netip.MustParseAddr("10.255.0.1"))
 		follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
 		w, took := pol.apply(t, "one member joins")
 		joins = append(joins, took)
+		parts.add("group_member_join"+g, pol.dp)
 		grp.Members = grp.Members[:len(grp.Members)-1]
 		follow(t, &pol.p, plan.Delta{UpsertGroups: []plan.AddressGroup{grp}})
 		w2, took := pol.apply(t, "one member leaves")
 		leaves = append(leaves, took)
+		parts.add("group_member_leave"+g, pol.dp)
 		if wantW := ports * len(devicesWithGroup); w != wantW || w2 != wantW {
 			t.Fatalf("one member joining and leaving wrote %d and %d times, want %d each", w, w2, wantW)
 		}
@@ -327,6 +332,8 @@ func policyBench(t *testing.T, members int) {
 	t.Logf("FIGURE members=%d one member joins / leaves, median of %d more rounds: %v / %v", members, changeRounds, join, leave)
 	figure("group_member_join_p50_ms"+g, join)
 	figure("group_member_leave_p50_ms"+g, leave)
+	parts.report(t, "group_member_join"+g)
+	parts.report(t, "group_member_leave"+g)
 	if members == groupSizes[len(groupSizes)-1] {
 		figure("group_member_join_p50_ms", join)
 		figure("group_member_leave_p50_ms", leave)
