@@ -32,23 +32,51 @@ var gatewayRules = []string{
 	"skh100 UNI dst_mac 02:00:00:00:00:0b action redirect:repb [gateway b]",
 }
 
+// serviceRules are base's rules with the network's host port: those
+// delivering to a local endpoint from another one or from the tunnel
+// restore a Service's address on its backend's reply (ct nat, zone 0);
+// ARP, broadcast and the gateway port's rules do not.
+func serviceRules(t *testing.T) []string {
+	nat := map[string]string{
+		"repa UNI dst_mac 02:00:00:00:00:0b action redirect:repb [local a]":                                  "repa UNI dst_mac 02:00:00:00:00:0b action ct nat action redirect:repb [local a]",
+		"repb UNI dst_mac 02:00:00:00:00:0a action redirect:repa [local b]":                                  "repb UNI dst_mac 02:00:00:00:00:0a action ct nat action redirect:repa [local b]",
+		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]": "skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action ct nat action redirect:repa [decap a]",
+		"skvx UNI decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action redirect:repb [decap b]": "skvx UNI decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action ct nat action redirect:repb [decap b]",
+	}
+	var out []string
+	for _, r := range baseRules {
+		if n, ok := nat[r]; ok {
+			delete(nat, r)
+			r = n
+		}
+		out = append(out, r)
+	}
+	if len(nat) > 0 {
+		t.Fatalf("serviceRules: not in baseRules: %v", nat)
+	}
+	return out
+}
+
 // TestCompileHostPort: a network with the node's host port gets, besides
 // its gateway's rules, exactly: the host port's packets to each remote
 // endpoint encapsulated to its VTEP (on sknp100); the node's own host
 // port MAC from the tunnel to sknp100; each other node's host port MAC
 // from the gateway port (the pods' replies the node routes back out of
-// skg100) encapsulated to that node. Nothing for the local endpoints
-// (the node reaches them through the gateway).
+// skg100) encapsulated to that node; and ct nat on the rules delivering
+// to its endpoints from each other and the tunnel (serviceRules).
+// Nothing else for the local endpoints (the node reaches them through
+// the gateway).
 func TestCompileHostPort(t *testing.T) {
 	p, reps := base()
 	in := hostPortInput(reps)
+	svcRules := serviceRules(t)
 	hostRules := []string{
 		"sknp100 UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap ]",
 		"skvx UNI decap100 dst_mac 06:64:c0:00:02:01 action tunnel_key unset action redirect:sknp100 [hostport ]",
 		"skh100 UNI dst_mac 06:64:c0:00:02:02 action set:192.0.2.2 action redirect:skvx [hostport ]",
 		"skh100 UNI dst_mac 06:64:c0:00:02:03 action set:192.0.2.3 action redirect:skvx [hostport ]",
 	}
-	expect(t, "host port", in, p, sorted(baseRules, gatewayRules, hostRules))
+	expect(t, "host port", in, p, sorted(svcRules, gatewayRules, hostRules))
 
 	// The remote endpoint's rules (what an incremental change writes)
 	// include the host port's encap to it, and nothing of the peers.
@@ -72,7 +100,7 @@ func TestCompileHostPort(t *testing.T) {
 	// encap and decap rules alone: nothing is routed back out.
 	gws := in.Gateways
 	in.Gateways = nil
-	expect(t, "host port without a gateway", in, p, sorted(baseRules, hostRules[:2]))
+	expect(t, "host port without a gateway", in, p, sorted(svcRules, hostRules[:2]))
 	// And with no local endpoint at all: those two rules alone.
 	q := p.Clone()
 	q.Local = map[string]plan.Endpoint{}

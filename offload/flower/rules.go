@@ -100,6 +100,13 @@ const (
 	Continue    = "continue" // gact: go on with the next filter
 	// IngressRedirect moves the packet to the ingress of Dev.
 	IngressRedirect = "mirred ingress redirect"
+	// CtNAT is act_ct in the default zone (netfilter's own, where
+	// kube-proxy's DNAT of a Service connection lives) with nat and no
+	// commit: a packet of a translated connection gets the
+	// connection's translation (a reply from a Service's backend gets
+	// the Service's address and port back as its source); any other
+	// packet passes unchanged and leaves no conntrack entry; pipe.
+	CtNAT = "ct nat"
 )
 
 // Rule is one flower filter on a device's ingress.
@@ -128,7 +135,7 @@ func (a Action) appendTo(b []byte) []byte {
 		b = a.Dst.AppendTo(b)
 		b = append(b, " dst_port "...)
 		b = strconv.AppendUint(b, uint64(a.DstPort), 10)
-	case TunnelUnset, Continue:
+	case TunnelUnset, Continue, CtNAT:
 	default:
 		b = append(b, " dev "...)
 		b = append(b, a.Dev...)
@@ -346,6 +353,20 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			return nil, fmt.Errorf("networks[%s].vni: must be 1..16777215, got %d", nname, n.VNI)
 		}
 		locals := byNet[nname]
+		// A network that routes out through a host port here carries
+		// its pods' Service connections through the node's stack
+		// (kube-proxy's DNAT) without masquerade: what is delivered to
+		// one of its endpoints from another endpoint or the tunnel
+		// (a backend's reply among it) gets the reverse translation
+		// on the way (CtNAT). What comes from the gateway port was
+		// translated by the node's stack already.
+		_, services := in.HostPorts[nname]
+		deliver := func(acts ...Action) []Action {
+			if services {
+				acts = append([]Action{{Kind: CtNAT}}, acts...)
+			}
+			return acts
+		}
 		set := func(vtep netip.Addr) Action {
 			return Action{Kind: TunnelSet, VNI: n.VNI, Src: p.UnderlayIP, Dst: vtep, DstPort: VXLANPort}
 		}
@@ -364,7 +385,7 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 					continue
 				}
 				r := base
-				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, []Action{{Kind: Redirect, Dev: o.to}}
+				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, deliver(Action{Kind: Redirect, Dev: o.to})
 				out = append(out, r)
 				for _, ip := range ipv4s(o.ep.IPs) {
 					a := base
@@ -430,9 +451,13 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			d.Match = decap
 			d.Match.DstMAC = l.ep.MAC
 			d.Actions = []Action{{Kind: TunnelUnset}, {Kind: Redirect, Dev: l.to}}
+			arp := d
+			if services {
+				d.Actions = []Action{{Kind: TunnelUnset}, {Kind: CtNAT}, {Kind: Redirect, Dev: l.to}}
+			}
 			out = append(out, d)
 			for _, ip := range ipv4s(l.ep.IPs) {
-				a := d
+				a := arp
 				a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
 				a.Match = decap
 				a.Match.ArpTIP = ip
