@@ -35,7 +35,9 @@ var gatewayRules = []string{
 // serviceRules are base's rules with the network's host port: those
 // delivering to a local endpoint from another one or from the tunnel
 // restore a Service's address on its backend's reply (ct nat, zone 0);
-// ARP, broadcast and the gateway port's rules do not.
+// ARP frames to those MACs (act_ct drops what is not IP) get ARP rules
+// of their own; ARP by target address, broadcast and the gateway
+// port's rules are unchanged.
 func serviceRules(t *testing.T) []string {
 	nat := map[string]string{
 		"repa UNI dst_mac 02:00:00:00:00:0b action redirect:repb [local a]":                                  "repa UNI dst_mac 02:00:00:00:00:0b action ct nat action redirect:repb [local a]",
@@ -54,7 +56,11 @@ func serviceRules(t *testing.T) []string {
 	if len(nat) > 0 {
 		t.Fatalf("serviceRules: not in baseRules: %v", nat)
 	}
-	return out
+	return append(out,
+		"repa ARP dst_mac 02:00:00:00:00:0b action redirect:repb [arp a]",
+		"repb ARP dst_mac 02:00:00:00:00:0a action redirect:repa [arp b]",
+		"skvx ARP decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [arp a]",
+		"skvx ARP decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action redirect:repb [arp b]")
 }
 
 // TestCompileHostPort: a network with the node's host port gets, besides
@@ -134,5 +140,44 @@ func TestCompileHostPortRefused(t *testing.T) {
 		if _, err := Compile(p, in); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestCompilePolicyHostPort: in a network with isolated endpoints, the
+// host port is tracked and committed in the network's zone like the
+// gateway port, so that a Service connection the node DNATs to a remote
+// backend (out of the host port, with the client's address) is known
+// when the backend's reply comes from the tunnel (established, not new
+// to the client's ingress rules); what leaves it for an isolated local
+// endpoint's address meets that endpoint's ingress rules.
+func TestCompilePolicyHostPort(t *testing.T) {
+	p, reps := base()
+	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true}
+	in := hostPortInput(reps)
+	fwd, err := Compile(p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := CompilePolicy(p, in, fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range renderPolicy(rs) {
+		if strings.HasPrefix(r, "sknp100 ") {
+			got = append(got, r)
+		}
+	}
+	want := sorted([]string{
+		"sknp100 0 ALL all: goto chain 3",
+		"sknp100 0 CT ip: ct zone 101, goto chain 1",
+		"sknp100 1 EST ip ct_state +trk+est: goto chain 3",
+		"sknp100 1 REL ip ct_state +trk+rel: goto chain 3",
+		"sknp100 1 OPEN ip: goto chain 2",
+		"sknp100 2 DENY ip dst 198.51.100.11/32: drop [b ingress 0]",
+		"sknp100 2 OPEN ip: ct commit zone 101, goto chain 3",
+	})
+	if slices.Sort(got); !slices.Equal(got, want) {
+		t.Errorf("host port's policy filters:\ngot\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }

@@ -360,12 +360,22 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 		// (a backend's reply among it) gets the reverse translation
 		// on the way (CtNAT). What comes from the gateway port was
 		// translated by the node's stack already.
+		// act_ct drops what is neither IPv4 nor IPv6: the ARP
+		// frames among (replies, unicast requests) are delivered by
+		// ARP rules of their own (deliverARP), ahead of it; other
+		// protocols are dropped on such networks.
 		_, services := in.HostPorts[nname]
 		deliver := func(acts ...Action) []Action {
 			if services {
 				acts = append([]Action{{Kind: CtNAT}}, acts...)
 			}
 			return acts
+		}
+		deliverARP := func(r Rule, m Match, acts ...Action) {
+			if services {
+				r.Prio, r.EthType, r.Kind, r.Match, r.Actions = PrioARP, EthARP, KindARP, m, acts
+				out = append(out, r)
+			}
 		}
 		set := func(vtep netip.Addr) Action {
 			return Action{Kind: TunnelSet, VNI: n.VNI, Src: p.UnderlayIP, Dst: vtep, DstPort: VXLANPort}
@@ -387,6 +397,7 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 				r := base
 				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, deliver(Action{Kind: Redirect, Dev: o.to})
 				out = append(out, r)
+				deliverARP(base, r.Match, Action{Kind: Redirect, Dev: o.to})
 				for _, ip := range ipv4s(o.ep.IPs) {
 					a := base
 					a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
@@ -456,6 +467,7 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 				d.Actions = []Action{{Kind: TunnelUnset}, {Kind: CtNAT}, {Kind: Redirect, Dev: l.to}}
 			}
 			out = append(out, d)
+			deliverARP(d, d.Match, arp.Actions...)
 			for _, ip := range ipv4s(l.ep.IPs) {
 				a := arp
 				a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP

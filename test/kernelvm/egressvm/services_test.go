@@ -88,7 +88,8 @@ func kubeProxyRules(node string, ips map[string]string) string {
 //     DNATed to them (the tenant pods still reach each other);
 //   - NetworkPolicy applies after DNAT, to the client's address: with
 //     b admitting ingress only from c (podSelector), c's Service
-//     connections reach b and a's do not.
+//     connections reach b and a's do not; c admitting no ingress does
+//     not stop its Service connections' replies.
 func TestOffloadServices(t *testing.T) {
 	guest.Require(t)
 	nodes := []guest.RigNode{
@@ -203,24 +204,35 @@ func TestOffloadServices(t *testing.T) {
 	// admits ingress only from c (podSelector). c's Service
 	// connections reach b (and b sees c); a's do not (a reaches only
 	// itself through the Service: hairpin, masqueraded by kube-proxy).
-	file := filepath.Join(r.Dir, "allow-c-to-b.yaml")
-	if err := os.WriteFile(file, []byte(`apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: allow-c-to-b, namespace: default}
-spec:
+	// c itself admits no ingress at all: the backends' replies to its
+	// Service connections are replies, not new connections to c, also
+	// from b on the other node (the connection DNATed to b left n1
+	// through the host port, which tracks it in the network's zone).
+	for name, spec := range map[string]string{
+		"allow-c-to-b": `
   podSelector: {matchLabels: {app: b}}
   policyTypes: [Ingress]
   ingress:
   - from:
     - podSelector: {matchLabels: {app: c}}
-`), 0o600); err != nil {
-		t.Fatal(err)
+`,
+		"deny-to-c": `
+  podSelector: {matchLabels: {app: c}}
+  policyTypes: [Ingress]
+`} {
+		file := filepath.Join(r.Dir, name+".yaml")
+		doc := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: " + name + ", namespace: default}\nspec:" + spec
+		if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r.Ctl.Must("policy", "apply", "-f", file)
 	}
-	r.Ctl.Must("policy", "apply", "-f", file)
-	guest.WaitFor(t, "b admits c only", 30*time.Second, func() (bool, string) {
+	guest.WaitFor(t, "b admits c only, c admits nobody", 30*time.Second, func() (bool, string) {
 		_, _, errA := guest.Ask("sksvpa", ips["b"], "8080")
 		_, _, errC := guest.Ask("sksvpc", ips["b"], "8080")
-		return errA != nil && errC == nil, fmt.Sprintf("a -> b directly: %v; c -> b directly: %v", errA, errC)
+		_, _, errToC := guest.Ask("sksvpa", ips["c"], "8080")
+		return errA != nil && errC == nil && errToC != nil,
+			fmt.Sprintf("a -> b directly: %v; c -> b directly: %v; a -> c directly: %v", errA, errC, errToC)
 	})
 	served := func(client string) (got []string) {
 		for range 4 {
