@@ -2,7 +2,6 @@ package flower
 
 import (
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
@@ -78,37 +77,6 @@ type Match struct {
 	EncDstPort uint16
 }
 
-// Action is one tc action.
-type Action struct {
-	// Kind is one of "tunnel_key set", "tunnel_key unset",
-	// "mirred redirect", "mirred mirror".
-	Kind string
-	// tunnel_key set.
-	VNI      uint32
-	Src, Dst netip.Addr
-	DstPort  uint16
-	// mirred: the egress device.
-	Dev string
-}
-
-// Action kinds.
-const (
-	TunnelSet   = "tunnel_key set"
-	TunnelUnset = "tunnel_key unset"
-	Redirect    = "mirred redirect"
-	Mirror      = "mirred mirror"
-	Continue    = "continue" // gact: go on with the next filter
-	// IngressRedirect moves the packet to the ingress of Dev.
-	IngressRedirect = "mirred ingress redirect"
-	// CtNAT is act_ct in the default zone (netfilter's own, where
-	// kube-proxy's DNAT of a Service connection lives) with nat and no
-	// commit: a packet of a translated connection gets the
-	// connection's translation (a reply from a Service's backend gets
-	// the Service's address and port back as its source); any other
-	// packet passes unchanged and leaves no conntrack entry; pipe.
-	CtNAT = "ct nat"
-)
-
 // Rule is one flower filter on a device's ingress.
 type Rule struct {
 	Dev      string // the device whose ingress holds the rule
@@ -119,28 +87,6 @@ type Rule struct {
 	Network  string
 	Match    Match
 	Actions  []Action
-}
-
-func (a Action) String() string { return string(a.appendTo(nil)) }
-
-func (a Action) appendTo(b []byte) []byte {
-	b = append(b, a.Kind...)
-	switch a.Kind {
-	case TunnelSet:
-		b = append(b, " id "...)
-		b = strconv.AppendUint(b, uint64(a.VNI), 10)
-		b = append(b, " src_ip "...)
-		b = a.Src.AppendTo(b)
-		b = append(b, " dst_ip "...)
-		b = a.Dst.AppendTo(b)
-		b = append(b, " dst_port "...)
-		b = strconv.AppendUint(b, uint64(a.DstPort), 10)
-	case TunnelUnset, Continue, CtNAT:
-	default:
-		b = append(b, " dev "...)
-		b = append(b, a.Dev...)
-	}
-	return b
 }
 
 func (m Match) String() string { return string(m.appendTo(nil)) }
@@ -210,42 +156,6 @@ func (r Rule) String() string {
 		b = a.appendTo(b)
 	}
 	return string(b)
-}
-
-// Cookie is what the rule's first action carries: "sk", then a byte of
-// installation flags (set by the programmer), a byte of errno, six bytes of
-// a hash of MatchKey and eight of a hash of String. A rule read back from
-// the kernel is recognised, and compared, by its cookie alone.
-func (r Rule) Cookie() []byte { return cookie(r.MatchKey(), r.String()) }
-
-func cookie(match, all string) []byte { return cookieOf(hash64(match), hash64(all)) }
-
-// cookieOf is the cookie of a rule whose match key and whole rule hash
-// to mk and ah.
-func cookieOf(mk, ah uint64) []byte {
-	c := make([]byte, cookieLen)
-	copy(c, magic)
-	for i := 0; i < 6; i++ {
-		c[4+i] = byte(mk >> (8 * i))
-		c[10+i] = byte(ah >> (8 * i))
-	}
-	return c
-}
-
-// hashBytes is hash64 of b, without copying it.
-func hashBytes(b []byte) uint64 {
-	h := uint64(14695981039346656037) // FNV-1a, as hash/fnv
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	return h
-}
-
-func hash64(s string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(s))
-	return h.Sum64()
 }
 
 // Input is what Compile needs besides the plan.
