@@ -1,7 +1,6 @@
 package nl
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net"
 	"slices"
@@ -81,15 +80,6 @@ type BridgeEgress struct {
 	// tracked by conntrack on their way through the bridge (see
 	// SetIsolation).
 	HostMAC string
-	// MasqueradeDNAT: what comes in from Name with its destination
-	// translated (a Service's DNAT, kube-proxy's) and is routed back
-	// into the same network (out of Name or HostPort) is masqueraded to
-	// the outgoing device's address, so that the backend's reply comes
-	// back to this node's conntrack to be translated back. For offload
-	// gateways, whose eswitch would otherwise carry the backend's
-	// reply straight to the client pod, untranslated; egress snat and
-	// routed only (a none device forwards nothing).
-	MasqueradeDNAT bool
 }
 
 // NftEgressChain is the nat chain of the networks whose egress is snat,
@@ -184,12 +174,6 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 						&expr.Notrack{}})})
 			}
 		}
-		if b.MasqueradeDNAT && (b.Egress == "snat" || b.Egress == "routed") {
-			for _, to := range own {
-				out = append(out, nftRule{data: "dnat:" + b.Name + ">" + to, chain: NftEgressChain, exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name),
-					ifEq(expr.MetaKeyOIFNAME, to), dnatted(), []expr.Any{&expr.Masq{}})})
-			}
-		}
 		switch b.Egress {
 		case "", "none":
 			// Out of the overlay, and into it from outside.
@@ -206,21 +190,6 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 	return out
 }
 
-// ctStatusDstNAT is the conntrack status bit of a connection whose
-// destination was translated (IPS_DST_NAT).
-const ctStatusDstNAT = 1 << 5
-
-// dnatted matches a packet of a connection whose destination was
-// translated (ct status dnat).
-func dnatted() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binary.NativeEndian.AppendUint32(nil, ctStatusDstNAT), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-	}
-}
-
 // SetIsolation makes the forward path drop what is routed from one of the
 // given devices (bridges or gateways, and host ports) into another
 // network's device ("skb", "skn" and "skg" prefixes): tenant networks
@@ -230,9 +199,7 @@ func dnatted() []expr.Any {
 // or gateway): nothing for "none"
 // (dropped, and nothing is routed into it from outside either),
 // everything for "routed", and everything masqueraded to the outgoing
-// interface's address for "snat" (a nat chain at postrouting); with
-// MasqueradeDNAT, a snat or routed device's DNATed traffic routed back
-// into its own network is masqueraded too (same chain). It writes
+// interface's address for "snat" (a nat chain at postrouting). It writes
 // nothing when the rules already match, and otherwise replaces them in one
 // atomic transaction. An empty list removes the table. Not safe for
 // concurrent use with itself.

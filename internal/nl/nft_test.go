@@ -2,7 +2,6 @@ package nl
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/nftables/expr"
@@ -47,42 +46,5 @@ func TestIsolationRulesGateways(t *testing.T) {
 		if n != 3 {
 			t.Errorf("%s compares %d Skiff prefixes, want 3", r.data, n)
 		}
-	}
-}
-
-// An offload gateway with a host port (MasqueradeDNAT) masquerades what
-// a Service's DNAT routes from it back into its own network: out of the
-// gateway (a local backend) and out of the host port (a remote one),
-// only when the connection's destination was translated; never for a
-// none gateway, and never into another network (the x: drops stay).
-func TestIsolationRulesMasqueradeDNAT(t *testing.T) {
-	rules := isolationRules([]BridgeEgress{
-		{Name: "skg100", Egress: "snat", HostPort: "skn100", MasqueradeDNAT: true},
-		{Name: "skg300", Egress: "routed", HostPort: "skn300", MasqueradeDNAT: true},
-		{Name: "skg200", MasqueradeDNAT: true},
-		{Name: "skb400", Egress: "snat", HostPort: "skn400"},
-	})
-	var got []string
-	for _, r := range rules {
-		if strings.HasPrefix(r.data, "dnat:") {
-			got = append(got, r.chain+"|"+r.data)
-			n := 0
-			for _, e := range r.exprs {
-				if c, ok := e.(*expr.Ct); ok && c.Key == expr.CtKeySTATUS {
-					n++
-				}
-				if _, ok := e.(*expr.Masq); ok {
-					n++
-				}
-			}
-			if n != 2 {
-				t.Errorf("%s: want a ct status match and a masquerade", r.data)
-			}
-		}
-	}
-	slices.Sort(got)
-	want := []string{"egress|dnat:skg100>skg100", "egress|dnat:skg100>skn100", "egress|dnat:skg300>skg300", "egress|dnat:skg300>skn300"}
-	if !slices.Equal(got, want) {
-		t.Errorf("DNAT masquerades:\n got %q\nwant %q", got, want)
 	}
 }

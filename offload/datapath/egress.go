@@ -28,7 +28,8 @@ import (
 // a network's host port (hps) counts as its own, as on software nodes,
 // and what a Service's DNAT sends from its gateway back into it (out of
 // the gateway to a local backend, out of the host port to a remote one)
-// is masqueraded to the node (nl.BridgeEgress MasqueradeDNAT).
+// keeps the client pod's address (the reply's reverse translation is
+// in the flower rules, flower.CtNAT).
 func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[string]flower.HostPort) error {
 	var devs []nl.BridgeEgress
 	forward := map[string]bool{}
@@ -41,12 +42,13 @@ func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[st
 			// The host port counts as the network's own. Its frames
 			// never pass the gateway twice (the eswitch rules move
 			// them), so none is left untracked (no HostMAC).
-			b.HostPort = agentdp.HostPortName(n.VNI)
 			// A pod's Service connection DNATed back into the
-			// network (kube-proxy's rules) is masqueraded, so that
-			// the backend's reply comes back here, not through the
-			// eswitch straight to the client (see MasqueradeDNAT).
-			b.MasqueradeDNAT = true
+			// network (kube-proxy's rules) keeps the pod's address:
+			// the backend's reply, which goes through the eswitch
+			// straight to the client, gets its reverse translation
+			// there (flower.CtNAT on the rules delivering to the
+			// network's endpoints).
+			b.HostPort = agentdp.HostPortName(n.VNI)
 		}
 		devs = append(devs, b)
 		forward[gw] = agentdp.RoutesOut(n)

@@ -32,23 +32,57 @@ var gatewayRules = []string{
 	"skh100 UNI dst_mac 02:00:00:00:00:0b action redirect:repb [gateway b]",
 }
 
+// serviceRules are base's rules with the network's host port: those
+// delivering to a local endpoint from another one or from the tunnel
+// restore a Service's address on its backend's reply (ct nat, zone 0);
+// ARP frames to those MACs (act_ct drops what is not IP) get ARP rules
+// of their own; ARP by target address, broadcast and the gateway
+// port's rules are unchanged.
+func serviceRules(t *testing.T) []string {
+	nat := map[string]string{
+		"repa UNI dst_mac 02:00:00:00:00:0b action redirect:repb [local a]":                                  "repa UNI dst_mac 02:00:00:00:00:0b action ct nat action redirect:repb [local a]",
+		"repb UNI dst_mac 02:00:00:00:00:0a action redirect:repa [local b]":                                  "repb UNI dst_mac 02:00:00:00:00:0a action ct nat action redirect:repa [local b]",
+		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]": "skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action ct nat action redirect:repa [decap a]",
+		"skvx UNI decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action redirect:repb [decap b]": "skvx UNI decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action ct nat action redirect:repb [decap b]",
+	}
+	var out []string
+	for _, r := range baseRules {
+		if n, ok := nat[r]; ok {
+			delete(nat, r)
+			r = n
+		}
+		out = append(out, r)
+	}
+	if len(nat) > 0 {
+		t.Fatalf("serviceRules: not in baseRules: %v", nat)
+	}
+	return append(out,
+		"repa ARP dst_mac 02:00:00:00:00:0b action redirect:repb [arp a]",
+		"repb ARP dst_mac 02:00:00:00:00:0a action redirect:repa [arp b]",
+		"skvx ARP decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [arp a]",
+		"skvx ARP decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action redirect:repb [arp b]")
+}
+
 // TestCompileHostPort: a network with the node's host port gets, besides
 // its gateway's rules, exactly: the host port's packets to each remote
 // endpoint encapsulated to its VTEP (on sknp100); the node's own host
 // port MAC from the tunnel to sknp100; each other node's host port MAC
 // from the gateway port (the pods' replies the node routes back out of
-// skg100) encapsulated to that node. Nothing for the local endpoints
-// (the node reaches them through the gateway).
+// skg100) encapsulated to that node; and ct nat on the rules delivering
+// to its endpoints from each other and the tunnel (serviceRules).
+// Nothing else for the local endpoints (the node reaches them through
+// the gateway).
 func TestCompileHostPort(t *testing.T) {
 	p, reps := base()
 	in := hostPortInput(reps)
+	svcRules := serviceRules(t)
 	hostRules := []string{
 		"sknp100 UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap ]",
 		"skvx UNI decap100 dst_mac 06:64:c0:00:02:01 action tunnel_key unset action redirect:sknp100 [hostport ]",
 		"skh100 UNI dst_mac 06:64:c0:00:02:02 action set:192.0.2.2 action redirect:skvx [hostport ]",
 		"skh100 UNI dst_mac 06:64:c0:00:02:03 action set:192.0.2.3 action redirect:skvx [hostport ]",
 	}
-	expect(t, "host port", in, p, sorted(baseRules, gatewayRules, hostRules))
+	expect(t, "host port", in, p, sorted(svcRules, gatewayRules, hostRules))
 
 	// The remote endpoint's rules (what an incremental change writes)
 	// include the host port's encap to it, and nothing of the peers.
@@ -72,7 +106,7 @@ func TestCompileHostPort(t *testing.T) {
 	// encap and decap rules alone: nothing is routed back out.
 	gws := in.Gateways
 	in.Gateways = nil
-	expect(t, "host port without a gateway", in, p, sorted(baseRules, hostRules[:2]))
+	expect(t, "host port without a gateway", in, p, sorted(svcRules, hostRules[:2]))
 	// And with no local endpoint at all: those two rules alone.
 	q := p.Clone()
 	q.Local = map[string]plan.Endpoint{}
@@ -106,5 +140,44 @@ func TestCompileHostPortRefused(t *testing.T) {
 		if _, err := Compile(p, in); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestCompilePolicyHostPort: in a network with isolated endpoints, the
+// host port is tracked and committed in the network's zone like the
+// gateway port, so that a Service connection the node DNATs to a remote
+// backend (out of the host port, with the client's address) is known
+// when the backend's reply comes from the tunnel (established, not new
+// to the client's ingress rules); what leaves it for an isolated local
+// endpoint's address meets that endpoint's ingress rules.
+func TestCompilePolicyHostPort(t *testing.T) {
+	p, reps := base()
+	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true}
+	in := hostPortInput(reps)
+	fwd, err := Compile(p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := CompilePolicy(p, in, fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range renderPolicy(rs) {
+		if strings.HasPrefix(r, "sknp100 ") {
+			got = append(got, r)
+		}
+	}
+	want := sorted([]string{
+		"sknp100 0 ALL all: goto chain 3",
+		"sknp100 0 CT ip: ct zone 101, goto chain 1",
+		"sknp100 1 EST ip ct_state +trk+est: goto chain 3",
+		"sknp100 1 REL ip ct_state +trk+rel: goto chain 3",
+		"sknp100 1 OPEN ip: goto chain 2",
+		"sknp100 2 DENY ip dst 198.51.100.11/32: drop [b ingress 0]",
+		"sknp100 2 OPEN ip: ct commit zone 101, goto chain 3",
+	})
+	if slices.Sort(got); !slices.Equal(got, want) {
+		t.Errorf("host port's policy filters:\ngot\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }

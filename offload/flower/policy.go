@@ -302,12 +302,16 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 			}
 			ingress(rep, nname, 0, &e)
 		}
-		// Into the network from the tunnel and from the node's gateway:
-		// the sender's node checked its egress.
+		// Into the network from the tunnel, the node's gateway and its
+		// host port: the sender's node checked its egress. The host
+		// port also carries a pod's Service connection DNATed to a
+		// remote backend with the pod's own address: tracked and
+		// committed here, the backend's reply from the tunnel is
+		// established, not new to the client's ingress rules.
 		for _, d := range []struct {
 			dev string
 			vni uint32
-		}{{in.VXLAN, n.VNI}, {in.Gateways[nname].Port, 0}} {
+		}{{in.VXLAN, n.VNI}, {in.Gateways[nname].Port, 0}, {in.HostPorts[nname].Port, 0}} {
 			if d.dev == "" {
 				continue
 			}
@@ -323,8 +327,10 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 		tracked(in.VXLAN, vxlanFams) // once for every network
 	}
 	for _, nname := range slices.Sorted(maps.Keys(netZone)) {
-		if gw := in.Gateways[nname].Port; gw != "" {
-			tracked(gw, families(p.Networks[nname]))
+		for _, d := range []string{in.Gateways[nname].Port, in.HostPorts[nname].Port} {
+			if d != "" {
+				tracked(d, families(p.Networks[nname]))
+			}
 		}
 	}
 	// Everything else on every device with forwarding rules. fwd holds

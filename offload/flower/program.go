@@ -557,6 +557,8 @@ func ruleFilter(devs map[string]Device, dev Device, r Rule, handle, flags uint32
 			act = tc.Action{Kind: tc.KindTunnelKey, Verdict: tc.TC_ACT_PIPE, TunnelOp: tc.TCA_TUNNEL_KEY_ACT_RELEASE}
 		case Continue:
 			act = tc.Action{Kind: tc.KindGact, Verdict: tc.TC_ACT_UNSPEC}
+		case CtNAT:
+			act = tc.Action{Kind: tc.KindCt, Verdict: tc.TC_ACT_PIPE, NAT: true}
 		case Redirect, Mirror, IngressRedirect:
 			t, ok := devs[a.Dev]
 			if !ok {

@@ -2,7 +2,6 @@ package flower
 
 import (
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
@@ -78,30 +77,6 @@ type Match struct {
 	EncDstPort uint16
 }
 
-// Action is one tc action.
-type Action struct {
-	// Kind is one of "tunnel_key set", "tunnel_key unset",
-	// "mirred redirect", "mirred mirror".
-	Kind string
-	// tunnel_key set.
-	VNI      uint32
-	Src, Dst netip.Addr
-	DstPort  uint16
-	// mirred: the egress device.
-	Dev string
-}
-
-// Action kinds.
-const (
-	TunnelSet   = "tunnel_key set"
-	TunnelUnset = "tunnel_key unset"
-	Redirect    = "mirred redirect"
-	Mirror      = "mirred mirror"
-	Continue    = "continue" // gact: go on with the next filter
-	// IngressRedirect moves the packet to the ingress of Dev.
-	IngressRedirect = "mirred ingress redirect"
-)
-
 // Rule is one flower filter on a device's ingress.
 type Rule struct {
 	Dev      string // the device whose ingress holds the rule
@@ -112,28 +87,6 @@ type Rule struct {
 	Network  string
 	Match    Match
 	Actions  []Action
-}
-
-func (a Action) String() string { return string(a.appendTo(nil)) }
-
-func (a Action) appendTo(b []byte) []byte {
-	b = append(b, a.Kind...)
-	switch a.Kind {
-	case TunnelSet:
-		b = append(b, " id "...)
-		b = strconv.AppendUint(b, uint64(a.VNI), 10)
-		b = append(b, " src_ip "...)
-		b = a.Src.AppendTo(b)
-		b = append(b, " dst_ip "...)
-		b = a.Dst.AppendTo(b)
-		b = append(b, " dst_port "...)
-		b = strconv.AppendUint(b, uint64(a.DstPort), 10)
-	case TunnelUnset, Continue:
-	default:
-		b = append(b, " dev "...)
-		b = append(b, a.Dev...)
-	}
-	return b
 }
 
 func (m Match) String() string { return string(m.appendTo(nil)) }
@@ -203,42 +156,6 @@ func (r Rule) String() string {
 		b = a.appendTo(b)
 	}
 	return string(b)
-}
-
-// Cookie is what the rule's first action carries: "sk", then a byte of
-// installation flags (set by the programmer), a byte of errno, six bytes of
-// a hash of MatchKey and eight of a hash of String. A rule read back from
-// the kernel is recognised, and compared, by its cookie alone.
-func (r Rule) Cookie() []byte { return cookie(r.MatchKey(), r.String()) }
-
-func cookie(match, all string) []byte { return cookieOf(hash64(match), hash64(all)) }
-
-// cookieOf is the cookie of a rule whose match key and whole rule hash
-// to mk and ah.
-func cookieOf(mk, ah uint64) []byte {
-	c := make([]byte, cookieLen)
-	copy(c, magic)
-	for i := 0; i < 6; i++ {
-		c[4+i] = byte(mk >> (8 * i))
-		c[10+i] = byte(ah >> (8 * i))
-	}
-	return c
-}
-
-// hashBytes is hash64 of b, without copying it.
-func hashBytes(b []byte) uint64 {
-	h := uint64(14695981039346656037) // FNV-1a, as hash/fnv
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	return h
-}
-
-func hash64(s string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(s))
-	return h.Sum64()
 }
 
 // Input is what Compile needs besides the plan.
@@ -346,6 +263,30 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			return nil, fmt.Errorf("networks[%s].vni: must be 1..16777215, got %d", nname, n.VNI)
 		}
 		locals := byNet[nname]
+		// A network that routes out through a host port here carries
+		// its pods' Service connections through the node's stack
+		// (kube-proxy's DNAT) without masquerade: what is delivered to
+		// one of its endpoints from another endpoint or the tunnel
+		// (a backend's reply among it) gets the reverse translation
+		// on the way (CtNAT). What comes from the gateway port was
+		// translated by the node's stack already.
+		// act_ct drops what is neither IPv4 nor IPv6: the ARP
+		// frames among (replies, unicast requests) are delivered by
+		// ARP rules of their own (deliverARP), ahead of it; other
+		// protocols are dropped on such networks.
+		_, services := in.HostPorts[nname]
+		deliver := func(acts ...Action) []Action {
+			if services {
+				acts = append([]Action{{Kind: CtNAT}}, acts...)
+			}
+			return acts
+		}
+		deliverARP := func(r Rule, m Match, acts ...Action) {
+			if services {
+				r.Prio, r.EthType, r.Kind, r.Match, r.Actions = PrioARP, EthARP, KindARP, m, acts
+				out = append(out, r)
+			}
+		}
 		set := func(vtep netip.Addr) Action {
 			return Action{Kind: TunnelSet, VNI: n.VNI, Src: p.UnderlayIP, Dst: vtep, DstPort: VXLANPort}
 		}
@@ -364,8 +305,9 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 					continue
 				}
 				r := base
-				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, []Action{{Kind: Redirect, Dev: o.to}}
+				r.Kind, r.Match, r.Actions = KindLocal, Match{DstMAC: o.ep.MAC}, deliver(Action{Kind: Redirect, Dev: o.to})
 				out = append(out, r)
+				deliverARP(base, r.Match, Action{Kind: Redirect, Dev: o.to})
 				for _, ip := range ipv4s(o.ep.IPs) {
 					a := base
 					a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
@@ -430,9 +372,14 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			d.Match = decap
 			d.Match.DstMAC = l.ep.MAC
 			d.Actions = []Action{{Kind: TunnelUnset}, {Kind: Redirect, Dev: l.to}}
+			arp := d
+			if services {
+				d.Actions = []Action{{Kind: TunnelUnset}, {Kind: CtNAT}, {Kind: Redirect, Dev: l.to}}
+			}
 			out = append(out, d)
+			deliverARP(d, d.Match, arp.Actions...)
 			for _, ip := range ipv4s(l.ep.IPs) {
-				a := d
+				a := arp
 				a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
 				a.Match = decap
 				a.Match.ArpTIP = ip

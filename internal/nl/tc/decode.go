@@ -239,7 +239,8 @@ func decodeAction(d *rtnl.Decoder) (Action, error) {
 		case a.Kind == KindCt && t == TCA_CT_ZONE:
 			a.Zone = od.U16()
 		case a.Kind == KindCt && t == TCA_CT_ACTION:
-			a.Commit = od.U16()&TCA_CT_ACT_COMMIT != 0
+			op := od.U16()
+			a.Commit, a.NAT = op&TCA_CT_ACT_COMMIT != 0, op&TCA_CT_ACT_NAT != 0
 		}
 	}
 	if err := od.Err(); err != nil {

@@ -84,9 +84,12 @@ type Action struct {
 	// mirred: TCA_EGRESS_REDIR, TCA_EGRESS_MIRROR, TCA_INGRESS_REDIR...
 	MirredOp uint32
 	Ifindex  int
-	// ct.
+	// ct: the zone (0: the default zone, netfilter's own), commit, and
+	// NAT (TCA_CT_ACT_NAT without a range: a tracked connection's
+	// existing translation applied to the packet, reverse for replies).
 	Zone   uint16
 	Commit bool
+	NAT    bool
 	// Cookie is up to 16 bytes the kernel keeps for the action's owner.
 	Cookie []byte
 	// Stats, as dumped.
@@ -277,8 +280,15 @@ func (a *Action) encode(e *rtnl.Encoder) {
 			if a.Zone != 0 {
 				e.U16(TCA_CT_ZONE, a.Zone)
 			}
+			var op uint16
 			if a.Commit {
-				e.U16(TCA_CT_ACTION, TCA_CT_ACT_COMMIT)
+				op |= TCA_CT_ACT_COMMIT
+			}
+			if a.NAT {
+				op |= TCA_CT_ACT_NAT
+			}
+			if op != 0 {
+				e.U16(TCA_CT_ACTION, op)
 			}
 		}
 	})

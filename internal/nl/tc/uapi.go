@@ -207,7 +207,8 @@ const (
 	TCA_TUNNEL_KEY_ACT_RELEASE = 2
 )
 
-// include/uapi/linux/tc_act/tc_ct.h: enum TCA_CT_* and TCA_CT_ACT_COMMIT.
+// include/uapi/linux/tc_act/tc_ct.h: enum TCA_CT_*, TCA_CT_ACT_COMMIT and
+// TCA_CT_ACT_NAT.
 const (
 	TCA_CT_UNSPEC = iota
 	TCA_CT_PARMS
@@ -216,7 +217,10 @@ const (
 	TCA_CT_ZONE
 )
 
-const TCA_CT_ACT_COMMIT = 1 << 0
+const (
+	TCA_CT_ACT_COMMIT = 1 << 0
+	TCA_CT_ACT_NAT    = 1 << 3
+)
 
 // include/uapi/linux/rtnetlink.h: TCA_DUMP_FLAGS_TERSE (the value of
 // unix.TCA_DUMP_FLAGS).

@@ -179,6 +179,8 @@ func TestUAPIHeaders(t *testing.T) {
 		"TCA_CT_TM":                            TCA_CT_TM,
 		"TCA_CT_ACTION":                        TCA_CT_ACTION,
 		"TCA_CT_ZONE":                          TCA_CT_ZONE,
+		"TCA_CT_ACT_COMMIT":                    TCA_CT_ACT_COMMIT,
+		"TCA_CT_ACT_NAT":                       TCA_CT_ACT_NAT,
 		"TC_H_CLSACT":                          TC_H_CLSACT,
 		"TC_H_MIN_INGRESS":                     TC_H_MIN_INGRESS,
 	}

@@ -75,18 +75,22 @@ func kubeProxyRules(node string, ips map[string]string) string {
 // tenant (none) t1 on n1, t2 on n2.
 //   - a ClusterIP backed by a (n1) and b (n2) answers from both, to a
 //     client on n1 (c) and one on n2 (b): the node DNATs the connection
-//     that came in from its gateway skg100 and the agent masquerades it
-//     into the overlay, so the backend sees the node (its gateway
-//     address for a local backend, its underlay address through the
-//     host port for a remote one) and answers through the overlay to
-//     the node's conntrack;
+//     that came in from its gateway skg100 and routes it back into the
+//     overlay with the client's address (out of skg100 to a local
+//     backend, the host port to a remote one); the backend sees the
+//     client pod and answers it through the eswitch (or the tunnel),
+//     where the rule delivering to the client's representor restores
+//     the ClusterIP as the source (act_ct nat in the default zone,
+//     which holds the node's DNAT);
 //   - hairpin: a reaches itself through its own Service;
 //   - a NodePort on n1 answers a client on the underlay (not a node)
 //     from b on n2;
 //   - isolation: c cannot reach the tenant pods through a Service
 //     DNATed to them (the tenant pods still reach each other);
-//   - NetworkPolicy applies after DNAT: with an ingress policy isolating
-//     b, the Service answers only from a.
+//   - NetworkPolicy applies after DNAT, to the client's address: with
+//     b admitting ingress only from c (podSelector), c's Service
+//     connections reach b and a's do not; c admitting no ingress does
+//     not stop its Service connections' replies.
 func TestOffloadServices(t *testing.T) {
 	guest.Require(t)
 	nodes := []guest.RigNode{
@@ -153,10 +157,11 @@ func TestOffloadServices(t *testing.T) {
 	}
 
 	// The ClusterIP, from a client on each node: both backends, each
-	// seeing the client's node (its gateway address when local, its
-	// underlay address when remote).
+	// seeing the client pod's own address (no masquerade: the reply's
+	// reverse translation is in the flower rules delivering it; a
+	// connection is only established when the client saw the
+	// ClusterIP answer its SYN).
 	home := map[string]string{"a": "n1", "b": "n2", "c": "n1"}
-	addr := map[string]string{"n1": "192.0.2.1", "n2": "192.0.2.2"}
 	for _, client := range []string{"c", "b"} {
 		var got []string
 		for range 4 {
@@ -165,8 +170,9 @@ func TestOffloadServices(t *testing.T) {
 				t.Errorf("%s -> Service %s: %v\n%s", client, svcWeb, err, diag())
 				break
 			}
-			want := addr[home[client]]
-			if home[server] == home[client] {
+			want := ips[client]
+			if server == client {
+				// Hairpin: kube-proxy masquerades it (KUBE-MARK-MASQ).
 				want = gw[home[client]]
 			}
 			if seen != want {
@@ -183,8 +189,8 @@ func TestOffloadServices(t *testing.T) {
 	}
 
 	// Hairpin: a through its own Service.
-	if server, seen, err := guest.Ask("sksvpa", svcSelf, "80"); err != nil || server != "a" {
-		t.Errorf("a -> its own Service %s: %q, %v\n%s", svcSelf, server, err, diag())
+	if server, seen, err := guest.Ask("sksvpa", svcSelf, "80"); err != nil || server != "a" || seen != gw["n1"] {
+		t.Errorf("a -> its own Service %s: %q seen from %q, %v; want a seeing the gateway %s\n%s", svcSelf, server, seen, err, gw["n1"], diag())
 	} else {
 		t.Logf("a -> its own Service: answered by a, seen from %s", seen)
 	}
@@ -209,30 +215,62 @@ func TestOffloadServices(t *testing.T) {
 		t.Errorf("the tenant pods no longer reach each other: %v", err)
 	}
 
-	// NetworkPolicy after DNAT: b isolated for ingress, the Service
-	// answers c only from a.
-	file := filepath.Join(r.Dir, "deny-b.yaml")
-	if err := os.WriteFile(file, []byte(`apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: deny-b, namespace: default}
-spec:
+	// NetworkPolicy after DNAT, with the client's own address: b
+	// admits ingress only from c (podSelector). c's Service
+	// connections reach b (and b sees c); a's do not (a reaches only
+	// itself through the Service: hairpin, masqueraded by kube-proxy).
+	// c itself admits no ingress at all: the backends' replies to its
+	// Service connections are replies, not new connections to c, also
+	// from b on the other node (the connection DNATed to b left n1
+	// through the host port, which tracks it in the network's zone).
+	for name, spec := range map[string]string{
+		"allow-c-to-b": `
   podSelector: {matchLabels: {app: b}}
   policyTypes: [Ingress]
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r.Ctl.Must("policy", "apply", "-f", file)
-	guest.WaitFor(t, "b isolated", 30*time.Second, func() (bool, string) {
-		_, _, err := guest.Ask("sksvpc", ips["b"], "8080")
-		return err != nil, "c still reaches b directly"
-	})
-	var got []string
-	for range 4 {
-		if server, _, err := guest.Ask("sksvpc", svcWeb, "80"); err == nil {
-			got = append(got, server)
+  ingress:
+  - from:
+    - podSelector: {matchLabels: {app: c}}
+`,
+		"deny-to-c": `
+  podSelector: {matchLabels: {app: c}}
+  policyTypes: [Ingress]
+`} {
+		file := filepath.Join(r.Dir, name+".yaml")
+		doc := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: " + name + ", namespace: default}\nspec:" + spec
+		if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
 		}
+		r.Ctl.Must("policy", "apply", "-f", file)
 	}
-	if slices.Contains(got, "b") || len(got) != 2 {
-		t.Errorf("with b isolated, c -> Service %s answered by %v, want a twice (every other connection to b dropped)", svcWeb, got)
+	guest.WaitFor(t, "b admits c only, c admits nobody", 30*time.Second, func() (bool, string) {
+		_, _, errA := guest.Ask("sksvpa", ips["b"], "8080")
+		_, _, errC := guest.Ask("sksvpc", ips["b"], "8080")
+		_, _, errToC := guest.Ask("sksvpa", ips["c"], "8080")
+		return errA != nil && errC == nil && errToC != nil,
+			fmt.Sprintf("a -> b directly: %v; c -> b directly: %v; a -> c directly: %v", errA, errC, errToC)
+	})
+	served := func(client string) (got []string) {
+		for range 4 {
+			server, seen, err := guest.Ask("sksvp"+client, svcWeb, "80")
+			if err != nil {
+				continue
+			}
+			got = append(got, server)
+			if want := ips[client]; server == "b" && seen != want {
+				t.Errorf("%s -> Service -> b: seen from %s, want %s", client, seen, want)
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+	if got := served("c"); !slices.Equal(got, []string{"a", "a", "b", "b"}) {
+		t.Errorf("with b admitting c, c -> Service %s answered by %v, want a and b twice each\n%s", svcWeb, got, diag())
+	} else {
+		t.Logf("b admits c: c -> Service answered by %v", got)
+	}
+	if got := served("a"); !slices.Equal(got, []string{"a", "a"}) {
+		t.Errorf("with b admitting only c, a -> Service %s answered by %v, want a twice (every other connection to b dropped)", svcWeb, got)
+	} else {
+		t.Logf("b admits only c: a -> Service answered by %v (its connections to b dropped)", got)
 	}
 }
