@@ -126,7 +126,7 @@ func TestOffloadServicesIPv6(t *testing.T) {
 		if got = slices.Compact(got); !slices.Equal(got, []string{"a", "b"}) {
 			t.Errorf("%s -> Service [%s]:80: answered by %v, want a (n1) and b (n2)", client, svcWeb6, got)
 		} else {
-			t.Logf("%s (%s) -> IPv6 Service: answered by a (n1) and b (n2), each seeing %s", client, home[client], ips6[client])
+			t.Logf("%s (%s) -> IPv6 Service: answered by a (n1) and b (n2), the other seeing %s", client, home[client], ips6[client])
 		}
 	}
 }
