@@ -1,6 +1,7 @@
 package skiff
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,12 +47,18 @@ func TestLostPodsAndNodes(t *testing.T) {
 	}
 	eventually(t, 2*time.Minute, func() string {
 		eps := owned("pod:default/a")
-		if len(eps) != 1 || eps[0].Name == oldEP {
+		if len(eps) != 1 || eps[0].Name == oldEP || len(eps[0].Ips) == 0 {
 			return "pod a does not have exactly one new endpoint"
 		}
-		out, _ := c.Kubectl("get", "pod", "a", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		if out != "True" {
-			return "a is not Ready again"
+		// The API's Ready may still be the dead sandbox's (the kubelet
+		// has not reported yet, while the new sandbox already has its
+		// endpoint): wait for the new sandbox's address and the
+		// container restarted in it, ready. A ping before that found
+		// no container to run in.
+		want, _, _ := strings.Cut(eps[0].Ips[0], "/")
+		out, _ := c.Kubectl("get", "pod", "a", "-o", `jsonpath={.status.podIP} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready}`)
+		if f := strings.Fields(out); len(f) != 3 || f[0] != want || f[1] == "0" || f[2] != "true" {
+			return fmt.Sprintf("a's status %q (address, restarts, ready): not yet restarted in its new sandbox (%s) and ready", out, want)
 		}
 		return ""
 	})
