@@ -192,10 +192,12 @@ if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576 host0 /mnt; then
 	poweroff -f
 fi
 mkdir -p /mnt/out
+/usr/sbin/ip link set lo up
+/usr/sbin/nft -f /keys.nft 2>>/tmp/insmod.err || echo "nft -f /keys.nft failed" >>/tmp/insmod.err
+{ /usr/sbin/ip link add kvmkeys0 type dummy && /usr/sbin/tc qdisc add dev kvmkeys0 clsact; } 2>>/tmp/insmod.err || echo "clsact on kvmkeys0 failed" >>/tmp/insmod.err
 cp /tmp/insmod.err /mnt/out/insmod.err
 dmesg > /mnt/out/dmesg.boot
 uname -r > /mnt/out/uname
-/usr/sbin/ip link set lo up
 export SKIFF_KERNELVM=1 TMPDIR=/tmp HOME=/tmp SKIFF_BIN=/mnt/skiffbin SKIFF_KERNELVM_OUT=/mnt/out/files
 echo "KERNELVM-TESTS-START"
 for t in $(cat /mnt/tests.list); do
@@ -211,6 +213,37 @@ sync
 poweroff -f
 `
 
+// keysRuleset is loaded by the guest's init before the first test and held
+// for the whole run, with a clsact qdisc on the dummy device kvmkeys0: a
+// base chain on every inet, bridge and arp hook keeps the kernel's
+// netfilter hook static keys on, and the clsact its tc ingress and egress
+// keys, so they switch once, before any test, and never again. Each test's
+// tables, conntrack and qdiscs coming and going would otherwise switch
+// them, and switching a static key patches kernel text, which races a CPU
+// running through that code under qemu's multi-threaded emulation: the
+// guest has panicked with "Oops: int3" in __dev_queue_xmit (tc keys) and in
+// NF_HOOK from mld_sendpack (IPv6 output hook). Hardware has no such race;
+// no test is about it. The chains are empty and accept.
+const keysRuleset = `table inet kernelvm-keys {
+	chain pre { type filter hook prerouting priority 0; policy accept; }
+	chain in { type filter hook input priority 0; policy accept; }
+	chain fwd { type filter hook forward priority 0; policy accept; }
+	chain out { type filter hook output priority 0; policy accept; }
+	chain post { type filter hook postrouting priority 0; policy accept; }
+}
+table bridge kernelvm-keys {
+	chain pre { type filter hook prerouting priority 0; policy accept; }
+	chain in { type filter hook input priority 0; policy accept; }
+	chain fwd { type filter hook forward priority 0; policy accept; }
+	chain out { type filter hook output priority 0; policy accept; }
+	chain post { type filter hook postrouting priority 0; policy accept; }
+}
+table arp kernelvm-keys {
+	chain in { type filter hook input priority 0; policy accept; }
+	chain out { type filter hook output priority 0; policy accept; }
+}
+`
+
 // buildInitramfs writes (once; it is cached by content) the initramfs for
 // a kernel version and a module list, and returns its path.
 func buildInitramfs(verDir, version string, modules []string) (string, error) {
@@ -221,6 +254,7 @@ func buildInitramfs(verDir, version string, modules []string) (string, error) {
 	}
 	a := newArchive()
 	a.file("init", 0o755, []byte(initScript))
+	a.file("keys.nft", 0o644, []byte(keysRuleset))
 	a.file("modules.list", 0o644, []byte(strings.Join(order, "\n")+"\n"))
 	bb, err := os.ReadFile(busyboxPath)
 	if err != nil {

@@ -267,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var insmodErr error
 	if b, _ := os.ReadFile(filepath.Join(share, "out", "insmod.err")); len(bytes.TrimSpace(b)) > 0 {
 		dm, _ := os.ReadFile(filepath.Join(share, "out", "dmesg.boot"))
-		insmodErr = fmt.Errorf("module loading failed in the guest: %s\nguest kernel log:\n%s", bytes.TrimSpace(b), dm)
+		insmodErr = fmt.Errorf("guest setup (modules, held hook keys) failed: %s\nguest kernel log:\n%s", bytes.TrimSpace(b), dm)
 	}
 	for i, n := range names {
 		pr := judge(cfg.Packages[i], filepath.Join(share, "out", n))

@@ -88,7 +88,6 @@ func newRig(t *testing.T, extra int) *rig {
 	guest.Require(t)
 	r := &rig{t: t, dir: t.TempDir(), vfs: flowVFs + extra, extra: extra}
 	guest.UnderlayBridge(t, "skdbr", "192.0.2.254/24")
-	holdTCKeys(t)
 	guest.StartIn(t, "", "skiff-controller", "--listen", ctl, "--data-dir", filepath.Join(r.dir, "etcd"))
 	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
 		out, err := r.skiffctl("get", "nodes")
@@ -294,18 +293,4 @@ func ping(t *testing.T, from, to string) {
 	if out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "3", "-W", "3", to).CombinedOutput(); err != nil {
 		t.Fatalf("ping %s -> %s: %v\n%s", from, to, err, out)
 	}
-}
-
-// holdTCKeys keeps a clsact qdisc on a dummy device of the guest's root
-// namespace for the whole test, so that the kernel's ingress and egress
-// static keys (on while any clsact exists) are turned on once, before
-// any traffic, and never off: the DPU's reboot deletes every other
-// clsact, and the kernel turning a static key patches its text, which
-// under qemu's multi-threaded emulation raced a packet being sent on the
-// other vCPU ("Oops: int3" in __dev_queue_xmit, a guest panic, in one
-// run). Hardware does not have that race; the test is not about it.
-func holdTCKeys(t *testing.T) {
-	guest.Run(t, ipBin, "link", "add", "skdkeys", "type", "dummy")
-	t.Cleanup(func() { _ = exec.Command(ipBin, "link", "del", "skdkeys").Run() })
-	guest.Run(t, guest.TC, "qdisc", "add", "dev", "skdkeys", "clsact")
 }
