@@ -228,13 +228,17 @@ func (p *Planner) syncPolicy(t touchSet) {
 }
 
 // policyDelta adds to d what turns pl's policies and groups into the
-// compiled ones. Caller holds mu.
+// compiled ones: a group pl holds whose members changed goes as a member
+// change (one endpoint joining a group of N costs one address on the
+// wire, not N), unless the change is no smaller than the group. Caller
+// holds mu.
 func (p *Planner) policyDelta(node string, pl *plan.Plan, d *plan.Delta) {
 	np := p.compiled[node]
 	up, rm := diffItems(pl.Policies, np.policies, plan.EndpointPolicy.Equal)
 	d.UpsertPolicies, d.RemovePolicies = up, rm
 	gup, grm := diffItems(pl.Groups, np.groups, plan.AddressGroup.Equal)
-	d.UpsertGroups, d.RemoveGroups = gup, grm
+	d.RemoveGroups = grm
+	d.UpsertGroups, d.ChangeGroups = plan.SplitGroups(pl.Groups, gup)
 }
 
 func diffItems[V any](have, want map[string]V, eq func(V, V) bool) (up []V, rm []string) {

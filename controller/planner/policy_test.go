@@ -68,8 +68,11 @@ spec:
 	var nodes []string
 	for _, d := range ds {
 		nodes = append(nodes, d.Node)
-		if d.Node == "n3" && (len(d.UpsertGroups) != 1 || len(d.UpsertGroups[0].Members) != 2) {
-			t.Errorf("n3 group delta %+v", d.UpsertGroups)
+		// n3 holds red's group: g9 joins it as a member change of one
+		// address, not the group's whole list again.
+		if d.Node == "n3" && (len(d.UpsertGroups) != 0 || len(d.ChangeGroups) != 1 ||
+			fmt.Sprint(d.ChangeGroups[0].Add, d.ChangeGroups[0].Remove) != "[198.51.100.9] []") {
+			t.Errorf("n3 group delta: upserts %+v, changes %s; want only the change of g9's address", d.UpsertGroups, changes(d))
 		}
 	}
 	if fmt.Sprint(nodes) != "[n1 n2 n3 n4]" {
@@ -159,14 +162,23 @@ spec:
 	if d, ok := ds["n3"]; ok {
 		t.Errorf("g9 on blue: n3 (red only) got a delta: %s", groups(d))
 	}
-	// g8 on red: red's group changes on n2 (r2) and n3 (r3), not blue's.
+	// g8 on red: red's group changes on n2 (r2) and n3 (r3), not blue's,
+	// by g8's address alone (they hold the group with g4 already).
 	ds = add(ep("g8", "red", "n3", 8))
 	for _, n := range []string{"n2", "n3"} {
-		if len(ds[n].UpsertGroups) != 1 || len(ds[n].UpsertGroups[0].Members) != 2 {
-			t.Errorf("g8: %s upserts groups %s, want red's with g4 and g8", n, groups(ds[n]))
+		if len(ds[n].UpsertGroups) != 0 || len(ds[n].ChangeGroups) != 1 || fmt.Sprint(ds[n].ChangeGroups[0].Add, ds[n].ChangeGroups[0].Remove) != "[198.51.100.8] []" {
+			t.Errorf("g8: %s upserts groups %s, changes %s; want red's changed by g8's address", n, groups(ds[n]), changes(ds[n]))
 		}
 	}
-	if got := len(ds["n1"].UpsertGroups); got != 0 {
-		t.Errorf("g8 on red: n1 (blue only) upserts groups %s", groups(ds["n1"]))
+	if got := len(ds["n1"].UpsertGroups) + len(ds["n1"].ChangeGroups); got != 0 {
+		t.Errorf("g8 on red: n1 (blue only) upserts groups %s, changes %s", groups(ds["n1"]), changes(ds["n1"]))
 	}
+}
+
+func changes(d plan.Delta) string {
+	var out []string
+	for _, c := range d.ChangeGroups {
+		out = append(out, fmt.Sprintf("%s +%v -%v", c.Name, c.Add, c.Remove))
+	}
+	return fmt.Sprint(out)
 }

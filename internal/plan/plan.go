@@ -204,6 +204,9 @@ type Delta struct {
 	RemovePolicies []string
 	UpsertGroups   []AddressGroup
 	RemoveGroups   []string
+	// ChangeGroups change the members of groups the plan holds after the
+	// removes and upserts (applied last).
+	ChangeGroups []GroupChange
 }
 
 // New returns an empty plan for node.
@@ -281,18 +284,19 @@ func (d Delta) Empty() bool {
 		len(d.UpsertLocal) == 0 && len(d.RemoveLocal) == 0 &&
 		len(d.UpsertRemote) == 0 && len(d.RemoveRemote) == 0 &&
 		len(d.UpsertPolicies) == 0 && len(d.RemovePolicies) == 0 &&
-		len(d.UpsertGroups) == 0 && len(d.RemoveGroups) == 0
+		len(d.UpsertGroups) == 0 && len(d.RemoveGroups) == 0 && len(d.ChangeGroups) == 0
 }
 
 // Size is the number of items d carries.
 func (d Delta) Size() int {
 	return len(d.UpsertNetworks) + len(d.RemoveNetworks) + len(d.UpsertLocal) +
 		len(d.RemoveLocal) + len(d.UpsertRemote) + len(d.RemoveRemote) +
-		len(d.UpsertPolicies) + len(d.RemovePolicies) + len(d.UpsertGroups) + len(d.RemoveGroups)
+		len(d.UpsertPolicies) + len(d.RemovePolicies) + len(d.UpsertGroups) + len(d.RemoveGroups) + len(d.ChangeGroups)
 }
 
 // Diff returns the delta that turns old into cur. Item lists are sorted by
-// name so that the result is deterministic.
+// name so that the result is deterministic. A group both hold changes by
+// its members (ChangeGroups) when that is smaller than the whole group.
 func Diff(old, cur Plan) Delta {
 	d := Delta{Node: cur.Node, From: old.Revision, Revision: cur.Revision}
 	if old.UnderlayIP != cur.UnderlayIP {
@@ -308,6 +312,7 @@ func Diff(old, cur Plan) Delta {
 	d.UpsertRemote, d.RemoveRemote = diffMap(old.Remote, cur.Remote, Remote.Equal)
 	d.UpsertPolicies, d.RemovePolicies = diffMap(old.Policies, cur.Policies, EndpointPolicy.Equal)
 	d.UpsertGroups, d.RemoveGroups = diffMap(old.Groups, cur.Groups, AddressGroup.Equal)
+	d.UpsertGroups, d.ChangeGroups = SplitGroups(old.Groups, d.UpsertGroups)
 	return d
 }
 
@@ -326,13 +331,19 @@ func diffMap[V any](old, cur map[string]V, eq func(V, V) bool) (up []V, rm []str
 }
 
 // Apply changes p in place by d. It fails, changing nothing, when d does not
-// start at p's revision or is for another node.
+// start at p's revision or is for another node, or a member change of a
+// group does not apply (the group is not held, a removed member is not in
+// it, an added one is).
 func (p *Plan) Apply(d Delta) error {
 	if d.Node != p.Node {
 		return fmt.Errorf("plan: delta for node %q applied to plan of node %q", d.Node, p.Node)
 	}
 	if d.From != p.Revision {
 		return fmt.Errorf("plan: delta from revision %d applied to plan at revision %d", d.From, p.Revision)
+	}
+	changed, err := changedGroups(p.Groups, d)
+	if err != nil {
+		return err
 	}
 	if p.Networks == nil || p.Local == nil || p.Remote == nil || p.Policies == nil || p.Groups == nil {
 		*p = p.Clone()
@@ -373,6 +384,9 @@ func (p *Plan) Apply(d Delta) error {
 	for _, g := range d.UpsertGroups {
 		p.Groups[g.Name] = g
 	}
+	for _, g := range changed {
+		p.Groups[g.Name] = g
+	}
 	p.Revision = d.Revision
 	return nil
 }
@@ -400,7 +414,7 @@ func MergeAll(ds ...Delta) (Delta, error) {
 		local  = itemMerge[Endpoint]{key: func(e Endpoint) string { return e.Name }}
 		remote = itemMerge[Remote]{key: func(r Remote) string { return r.Name }}
 		pols   = itemMerge[EndpointPolicy]{key: func(e EndpointPolicy) string { return e.Endpoint }}
-		groups = itemMerge[AddressGroup]{key: func(g AddressGroup) string { return g.Name }}
+		groups = newGroupMerge()
 	)
 	var nn, nl, nr, np, ng int
 	for _, d := range ds {
@@ -414,7 +428,7 @@ func MergeAll(ds ...Delta) (Delta, error) {
 	local.grow(nl)
 	remote.grow(nr)
 	pols.grow(np)
-	groups.grow(ng)
+	groups.groups.grow(ng)
 	for i, d := range ds {
 		if d.Node != m.Node {
 			return Delta{}, fmt.Errorf("plan: merge of deltas for nodes %q and %q", m.Node, d.Node)
@@ -433,13 +447,15 @@ func MergeAll(ds ...Delta) (Delta, error) {
 		local.add(d.UpsertLocal, d.RemoveLocal)
 		remote.add(d.UpsertRemote, d.RemoveRemote)
 		pols.add(d.UpsertPolicies, d.RemovePolicies)
-		groups.add(d.UpsertGroups, d.RemoveGroups)
+		if err := groups.add(d); err != nil {
+			return Delta{}, err
+		}
 	}
 	m.UpsertNetworks, m.RemoveNetworks = nets.result()
 	m.UpsertLocal, m.RemoveLocal = local.result()
 	m.UpsertRemote, m.RemoveRemote = remote.result()
 	m.UpsertPolicies, m.RemovePolicies = pols.result()
-	m.UpsertGroups, m.RemoveGroups = groups.result()
+	m.UpsertGroups, m.RemoveGroups, m.ChangeGroups = groups.result()
 	return m, nil
 }
 
@@ -504,6 +520,27 @@ func (im *itemMerge[V]) add(up []V, rm []string) {
 		}
 		im.rm = slices.DeleteFunc(im.rm, func(r string) bool { return r == k })
 	}
+}
+
+// get returns the pending upsert of name.
+func (im *itemMerge[V]) get(name string) (V, bool) {
+	if im.upMap != nil {
+		v, ok := im.upMap[name]
+		return v, ok
+	}
+	if i := slices.IndexFunc(im.up, func(v V) bool { return im.key(v) == name }); i >= 0 {
+		return im.up[i], true
+	}
+	var zero V
+	return zero, false
+}
+
+// removed reports whether name's last word is a remove.
+func (im *itemMerge[V]) removed(name string) bool {
+	if im.rmMap != nil {
+		return im.rmMap[name]
+	}
+	return slices.Contains(im.rm, name)
 }
 
 // result is the upserts and removes, each sorted by name (nil when none).

@@ -5,9 +5,11 @@
 package planpb
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -192,12 +194,7 @@ func NetworkPB(n plan.Network) *skiffv1.PlanNetwork {
 	for _, s := range n.Subnets {
 		out.Subnets = append(out.Subnets, SubnetPB(s))
 	}
-	for _, v := range n.FloodVTEPs {
-		out.FloodVteps = append(out.FloodVteps, v.String())
-	}
-	for _, v := range n.HostPortVTEPs {
-		out.HostPortVteps = append(out.HostPortVteps, v.String())
-	}
+	out.FloodVteps, out.HostPortVteps = addrStrings(n.FloodVTEPs), addrStrings(n.HostPortVTEPs)
 	return out
 }
 
@@ -273,6 +270,9 @@ func DeltaPBWith(d plan.Delta, remote func(plan.Remote) *skiffv1.RemoteEndpoint)
 	for _, g := range d.UpsertGroups {
 		out.UpsertGroups = append(out.UpsertGroups, GroupPB(g))
 	}
+	for _, c := range d.ChangeGroups {
+		out.ChangeGroups = append(out.ChangeGroups, GroupChangePB(c))
+	}
 	if d.UnderlayIP != nil {
 		s := addrString(*d.UnderlayIP)
 		out.UnderlayIp = &s
@@ -315,6 +315,13 @@ func Delta(d *skiffv1.PlanDelta) (plan.Delta, error) {
 			return plan.Delta{}, err
 		}
 		out.UpsertGroups = append(out.UpsertGroups, pg)
+	}
+	for i, c := range d.GetChangeGroups() {
+		pc, err := GroupChange(c)
+		if err != nil {
+			return plan.Delta{}, fmt.Errorf("delta: changeGroups[%d]: %w", i, err)
+		}
+		out.ChangeGroups = append(out.ChangeGroups, pc)
 	}
 	if d.UnderlayIp != nil {
 		a, err := optAddr(d.GetUnderlayIp())
@@ -462,11 +469,7 @@ func Policy(e *skiffv1.EndpointPolicy) (plan.EndpointPolicy, error) {
 
 // GroupPB converts an address group to protobuf.
 func GroupPB(g plan.AddressGroup) *skiffv1.AddressGroup {
-	out := &skiffv1.AddressGroup{Name: g.Name}
-	for _, a := range g.Members {
-		out.Members = append(out.Members, a.String())
-	}
-	return out
+	return &skiffv1.AddressGroup{Name: g.Name, Members: addrStrings(g.Members)}
 }
 
 // Group converts a protobuf address group to the plan model.
@@ -478,6 +481,64 @@ func Group(g *skiffv1.AddressGroup) (plan.AddressGroup, error) {
 			return plan.AddressGroup{}, fmt.Errorf("group %q: members[%d]: %w", g.GetName(), i, err)
 		}
 		out.Members = append(out.Members, a)
+	}
+	if !slices.IsSortedFunc(out.Members, netip.Addr.Compare) { // the plan keeps them sorted (member changes search them)
+		slices.SortFunc(out.Members, netip.Addr.Compare)
+	}
+	return out, nil
+}
+
+// GroupChangePB converts a group member change to protobuf.
+func GroupChangePB(c plan.GroupChange) *skiffv1.GroupChange {
+	return &skiffv1.GroupChange{Name: c.Name, Add: addrStrings(c.Add), Remove: addrStrings(c.Remove)}
+}
+
+// addrStrings is addresses in text (nil for none).
+func addrStrings(as []netip.Addr) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// GroupChange converts a protobuf group member change to the plan model,
+// its addresses sorted. It fails naming the field on an empty name, an
+// address that does not parse, an address twice in one list, or a change
+// of nothing. Whether the change applies to the plan (the group held,
+// removed members in it) is plan.Plan.Apply's to say.
+func GroupChange(c *skiffv1.GroupChange) (plan.GroupChange, error) {
+	if c.GetName() == "" {
+		return plan.GroupChange{}, errors.New("name: empty")
+	}
+	if len(c.GetAdd())+len(c.GetRemove()) == 0 {
+		return plan.GroupChange{}, fmt.Errorf("group %q: add, remove: both empty", c.GetName())
+	}
+	out := plan.GroupChange{Name: c.GetName()}
+	var err error
+	if out.Add, err = memberList(c.GetName(), "add", c.GetAdd()); err != nil {
+		return plan.GroupChange{}, err
+	}
+	if out.Remove, err = memberList(c.GetName(), "remove", c.GetRemove()); err != nil {
+		return plan.GroupChange{}, err
+	}
+	return out, nil
+}
+
+func memberList(group, field string, ss []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for i, m := range ss {
+		a, err := netip.ParseAddr(m)
+		if err != nil {
+			return nil, fmt.Errorf("group %q: %s[%d]: %w", group, field, i, err)
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	for i := 1; i < len(out); i++ {
+		if out[i] == out[i-1] {
+			return nil, fmt.Errorf("group %q: %s: %s listed twice", group, field, out[i])
+		}
 	}
 	return out, nil
 }

@@ -74,3 +74,33 @@ func TestBadPlansNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// A member change crosses the wire as it was, and a malformed one is
+// refused naming the field.
+func TestGroupChange(t *testing.T) {
+	a := netip.MustParseAddr
+	d := plan.Delta{Node: "n1", From: 1, Revision: 2, ChangeGroups: []plan.GroupChange{
+		{Name: "g", Add: []netip.Addr{a("198.51.100.1"), a("2001:db8::1")}, Remove: []netip.Addr{a("198.51.100.9")}}}}
+	back, err := Delta(DeltaPB(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.ChangeGroups) != 1 || !back.ChangeGroups[0].Equal(d.ChangeGroups[0]) {
+		t.Fatalf("round trip: %+v, want %+v", back.ChangeGroups, d.ChangeGroups)
+	}
+	for _, tc := range []struct {
+		c    *skiffv1.GroupChange
+		want string
+	}{
+		{&skiffv1.GroupChange{Name: "g", Add: []string{"198.51.100.1", "198.51.100.300"}}, `delta: changeGroups[0]: group "g": add[1]: `},
+		{&skiffv1.GroupChange{Name: "g", Remove: []string{"x"}}, `delta: changeGroups[0]: group "g": remove[0]: `},
+		{&skiffv1.GroupChange{Name: "g", Add: []string{"198.51.100.1", "198.51.100.1"}}, `group "g": add: 198.51.100.1 listed twice`},
+		{&skiffv1.GroupChange{Add: []string{"198.51.100.1"}}, `delta: changeGroups[0]: name: empty`},
+		{&skiffv1.GroupChange{Name: "g"}, `group "g": add, remove: both empty`},
+	} {
+		_, err := Delta(&skiffv1.PlanDelta{Node: "n1", FromRevision: 1, Revision: 2, ChangeGroups: []*skiffv1.GroupChange{tc.c}})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %q", tc.c, err, tc.want)
+		}
+	}
+}

@@ -38,6 +38,7 @@ func classify(old, cur plan.Plan) change {
 // more than remote endpoints and groups (compare decides).
 func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
 	remotes, groups := map[string]bool{}, map[string]bool{}
+	whole := map[string]bool{} // groups upserted or removed: their change is not in ds alone
 	for _, d := range ds {
 		if d.UnderlayIP != nil || len(d.UpsertNetworks)+len(d.RemoveNetworks)+len(d.UpsertLocal)+len(d.RemoveLocal)+
 			len(d.UpsertPolicies)+len(d.RemovePolicies) > 0 {
@@ -50,10 +51,13 @@ func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
 			remotes[n] = true
 		}
 		for _, g := range d.UpsertGroups {
-			groups[g.Name] = true
+			groups[g.Name], whole[g.Name] = true, true
 		}
 		for _, n := range d.RemoveGroups {
-			groups[n] = true
+			groups[n], whole[n] = true, true
+		}
+		for _, c := range d.ChangeGroups {
+			groups[c.Name] = true
 		}
 	}
 	var c change
@@ -83,7 +87,7 @@ func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
 		g, is := cur.Groups[changed[0]]
 		if was && is && len(o.Members) > 0 && len(g.Members) > 0 {
 			c.group = changed[0]
-			c.joined, c.left = memberDiff(o.Members, g.Members)
+			c.joined, c.left = deltaMembers(ds, c.group, whole[c.group], o.Members, g.Members)
 		}
 	}
 	return c, true
@@ -277,6 +281,34 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	err = d.resolve(want)
 	d.clock.mark("resolve")
 	return err
+}
+
+// deltaMembers returns the members that joined and left group: from the
+// member changes of ds alone (no look at the N members) when ds only
+// changed its members, else by comparing old and cur.
+func deltaMembers(ds []plan.Delta, group string, whole bool, old, cur []netip.Addr) (joined, left []netip.Addr) {
+	if whole {
+		return memberDiff(old, cur)
+	}
+	var cs []plan.Delta
+	for _, d := range ds {
+		for _, c := range d.ChangeGroups {
+			if c.Name == group {
+				cs = append(cs, plan.Delta{Node: d.Node, From: d.From, Revision: d.Revision, ChangeGroups: []plan.GroupChange{c}})
+			}
+		}
+	}
+	if len(cs) == 1 {
+		return cs[0].ChangeGroups[0].Add, cs[0].ChangeGroups[0].Remove
+	}
+	for i := range cs { // contiguous for MergeAll: only this group's changes are folded
+		cs[i].From, cs[i].Revision = int64(i), int64(i+1)
+	}
+	m, err := plan.MergeAll(cs...)
+	if err != nil || len(m.ChangeGroups) != 1 {
+		return memberDiff(old, cur)
+	}
+	return m.ChangeGroups[0].Add, m.ChangeGroups[0].Remove
 }
 
 // groupChange returns the members that joined and left the one address

@@ -245,6 +245,7 @@ func (e *Env) Load(ctx context.Context, rate int, d time.Duration) error {
 		return err
 	}
 	h0, _ := ReadUsage(os.Getpid())
+	st0 := e.Fleet.Stats()
 	wait := e.profile(ctx, "load", min(d, 30*time.Second))
 	var (
 		mu        sync.Mutex
@@ -327,11 +328,16 @@ func (e *Env) Load(ctx context.Context, rate int, d time.Duration) error {
 		return err
 	}
 	h1, _ := ReadUsage(os.Getpid())
+	st1 := e.Fleet.Stats()
 	wait()
 	// The figures are recorded whether or not the rate was kept: they
 	// say by how much it was not.
 	e.Report.Add(sc, fmt.Sprintf("changes made (target %d/s for %s)", rate, d), "%d (%.0f/s)", changes.Load(), float64(changes.Load())/u1.At.Sub(u0.At).Seconds())
 	e.Report.Add(sc, "ticks skipped: 64 changes outstanding", "%d", skipped)
+	if n := changes.Load(); n > 0 {
+		e.Report.Add(sc, "deltas received by the agents, per change: deltas / bytes / group member addresses", "%.0f / %.0f / %.0f",
+			float64(st1.Deltas-st0.Deltas)/float64(n), float64(st1.DeltaBytes-st0.DeltaBytes)/float64(n), float64(st1.GroupAddrs-st0.GroupAddrs)/float64(n))
+	}
 	e.Report.Add(sc, "controller 1 CPU", "%.1f%% of one core", CPUPercent(u0, u1))
 	e.Report.Add(sc, "controller 1 RSS at the end", "%s", mib(u1.RSS))
 	e.Report.Add(sc, "harness (the simulated agents and the API clients) CPU", "%.1f%% of one core", CPUPercent(h0, h1))

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/skiff-sdn/skiff/internal/dialer"
@@ -59,6 +60,10 @@ type AgentStats struct {
 	InSync     int // of those, answered with an empty delta
 	Rejected   int // updates that did not apply (a controller bug)
 	Errors     int // sessions that ended with an error
+	// DeltaBytes is the deltas' encoded size; GroupAddrs the group
+	// member addresses they carried (whole groups' members, and member
+	// changes' added and removed addresses).
+	DeltaBytes, GroupAddrs int64
 }
 
 func (s *AgentStats) add(o AgentStats) {
@@ -70,6 +75,8 @@ func (s *AgentStats) add(o AgentStats) {
 	s.InSync += o.InSync
 	s.Rejected += o.Rejected
 	s.Errors += o.Errors
+	s.DeltaBytes += o.DeltaBytes
+	s.GroupAddrs += o.GroupAddrs
 }
 
 func newAgent(f *Fleet, node, underlay string, creds credentials.TransportCredentials) (*Agent, error) {
@@ -213,8 +220,10 @@ func (a *Agent) accept(u *skiffv1.PlanUpdate) error {
 			return err
 		}
 		a.stats.Deltas++
+		a.stats.DeltaBytes += int64(proto.Size(d))
+		a.stats.GroupAddrs += groupAddrs(d)
 		empty := len(d.UpsertNetworks)+len(d.RemoveNetworks)+len(d.UpsertLocal)+len(d.RemoveLocal)+len(d.UpsertRemote)+
-			len(d.RemoveRemote)+len(d.UpsertPolicies)+len(d.RemovePolicies)+len(d.UpsertGroups)+len(d.RemoveGroups) == 0 && d.UnderlayIp == nil
+			len(d.RemoveRemote)+len(d.UpsertPolicies)+len(d.RemovePolicies)+len(d.UpsertGroups)+len(d.RemoveGroups)+len(d.ChangeGroups) == 0 && d.UnderlayIp == nil
 		if !empty {
 			a.applied = now
 		}
@@ -305,4 +314,16 @@ func (a *Agent) state() (session, AgentStats, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.session, a.stats, a.has
+}
+
+// groupAddrs is the number of group member addresses d carries.
+func groupAddrs(d *skiffv1.PlanDelta) int64 {
+	var n int
+	for _, g := range d.GetUpsertGroups() {
+		n += len(g.GetMembers())
+	}
+	for _, c := range d.GetChangeGroups() {
+		n += len(c.GetAdd()) + len(c.GetRemove())
+	}
+	return int64(n)
 }

@@ -82,8 +82,45 @@ func (p *digestPlan) upsert(nets []*skiffv1.PlanNetwork, local []*skiffv1.Endpoi
 		p.items[kindPolicy][unique.Make(e.GetEndpoint())] = digest(e)
 	}
 	for _, g := range groups {
-		p.items[kindGroup][unique.Make(g.GetName())] = digest(g)
+		p.items[kindGroup][unique.Make(g.GetName())] = groupDigest(g)
 	}
+}
+
+// groupDigest is a group's digest: its name's hash plus the sum of its
+// members' hashes, so that a member change updates it by one address
+// (changeGroup) instead of hashing the whole group again, as the agent
+// changes one member of its plan's group.
+func groupDigest(g *skiffv1.AddressGroup) uint64 {
+	d := strHash(g.GetName())
+	for _, m := range g.GetMembers() {
+		d += strHash(m)
+	}
+	return d
+}
+
+func strHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// changeGroup applies a member change to the digest of a group the plan
+// holds: it fails when there is none (the agent's plan.Apply fails too;
+// that a removed member is in the group the digest cannot tell).
+func (p *digestPlan) changeGroup(c *skiffv1.GroupChange) error {
+	k := unique.Make(c.GetName())
+	d, ok := p.items[kindGroup][k]
+	if !ok {
+		return fmt.Errorf("changeGroups %q: no such group in the plan", c.GetName())
+	}
+	for _, m := range c.GetRemove() {
+		d -= strHash(m)
+	}
+	for _, m := range c.GetAdd() {
+		d += strHash(m)
+	}
+	p.items[kindGroup][k] = d
+	return nil
 }
 
 // apply applies a delta as plan.Plan.Apply does: it must be for this node
@@ -107,6 +144,11 @@ func (p *digestPlan) apply(d *skiffv1.PlanDelta) error {
 		}
 	}
 	p.upsert(d.GetUpsertNetworks(), d.GetUpsertLocal(), d.GetUpsertRemote(), d.GetUpsertPolicies(), d.GetUpsertGroups())
+	for _, c := range d.GetChangeGroups() {
+		if err := p.changeGroup(c); err != nil {
+			return err
+		}
+	}
 	p.revision = d.GetRevision()
 	return nil
 }

@@ -78,7 +78,7 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54, 0}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55, 0}
 }
 
 // Network is a tenant L2 overlay identified by its VXLAN network identifier.
@@ -1985,9 +1985,75 @@ func (x *Plan) GetDpu() *DPUStatus {
 	return nil
 }
 
+// GroupChange changes the members of an address group the plan holds:
+// one endpoint joining or leaving a group of N members costs O(1), not a
+// whole-group upsert of N. Every member of remove must be in the group
+// and no member of add may be in it (after remove); a delta breaking
+// that does not apply and the agent asks for a snapshot.
+type GroupChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Add           []string               `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupChange) Reset() {
+	*x = GroupChange{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupChange) ProtoMessage() {}
+
+func (x *GroupChange) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupChange.ProtoReflect.Descriptor instead.
+func (*GroupChange) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GroupChange) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GroupChange) GetAdd() []string {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *GroupChange) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
 // PlanDelta turns the plan at from_revision into the plan at revision.
 // Items are keyed by name: an upsert replaces the item of that name, a
-// remove deletes it.
+// remove deletes it. Applied in order: removes, upserts, then
+// change_groups (each to a group the plan holds after the upserts).
 type PlanDelta struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Node           string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -2005,14 +2071,17 @@ type PlanDelta struct {
 	UpsertGroups   []*AddressGroup        `protobuf:"bytes,13,rep,name=upsert_groups,json=upsertGroups,proto3" json:"upsert_groups,omitempty"`
 	RemoveGroups   []string               `protobuf:"bytes,14,rep,name=remove_groups,json=removeGroups,proto3" json:"remove_groups,omitempty"`
 	// Set when the node's DPU status changed.
-	Dpu           *DPUStatus `protobuf:"bytes,15,opt,name=dpu,proto3" json:"dpu,omitempty"`
+	Dpu *DPUStatus `protobuf:"bytes,15,opt,name=dpu,proto3" json:"dpu,omitempty"`
+	// Member changes of groups the plan already holds (new groups come
+	// whole in upsert_groups).
+	ChangeGroups  []*GroupChange `protobuf:"bytes,16,rep,name=change_groups,json=changeGroups,proto3" json:"change_groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanDelta) Reset() {
 	*x = PlanDelta{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2093,7 @@ func (x *PlanDelta) String() string {
 func (*PlanDelta) ProtoMessage() {}
 
 func (x *PlanDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2106,7 @@ func (x *PlanDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDelta.ProtoReflect.Descriptor instead.
 func (*PlanDelta) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PlanDelta) GetNode() string {
@@ -2145,6 +2214,13 @@ func (x *PlanDelta) GetDpu() *DPUStatus {
 	return nil
 }
 
+func (x *PlanDelta) GetChangeGroups() []*GroupChange {
+	if x != nil {
+		return x.ChangeGroups
+	}
+	return nil
+}
+
 // PlanUpdate is one message of a plan stream: a snapshot first (unless the
 // agent resumed), then deltas.
 type PlanUpdate struct {
@@ -2160,7 +2236,7 @@ type PlanUpdate struct {
 
 func (x *PlanUpdate) Reset() {
 	*x = PlanUpdate{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2248,7 @@ func (x *PlanUpdate) String() string {
 func (*PlanUpdate) ProtoMessage() {}
 
 func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2261,7 @@ func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanUpdate.ProtoReflect.Descriptor instead.
 func (*PlanUpdate) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PlanUpdate) GetUpdate() isPlanUpdate_Update {
@@ -2238,7 +2314,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2326,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2339,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterRequest) GetNode() *Node {
@@ -2282,7 +2358,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2370,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2383,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -2328,7 +2404,7 @@ type StreamPlanRequest struct {
 
 func (x *StreamPlanRequest) Reset() {
 	*x = StreamPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2416,7 @@ func (x *StreamPlanRequest) String() string {
 func (*StreamPlanRequest) ProtoMessage() {}
 
 func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2429,7 @@ func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPlanRequest.ProtoReflect.Descriptor instead.
 func (*StreamPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StreamPlanRequest) GetNode() string {
@@ -2384,7 +2460,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2472,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2485,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeEvent) GetTime() *timestamppb.Timestamp {
@@ -2450,7 +2526,7 @@ type ReportEventsRequest struct {
 
 func (x *ReportEventsRequest) Reset() {
 	*x = ReportEventsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2538,7 @@ func (x *ReportEventsRequest) String() string {
 func (*ReportEventsRequest) ProtoMessage() {}
 
 func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2551,7 @@ func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReportEventsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportEventsRequest) GetNode() string {
@@ -2500,7 +2576,7 @@ type ReportEventsResponse struct {
 
 func (x *ReportEventsResponse) Reset() {
 	*x = ReportEventsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2588,7 @@ func (x *ReportEventsResponse) String() string {
 func (*ReportEventsResponse) ProtoMessage() {}
 
 func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2601,7 @@ func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReportEventsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
 }
 
 type EndpointCounters struct {
@@ -2540,7 +2616,7 @@ type EndpointCounters struct {
 
 func (x *EndpointCounters) Reset() {
 	*x = EndpointCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2628,7 @@ func (x *EndpointCounters) String() string {
 func (*EndpointCounters) ProtoMessage() {}
 
 func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2641,7 @@ func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointCounters.ProtoReflect.Descriptor instead.
 func (*EndpointCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EndpointCounters) GetEndpoint() string {
@@ -2606,7 +2682,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2694,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2707,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *NetworkCounters) GetNetwork() string {
@@ -2660,7 +2736,7 @@ type ReportCountersRequest struct {
 
 func (x *ReportCountersRequest) Reset() {
 	*x = ReportCountersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2748,7 @@ func (x *ReportCountersRequest) String() string {
 func (*ReportCountersRequest) ProtoMessage() {}
 
 func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2761,7 @@ func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersRequest.ProtoReflect.Descriptor instead.
 func (*ReportCountersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportCountersRequest) GetNode() string {
@@ -2724,7 +2800,7 @@ type ReportCountersResponse struct {
 
 func (x *ReportCountersResponse) Reset() {
 	*x = ReportCountersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2812,7 @@ func (x *ReportCountersResponse) String() string {
 func (*ReportCountersResponse) ProtoMessage() {}
 
 func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2825,7 @@ func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersResponse.ProtoReflect.Descriptor instead.
 func (*ReportCountersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
 }
 
 // PortReport is one VM port's status, by endpoint name.
@@ -2763,7 +2839,7 @@ type PortReport struct {
 
 func (x *PortReport) Reset() {
 	*x = PortReport{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2851,7 @@ func (x *PortReport) String() string {
 func (*PortReport) ProtoMessage() {}
 
 func (x *PortReport) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2864,7 @@ func (x *PortReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortReport.ProtoReflect.Descriptor instead.
 func (*PortReport) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PortReport) GetEndpoint() string {
@@ -2817,7 +2893,7 @@ type ReportPortsRequest struct {
 
 func (x *ReportPortsRequest) Reset() {
 	*x = ReportPortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +2905,7 @@ func (x *ReportPortsRequest) String() string {
 func (*ReportPortsRequest) ProtoMessage() {}
 
 func (x *ReportPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +2918,7 @@ func (x *ReportPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPortsRequest.ProtoReflect.Descriptor instead.
 func (*ReportPortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportPortsRequest) GetNode() string {
@@ -2867,7 +2943,7 @@ type ReportPortsResponse struct {
 
 func (x *ReportPortsResponse) Reset() {
 	*x = ReportPortsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +2955,7 @@ func (x *ReportPortsResponse) String() string {
 func (*ReportPortsResponse) ProtoMessage() {}
 
 func (x *ReportPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +2968,7 @@ func (x *ReportPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPortsResponse.ProtoReflect.Descriptor instead.
 func (*ReportPortsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
 }
 
 // DPUEndpointReport is what a DPU's agent says of one endpoint of its
@@ -2912,7 +2988,7 @@ type DPUEndpointReport struct {
 
 func (x *DPUEndpointReport) Reset() {
 	*x = DPUEndpointReport{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3000,7 @@ func (x *DPUEndpointReport) String() string {
 func (*DPUEndpointReport) ProtoMessage() {}
 
 func (x *DPUEndpointReport) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3013,7 @@ func (x *DPUEndpointReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DPUEndpointReport.ProtoReflect.Descriptor instead.
 func (*DPUEndpointReport) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DPUEndpointReport) GetEndpoint() string {
@@ -2980,7 +3056,7 @@ type ReportDPUEndpointsRequest struct {
 
 func (x *ReportDPUEndpointsRequest) Reset() {
 	*x = ReportDPUEndpointsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3068,7 @@ func (x *ReportDPUEndpointsRequest) String() string {
 func (*ReportDPUEndpointsRequest) ProtoMessage() {}
 
 func (x *ReportDPUEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3081,7 @@ func (x *ReportDPUEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDPUEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ReportDPUEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReportDPUEndpointsRequest) GetNode() string {
@@ -3030,7 +3106,7 @@ type ReportDPUEndpointsResponse struct {
 
 func (x *ReportDPUEndpointsResponse) Reset() {
 	*x = ReportDPUEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3118,7 @@ func (x *ReportDPUEndpointsResponse) String() string {
 func (*ReportDPUEndpointsResponse) ProtoMessage() {}
 
 func (x *ReportDPUEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3131,7 @@ func (x *ReportDPUEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDPUEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ReportDPUEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
 }
 
 // RenewCertificateRequest asks for a new client certificate of the
@@ -3071,7 +3147,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3159,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3172,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RenewCertificateRequest) GetNode() string {
@@ -3123,7 +3199,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3211,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3224,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RenewCertificateResponse) GetCertificate() []byte {
@@ -3167,7 +3243,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3255,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3268,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetRequest) GetName() string {
@@ -3211,7 +3287,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3299,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3312,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteRequest) GetName() string {
@@ -3254,7 +3330,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3342,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3355,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
 }
 
 type ListRequest struct {
@@ -3293,7 +3369,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3381,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3394,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListRequest) GetNetwork() string {
@@ -3344,7 +3420,7 @@ type CreateNetworkRequest struct {
 
 func (x *CreateNetworkRequest) Reset() {
 	*x = CreateNetworkRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3432,7 @@ func (x *CreateNetworkRequest) String() string {
 func (*CreateNetworkRequest) ProtoMessage() {}
 
 func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3445,7 @@ func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*CreateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateNetworkRequest) GetNetwork() *Network {
@@ -3388,7 +3464,7 @@ type CreateSubnetRequest struct {
 
 func (x *CreateSubnetRequest) Reset() {
 	*x = CreateSubnetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3476,7 @@ func (x *CreateSubnetRequest) String() string {
 func (*CreateSubnetRequest) ProtoMessage() {}
 
 func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3489,7 @@ func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubnetRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubnetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateSubnetRequest) GetSubnet() *Subnet {
@@ -3432,7 +3508,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3520,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3533,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateEndpointRequest) GetEndpoint() *Endpoint {
@@ -3476,7 +3552,7 @@ type ListNetworksResponse struct {
 
 func (x *ListNetworksResponse) Reset() {
 	*x = ListNetworksResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3564,7 @@ func (x *ListNetworksResponse) String() string {
 func (*ListNetworksResponse) ProtoMessage() {}
 
 func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3577,7 @@ func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNetworksResponse.ProtoReflect.Descriptor instead.
 func (*ListNetworksResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListNetworksResponse) GetNetworks() []*Network {
@@ -3520,7 +3596,7 @@ type ListSubnetsResponse struct {
 
 func (x *ListSubnetsResponse) Reset() {
 	*x = ListSubnetsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3608,7 @@ func (x *ListSubnetsResponse) String() string {
 func (*ListSubnetsResponse) ProtoMessage() {}
 
 func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3621,7 @@ func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubnetsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubnetsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListSubnetsResponse) GetSubnets() []*Subnet {
@@ -3564,7 +3640,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3652,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3665,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -3608,7 +3684,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3696,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3709,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3652,7 +3728,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3664,7 +3740,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3677,7 +3753,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetPlanRequest) GetNode() string {
@@ -3703,7 +3779,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3715,7 +3791,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3728,7 +3804,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchRequest) GetKinds() []string {
@@ -3762,7 +3838,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +3850,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +3863,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -3891,7 +3967,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +3979,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +3992,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Policy) GetNamespace() string {
@@ -3960,7 +4036,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4048,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4061,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Namespace) GetName() string {
@@ -4019,7 +4095,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4107,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4120,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ApplyPoliciesRequest) GetDocuments() string {
@@ -4063,7 +4139,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4151,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4164,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -4108,7 +4184,7 @@ type PolicyRef struct {
 
 func (x *PolicyRef) Reset() {
 	*x = PolicyRef{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4120,7 +4196,7 @@ func (x *PolicyRef) String() string {
 func (*PolicyRef) ProtoMessage() {}
 
 func (x *PolicyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4133,7 +4209,7 @@ func (x *PolicyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
 func (*PolicyRef) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PolicyRef) GetNamespace() string {
@@ -4160,7 +4236,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4248,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4261,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListPoliciesRequest) GetNamespace() string {
@@ -4204,7 +4280,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4216,7 +4292,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4229,7 +4305,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -4248,7 +4324,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4260,7 +4336,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4273,7 +4349,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -4311,7 +4387,7 @@ type CreatePortRequest struct {
 
 func (x *CreatePortRequest) Reset() {
 	*x = CreatePortRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4399,7 @@ func (x *CreatePortRequest) String() string {
 func (*CreatePortRequest) ProtoMessage() {}
 
 func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4412,7 @@ func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreatePortRequest) GetVm() string {
@@ -4427,7 +4503,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4515,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4528,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListPortsRequest) GetVm() string {
@@ -4480,7 +4556,7 @@ type DeletePortsRequest struct {
 
 func (x *DeletePortsRequest) Reset() {
 	*x = DeletePortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4492,7 +4568,7 @@ func (x *DeletePortsRequest) String() string {
 func (*DeletePortsRequest) ProtoMessage() {}
 
 func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4505,7 +4581,7 @@ func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsRequest.ProtoReflect.Descriptor instead.
 func (*DeletePortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeletePortsRequest) GetName() string {
@@ -4531,7 +4607,7 @@ type DeletePortsResponse struct {
 
 func (x *DeletePortsResponse) Reset() {
 	*x = DeletePortsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4619,7 @@ func (x *DeletePortsResponse) String() string {
 func (*DeletePortsResponse) ProtoMessage() {}
 
 func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4632,7 @@ func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsResponse.ProtoReflect.Descriptor instead.
 func (*DeletePortsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeletePortsResponse) GetDeleted() []string {
@@ -4594,7 +4670,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4682,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4695,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Owner) GetName() string {
@@ -4681,7 +4757,7 @@ type ListOwnersRequest struct {
 
 func (x *ListOwnersRequest) Reset() {
 	*x = ListOwnersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4693,7 +4769,7 @@ func (x *ListOwnersRequest) String() string {
 func (*ListOwnersRequest) ProtoMessage() {}
 
 func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4706,7 +4782,7 @@ func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListOwnersRequest) GetNode() string {
@@ -4725,7 +4801,7 @@ type ListOwnersResponse struct {
 
 func (x *ListOwnersResponse) Reset() {
 	*x = ListOwnersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4737,7 +4813,7 @@ func (x *ListOwnersResponse) String() string {
 func (*ListOwnersResponse) ProtoMessage() {}
 
 func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4750,7 +4826,7 @@ func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ListOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListOwnersResponse) GetOwners() []*Owner {
@@ -4775,7 +4851,7 @@ type DeleteOwnerRequest struct {
 
 func (x *DeleteOwnerRequest) Reset() {
 	*x = DeleteOwnerRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4787,7 +4863,7 @@ func (x *DeleteOwnerRequest) String() string {
 func (*DeleteOwnerRequest) ProtoMessage() {}
 
 func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4800,7 +4876,7 @@ func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteOwnerRequest) GetName() string {
@@ -4834,7 +4910,7 @@ type DeleteOwnerResponse struct {
 
 func (x *DeleteOwnerResponse) Reset() {
 	*x = DeleteOwnerResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4846,7 +4922,7 @@ func (x *DeleteOwnerResponse) String() string {
 func (*DeleteOwnerResponse) ProtoMessage() {}
 
 func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4859,7 +4935,7 @@ func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{71}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteOwnerResponse) GetEndpoints() []string {
@@ -4881,7 +4957,7 @@ type DeleteEndpointsRequest struct {
 
 func (x *DeleteEndpointsRequest) Reset() {
 	*x = DeleteEndpointsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4893,7 +4969,7 @@ func (x *DeleteEndpointsRequest) String() string {
 func (*DeleteEndpointsRequest) ProtoMessage() {}
 
 func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4906,7 +4982,7 @@ func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{72}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteEndpointsRequest) GetNode() string {
@@ -4932,7 +5008,7 @@ type DeleteEndpointsResponse struct {
 
 func (x *DeleteEndpointsResponse) Reset() {
 	*x = DeleteEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5020,7 @@ func (x *DeleteEndpointsResponse) String() string {
 func (*DeleteEndpointsResponse) ProtoMessage() {}
 
 func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5033,7 @@ func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{73}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DeleteEndpointsResponse) GetDeleted() []string {
@@ -4981,7 +5057,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5069,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5082,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{74}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ExplainPolicyRequest) GetSource() string {
@@ -5055,7 +5131,7 @@ type PolicySide struct {
 
 func (x *PolicySide) Reset() {
 	*x = PolicySide{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5067,7 +5143,7 @@ func (x *PolicySide) String() string {
 func (*PolicySide) ProtoMessage() {}
 
 func (x *PolicySide) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5080,7 +5156,7 @@ func (x *PolicySide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySide.ProtoReflect.Descriptor instead.
 func (*PolicySide) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{75}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PolicySide) GetEndpoint() string {
@@ -5130,7 +5206,7 @@ type ExplainPolicyResponse struct {
 
 func (x *ExplainPolicyResponse) Reset() {
 	*x = ExplainPolicyResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5218,7 @@ func (x *ExplainPolicyResponse) String() string {
 func (*ExplainPolicyResponse) ProtoMessage() {}
 
 func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5231,7 @@ func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{76}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ExplainPolicyResponse) GetAllowed() bool {
@@ -5362,7 +5438,11 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x10remote_endpoints\x18\x06 \x03(\v2\x18.skiff.v1.RemoteEndpointR\x0fremoteEndpoints\x124\n" +
 	"\bpolicies\x18\a \x03(\v2\x18.skiff.v1.EndpointPolicyR\bpolicies\x12.\n" +
 	"\x06groups\x18\b \x03(\v2\x16.skiff.v1.AddressGroupR\x06groups\x12%\n" +
-	"\x03dpu\x18\t \x01(\v2\x13.skiff.v1.DPUStatusR\x03dpu\"\xb2\x05\n" +
+	"\x03dpu\x18\t \x01(\v2\x13.skiff.v1.DPUStatusR\x03dpu\"K\n" +
+	"\vGroupChange\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03add\x18\x02 \x03(\tR\x03add\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\"\xee\x05\n" +
 	"\tPlanDelta\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1a\n" +
@@ -5380,7 +5460,8 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x0fremove_policies\x18\f \x03(\tR\x0eremovePolicies\x12;\n" +
 	"\rupsert_groups\x18\r \x03(\v2\x16.skiff.v1.AddressGroupR\fupsertGroups\x12#\n" +
 	"\rremove_groups\x18\x0e \x03(\tR\fremoveGroups\x12%\n" +
-	"\x03dpu\x18\x0f \x01(\v2\x13.skiff.v1.DPUStatusR\x03dpuB\x0e\n" +
+	"\x03dpu\x18\x0f \x01(\v2\x13.skiff.v1.DPUStatusR\x03dpu\x12:\n" +
+	"\rchange_groups\x18\x10 \x03(\v2\x15.skiff.v1.GroupChangeR\fchangeGroupsB\x0e\n" +
 	"\f_underlay_ip\"q\n" +
 	"\n" +
 	"PlanUpdate\x12,\n" +
@@ -5640,7 +5721,7 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_skiff_v1_skiff_proto_goTypes = []any{
 	(WatchEvent_Type)(0),               // 0: skiff.v1.WatchEvent.Type
 	(*Network)(nil),                    // 1: skiff.v1.Network
@@ -5664,82 +5745,83 @@ var file_skiff_v1_skiff_proto_goTypes = []any{
 	(*EndpointPolicy)(nil),             // 19: skiff.v1.EndpointPolicy
 	(*AddressGroup)(nil),               // 20: skiff.v1.AddressGroup
 	(*Plan)(nil),                       // 21: skiff.v1.Plan
-	(*PlanDelta)(nil),                  // 22: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),                 // 23: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),            // 24: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),           // 25: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),          // 26: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),                  // 27: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),        // 28: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),       // 29: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),           // 30: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),            // 31: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),      // 32: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil),     // 33: skiff.v1.ReportCountersResponse
-	(*PortReport)(nil),                 // 34: skiff.v1.PortReport
-	(*ReportPortsRequest)(nil),         // 35: skiff.v1.ReportPortsRequest
-	(*ReportPortsResponse)(nil),        // 36: skiff.v1.ReportPortsResponse
-	(*DPUEndpointReport)(nil),          // 37: skiff.v1.DPUEndpointReport
-	(*ReportDPUEndpointsRequest)(nil),  // 38: skiff.v1.ReportDPUEndpointsRequest
-	(*ReportDPUEndpointsResponse)(nil), // 39: skiff.v1.ReportDPUEndpointsResponse
-	(*RenewCertificateRequest)(nil),    // 40: skiff.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 41: skiff.v1.RenewCertificateResponse
-	(*GetRequest)(nil),                 // 42: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),              // 43: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 44: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),                // 45: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),       // 46: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),        // 47: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),      // 48: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),       // 49: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),        // 50: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),      // 51: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),          // 52: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),             // 53: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),               // 54: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),                 // 55: skiff.v1.WatchEvent
-	(*Policy)(nil),                     // 56: skiff.v1.Policy
-	(*Namespace)(nil),                  // 57: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),       // 58: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),      // 59: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),                  // 60: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),        // 61: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),       // 62: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil),     // 63: skiff.v1.ListNamespacesResponse
-	(*CreatePortRequest)(nil),          // 64: skiff.v1.CreatePortRequest
-	(*ListPortsRequest)(nil),           // 65: skiff.v1.ListPortsRequest
-	(*DeletePortsRequest)(nil),         // 66: skiff.v1.DeletePortsRequest
-	(*DeletePortsResponse)(nil),        // 67: skiff.v1.DeletePortsResponse
-	(*Owner)(nil),                      // 68: skiff.v1.Owner
-	(*ListOwnersRequest)(nil),          // 69: skiff.v1.ListOwnersRequest
-	(*ListOwnersResponse)(nil),         // 70: skiff.v1.ListOwnersResponse
-	(*DeleteOwnerRequest)(nil),         // 71: skiff.v1.DeleteOwnerRequest
-	(*DeleteOwnerResponse)(nil),        // 72: skiff.v1.DeleteOwnerResponse
-	(*DeleteEndpointsRequest)(nil),     // 73: skiff.v1.DeleteEndpointsRequest
-	(*DeleteEndpointsResponse)(nil),    // 74: skiff.v1.DeleteEndpointsResponse
-	(*ExplainPolicyRequest)(nil),       // 75: skiff.v1.ExplainPolicyRequest
-	(*PolicySide)(nil),                 // 76: skiff.v1.PolicySide
-	(*ExplainPolicyResponse)(nil),      // 77: skiff.v1.ExplainPolicyResponse
-	nil,                                // 78: skiff.v1.Endpoint.LabelsEntry
-	nil,                                // 79: skiff.v1.Namespace.LabelsEntry
-	nil,                                // 80: skiff.v1.CreatePortRequest.LabelsEntry
-	nil,                                // 81: skiff.v1.Owner.LabelsEntry
-	(*timestamppb.Timestamp)(nil),      // 82: google.protobuf.Timestamp
+	(*GroupChange)(nil),                // 22: skiff.v1.GroupChange
+	(*PlanDelta)(nil),                  // 23: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),                 // 24: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),            // 25: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),           // 26: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),          // 27: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),                  // 28: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),        // 29: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),       // 30: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),           // 31: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),            // 32: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),      // 33: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil),     // 34: skiff.v1.ReportCountersResponse
+	(*PortReport)(nil),                 // 35: skiff.v1.PortReport
+	(*ReportPortsRequest)(nil),         // 36: skiff.v1.ReportPortsRequest
+	(*ReportPortsResponse)(nil),        // 37: skiff.v1.ReportPortsResponse
+	(*DPUEndpointReport)(nil),          // 38: skiff.v1.DPUEndpointReport
+	(*ReportDPUEndpointsRequest)(nil),  // 39: skiff.v1.ReportDPUEndpointsRequest
+	(*ReportDPUEndpointsResponse)(nil), // 40: skiff.v1.ReportDPUEndpointsResponse
+	(*RenewCertificateRequest)(nil),    // 41: skiff.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 42: skiff.v1.RenewCertificateResponse
+	(*GetRequest)(nil),                 // 43: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),              // 44: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 45: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),                // 46: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),       // 47: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),        // 48: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),      // 49: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),       // 50: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),        // 51: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),      // 52: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),          // 53: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),             // 54: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),               // 55: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 56: skiff.v1.WatchEvent
+	(*Policy)(nil),                     // 57: skiff.v1.Policy
+	(*Namespace)(nil),                  // 58: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),       // 59: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),      // 60: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),                  // 61: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),        // 62: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),       // 63: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil),     // 64: skiff.v1.ListNamespacesResponse
+	(*CreatePortRequest)(nil),          // 65: skiff.v1.CreatePortRequest
+	(*ListPortsRequest)(nil),           // 66: skiff.v1.ListPortsRequest
+	(*DeletePortsRequest)(nil),         // 67: skiff.v1.DeletePortsRequest
+	(*DeletePortsResponse)(nil),        // 68: skiff.v1.DeletePortsResponse
+	(*Owner)(nil),                      // 69: skiff.v1.Owner
+	(*ListOwnersRequest)(nil),          // 70: skiff.v1.ListOwnersRequest
+	(*ListOwnersResponse)(nil),         // 71: skiff.v1.ListOwnersResponse
+	(*DeleteOwnerRequest)(nil),         // 72: skiff.v1.DeleteOwnerRequest
+	(*DeleteOwnerResponse)(nil),        // 73: skiff.v1.DeleteOwnerResponse
+	(*DeleteEndpointsRequest)(nil),     // 74: skiff.v1.DeleteEndpointsRequest
+	(*DeleteEndpointsResponse)(nil),    // 75: skiff.v1.DeleteEndpointsResponse
+	(*ExplainPolicyRequest)(nil),       // 76: skiff.v1.ExplainPolicyRequest
+	(*PolicySide)(nil),                 // 77: skiff.v1.PolicySide
+	(*ExplainPolicyResponse)(nil),      // 78: skiff.v1.ExplainPolicyResponse
+	nil,                                // 79: skiff.v1.Endpoint.LabelsEntry
+	nil,                                // 80: skiff.v1.Namespace.LabelsEntry
+	nil,                                // 81: skiff.v1.CreatePortRequest.LabelsEntry
+	nil,                                // 82: skiff.v1.Owner.LabelsEntry
+	(*timestamppb.Timestamp)(nil),      // 83: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,   // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	78,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	79,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,   // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	82,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	83,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
 	8,   // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
 	7,   // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
 	6,   // 6: skiff.v1.Endpoint.port:type_name -> skiff.v1.PortStatus
-	82,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
+	83,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
 	9,   // 8: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
 	10,  // 9: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
 	11,  // 10: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	82,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	82,  // 12: skiff.v1.DPUStatus.since:type_name -> google.protobuf.Timestamp
+	83,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	83,  // 12: skiff.v1.DPUStatus.since:type_name -> google.protobuf.Timestamp
 	3,   // 13: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
 	17,  // 14: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
 	16,  // 15: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
@@ -5757,133 +5839,134 @@ var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	19,  // 27: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
 	20,  // 28: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
 	13,  // 29: skiff.v1.PlanDelta.dpu:type_name -> skiff.v1.DPUStatus
-	21,  // 30: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
-	22,  // 31: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
-	12,  // 32: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
-	12,  // 33: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	82,  // 34: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
-	27,  // 35: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
-	4,   // 36: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
-	7,   // 37: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
-	8,   // 38: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
-	4,   // 39: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	82,  // 40: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
-	30,  // 41: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
-	31,  // 42: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
-	6,   // 43: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
-	34,  // 44: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
-	37,  // 45: skiff.v1.ReportDPUEndpointsRequest.endpoints:type_name -> skiff.v1.DPUEndpointReport
-	1,   // 46: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
-	3,   // 47: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
-	5,   // 48: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
-	1,   // 49: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
-	3,   // 50: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
-	5,   // 51: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
-	12,  // 52: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
-	0,   // 53: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
-	1,   // 54: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
-	3,   // 55: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
-	5,   // 56: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
-	12,  // 57: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	79,  // 58: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	56,  // 59: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	56,  // 60: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	57,  // 61: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	80,  // 62: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
-	81,  // 63: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
-	82,  // 64: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
-	68,  // 65: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
-	76,  // 66: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
-	76,  // 67: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
-	24,  // 68: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	26,  // 69: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	28,  // 70: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	32,  // 71: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	35,  // 72: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
-	38,  // 73: skiff.v1.AgentService.ReportDPUEndpoints:input_type -> skiff.v1.ReportDPUEndpointsRequest
-	48,  // 74: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	43,  // 75: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	42,  // 76: skiff.v1.AgentService.GetNetwork:input_type -> skiff.v1.GetRequest
-	40,  // 77: skiff.v1.AgentService.RenewCertificate:input_type -> skiff.v1.RenewCertificateRequest
-	46,  // 78: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	42,  // 79: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	45,  // 80: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	43,  // 81: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	47,  // 82: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	42,  // 83: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	45,  // 84: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	43,  // 85: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	48,  // 86: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	42,  // 87: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	45,  // 88: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	43,  // 89: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	73,  // 90: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
-	42,  // 91: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	45,  // 92: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	43,  // 93: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	68,  // 94: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
-	42,  // 95: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
-	69,  // 96: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
-	71,  // 97: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
-	58,  // 98: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	61,  // 99: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	60,  // 100: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	75,  // 101: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
-	57,  // 102: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	45,  // 103: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	43,  // 104: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
-	64,  // 105: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
-	65,  // 106: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
-	66,  // 107: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
-	53,  // 108: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	54,  // 109: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	25,  // 110: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	23,  // 111: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	29,  // 112: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	33,  // 113: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	36,  // 114: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
-	39,  // 115: skiff.v1.AgentService.ReportDPUEndpoints:output_type -> skiff.v1.ReportDPUEndpointsResponse
-	5,   // 116: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	44,  // 117: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,   // 118: skiff.v1.AgentService.GetNetwork:output_type -> skiff.v1.Network
-	41,  // 119: skiff.v1.AgentService.RenewCertificate:output_type -> skiff.v1.RenewCertificateResponse
-	1,   // 120: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,   // 121: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	49,  // 122: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	44,  // 123: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,   // 124: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,   // 125: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	50,  // 126: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	44,  // 127: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,   // 128: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,   // 129: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	51,  // 130: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	44,  // 131: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	74,  // 132: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
-	12,  // 133: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	52,  // 134: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	44,  // 135: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	68,  // 136: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
-	68,  // 137: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
-	70,  // 138: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
-	72,  // 139: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
-	59,  // 140: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	62,  // 141: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	44,  // 142: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	77,  // 143: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
-	57,  // 144: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	63,  // 145: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	44,  // 146: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
-	5,   // 147: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
-	51,  // 148: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
-	67,  // 149: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
-	21,  // 150: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	55,  // 151: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	110, // [110:152] is the sub-list for method output_type
-	68,  // [68:110] is the sub-list for method input_type
-	68,  // [68:68] is the sub-list for extension type_name
-	68,  // [68:68] is the sub-list for extension extendee
-	0,   // [0:68] is the sub-list for field type_name
+	22,  // 30: skiff.v1.PlanDelta.change_groups:type_name -> skiff.v1.GroupChange
+	21,  // 31: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
+	23,  // 32: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
+	12,  // 33: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
+	12,  // 34: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
+	83,  // 35: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	28,  // 36: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
+	4,   // 37: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
+	7,   // 38: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
+	8,   // 39: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
+	4,   // 40: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
+	83,  // 41: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	31,  // 42: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
+	32,  // 43: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
+	6,   // 44: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
+	35,  // 45: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
+	38,  // 46: skiff.v1.ReportDPUEndpointsRequest.endpoints:type_name -> skiff.v1.DPUEndpointReport
+	1,   // 47: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
+	3,   // 48: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
+	5,   // 49: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
+	1,   // 50: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
+	3,   // 51: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
+	5,   // 52: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
+	12,  // 53: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
+	0,   // 54: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
+	1,   // 55: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
+	3,   // 56: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
+	5,   // 57: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
+	12,  // 58: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
+	80,  // 59: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	57,  // 60: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	57,  // 61: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	58,  // 62: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	81,  // 63: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
+	82,  // 64: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
+	83,  // 65: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
+	69,  // 66: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
+	77,  // 67: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
+	77,  // 68: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
+	25,  // 69: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	27,  // 70: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	29,  // 71: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	33,  // 72: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	36,  // 73: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
+	39,  // 74: skiff.v1.AgentService.ReportDPUEndpoints:input_type -> skiff.v1.ReportDPUEndpointsRequest
+	49,  // 75: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	44,  // 76: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	43,  // 77: skiff.v1.AgentService.GetNetwork:input_type -> skiff.v1.GetRequest
+	41,  // 78: skiff.v1.AgentService.RenewCertificate:input_type -> skiff.v1.RenewCertificateRequest
+	47,  // 79: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	43,  // 80: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	46,  // 81: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	44,  // 82: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	48,  // 83: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	43,  // 84: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	46,  // 85: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	44,  // 86: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	49,  // 87: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	43,  // 88: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	46,  // 89: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	44,  // 90: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	74,  // 91: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
+	43,  // 92: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	46,  // 93: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	44,  // 94: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	69,  // 95: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
+	43,  // 96: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
+	70,  // 97: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
+	72,  // 98: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
+	59,  // 99: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	62,  // 100: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	61,  // 101: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	76,  // 102: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
+	58,  // 103: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	46,  // 104: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	44,  // 105: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
+	65,  // 106: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
+	66,  // 107: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
+	67,  // 108: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
+	54,  // 109: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	55,  // 110: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	26,  // 111: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	24,  // 112: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	30,  // 113: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	34,  // 114: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	37,  // 115: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
+	40,  // 116: skiff.v1.AgentService.ReportDPUEndpoints:output_type -> skiff.v1.ReportDPUEndpointsResponse
+	5,   // 117: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	45,  // 118: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,   // 119: skiff.v1.AgentService.GetNetwork:output_type -> skiff.v1.Network
+	42,  // 120: skiff.v1.AgentService.RenewCertificate:output_type -> skiff.v1.RenewCertificateResponse
+	1,   // 121: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,   // 122: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	50,  // 123: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	45,  // 124: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,   // 125: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,   // 126: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	51,  // 127: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	45,  // 128: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,   // 129: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,   // 130: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	52,  // 131: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	45,  // 132: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	75,  // 133: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
+	12,  // 134: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	53,  // 135: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	45,  // 136: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	69,  // 137: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
+	69,  // 138: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
+	71,  // 139: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
+	73,  // 140: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
+	60,  // 141: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	63,  // 142: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	45,  // 143: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	78,  // 144: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	58,  // 145: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	64,  // 146: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	45,  // 147: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
+	5,   // 148: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
+	52,  // 149: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
+	68,  // 150: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
+	21,  // 151: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	56,  // 152: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	111, // [111:153] is the sub-list for method output_type
+	69,  // [69:111] is the sub-list for method input_type
+	69,  // [69:69] is the sub-list for extension type_name
+	69,  // [69:69] is the sub-list for extension extendee
+	0,   // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -5892,25 +5975,25 @@ func file_skiff_v1_skiff_proto_init() {
 		return
 	}
 	file_skiff_v1_skiff_proto_msgTypes[4].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[21].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[22].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[22].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[23].OneofWrappers = []any{
 		(*PlanUpdate_Snapshot)(nil),
 		(*PlanUpdate_Delta)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[54].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[55].OneofWrappers = []any{
 		(*WatchEvent_Network)(nil),
 		(*WatchEvent_Subnet)(nil),
 		(*WatchEvent_Endpoint)(nil),
 		(*WatchEvent_Node)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[63].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[64].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   81,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
