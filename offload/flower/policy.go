@@ -10,8 +10,11 @@ package flower
 //	                   of an IPv4-only network: drop. Everything else:
 //	                   goto 3.
 //	chain 1 (egress)   +trk+est, +trk+rel, ICMPv6 ND: goto 3. On the representor of
-//	                   an egress-isolated endpoint: its egress rules
-//	                   (+trk+new), goto 2; else drop. Elsewhere: goto 2.
+//	                   an egress-isolated endpoint: to its gateway's MAC
+//	                   on a network that routes out, goto 2 (the node's
+//	                   stack enforces its egress, after DNAT); its egress
+//	                   rules (+trk+new), goto 2; else drop. Elsewhere:
+//	                   goto 2.
 //	chain 2 (ingress)  for each ingress-isolated local endpoint the
 //	                   packet may be for: its ingress rules (+trk+new,
 //	                   destination one of its addresses): ct commit, goto
