@@ -112,6 +112,14 @@ func (t *roundTripTxn) Commit() (*clientv3.TxnResponse, error) {
 	return r, err
 }
 
+// countedReplica is a store on a client of its own whose calls kv counts.
+func countedReplica(t *testing.T) (*store.Store, *roundTripKV) {
+	cli := newClient(t)
+	kv := newRoundTripKV(cli.KV)
+	cli.KV = kv
+	return replica(t, cli), kv
+}
+
 // TestCreateRoundTrips: an endpoint creation (with an owner, as the
 // Kubernetes adapter makes them) waits for etcd's commit of other writes
 // at most once before its own transaction: one linearizable read, then
@@ -121,10 +129,7 @@ func (t *roundTripTxn) Commit() (*clientv3.TxnResponse, error) {
 // creation under a stream of writes wait about six commits.
 func TestCreateRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	cli := newClient(t)
-	kv := newRoundTripKV(cli.KV)
-	cli.KV = kv
-	s := replica(t, cli)
+	s, kv := countedReplica(t)
 	mustNetwork(t, s, "rt", 300, "192.0.2.0/24", "2001:db8:30::/64")
 	kv.take()
 	for i := range 10 {
@@ -160,10 +165,7 @@ func TestCreateRoundTrips(t *testing.T) {
 // made 8 networks/s with 32 clients).
 func TestIsolatedSubnetsDoNotConflict(t *testing.T) {
 	ctx := context.Background()
-	cli := newClient(t)
-	kv := newRoundTripKV(cli.KV)
-	cli.KV = kv
-	s := replica(t, cli)
+	s, kv := countedReplica(t)
 	const n = 32
 	for i := range n {
 		if _, err := s.CreateNetwork(ctx, &skiffv1.Network{Name: fmt.Sprintf("iso%d", i), Vni: uint32(700 + i)}); err != nil {

@@ -153,15 +153,7 @@ func TestCompileHostPortRefused(t *testing.T) {
 func TestCompilePolicyHostPort(t *testing.T) {
 	p, reps := base()
 	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true}
-	in := hostPortInput(reps)
-	fwd, err := Compile(p, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := CompilePolicy(p, in, fwd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := compileBoth(t, p, hostPortInput(reps))
 	var got []string
 	for _, r := range renderPolicy(rs) {
 		if strings.HasPrefix(r, "sknp100 ") {

@@ -105,15 +105,7 @@ func TestCompilePolicyDualStack(t *testing.T) {
 func TestCompilePolicyIPv4OnlyDropsIPv6(t *testing.T) {
 	p, reps := base()
 	p.Policies["b"] = plan.EndpointPolicy{Endpoint: "b", IngressIsolated: true}
-	in := Input{Reps: reps, VXLAN: "skvx"}
-	fwd, err := Compile(p, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := CompilePolicy(p, in, fwd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := compileBoth(t, p, Input{Reps: reps, VXLAN: "skvx"})
 	drops, v6 := 0, 0
 	for _, r := range rs {
 		if r.Match.EthType != EthIPv6 {

@@ -79,17 +79,24 @@ var (
 	}
 )
 
-func expectPolicy(t *testing.T, name string, p plan.Plan, reps map[string]string, want ...[]string) {
+// compileBoth compiles p's forwarding rules, then its policy rules.
+func compileBoth(t *testing.T, p plan.Plan, in Input) []PolicyRule {
 	t.Helper()
-	in := Input{Reps: reps, VXLAN: "skvx"}
 	fwd, err := Compile(p, in)
 	if err != nil {
-		t.Fatalf("%s: %v", name, err)
+		t.Fatal(err)
 	}
 	rs, err := CompilePolicy(p, in, fwd)
 	if err != nil {
-		t.Fatalf("%s: %v", name, err)
+		t.Fatal(err)
 	}
+	return rs
+}
+
+func expectPolicy(t *testing.T, name string, p plan.Plan, reps map[string]string, want ...[]string) {
+	t.Helper()
+	t.Log(name)
+	rs := compileBoth(t, p, Input{Reps: reps, VXLAN: "skvx"})
 	for _, r := range rs {
 		r.Index = 1
 		if err := r.Validate(); err != nil {

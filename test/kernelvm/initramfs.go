@@ -225,22 +225,22 @@ poweroff -f
 // NF_HOOK from mld_sendpack (IPv6 output hook). Hardware has no such race;
 // no test is about it. The chains are empty and accept.
 const keysRuleset = `table inet kernelvm-keys {
-	chain pre { type filter hook prerouting priority 0; policy accept; }
-	chain in { type filter hook input priority 0; policy accept; }
-	chain fwd { type filter hook forward priority 0; policy accept; }
-	chain out { type filter hook output priority 0; policy accept; }
-	chain post { type filter hook postrouting priority 0; policy accept; }
+	chain kpre { type filter hook prerouting priority 0; policy accept; }
+	chain kin { type filter hook input priority 0; policy accept; }
+	chain kfwd { type filter hook forward priority 0; policy accept; }
+	chain kout { type filter hook output priority 0; policy accept; }
+	chain kpost { type filter hook postrouting priority 0; policy accept; }
 }
 table bridge kernelvm-keys {
-	chain pre { type filter hook prerouting priority 0; policy accept; }
-	chain in { type filter hook input priority 0; policy accept; }
-	chain fwd { type filter hook forward priority 0; policy accept; }
-	chain out { type filter hook output priority 0; policy accept; }
-	chain post { type filter hook postrouting priority 0; policy accept; }
+	chain kpre { type filter hook prerouting priority 0; policy accept; }
+	chain kin { type filter hook input priority 0; policy accept; }
+	chain kfwd { type filter hook forward priority 0; policy accept; }
+	chain kout { type filter hook output priority 0; policy accept; }
+	chain kpost { type filter hook postrouting priority 0; policy accept; }
 }
 table arp kernelvm-keys {
-	chain in { type filter hook input priority 0; policy accept; }
-	chain out { type filter hook output priority 0; policy accept; }
+	chain kin { type filter hook input priority 0; policy accept; }
+	chain kout { type filter hook output priority 0; policy accept; }
 }
 `
 
