@@ -40,7 +40,11 @@ type PolicyRule struct {
 }
 
 // EndpointPolicy is one isolated endpoint: the bridge it is on, its
-// addresses, and what it may receive and send.
+// addresses, and what it may receive and send. Bridge is the device its
+// traffic enters the node's stack through and leaves it by: its
+// network's bridge on a software node; on an offload node, whose
+// flower rules enforce the rest, its network's gateway skg<VNI>, for
+// the egress the node routes (after DNAT), with no ingress.
 type EndpointPolicy struct {
 	Name            string
 	Bridge          string

@@ -144,6 +144,11 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	polRules, polErr := flower.CompilePolicy(p, in, rules)
 	if polErr != nil {
 		errs = append(errs, fmt.Errorf("offload datapath: policy: %w", polErr))
+	} else if polErr = d.nodePolicy(nodeEgress(p, in)); polErr != nil {
+		// The egress the node's stack enforces goes before the
+		// filters that let gateway traffic skip the representor's
+		// rules; without it, the installed filters stay.
+		errs = append(errs, polErr)
 	}
 	vx, hasVX := byName[VXLANName]
 	if len(rules) > 0 {

@@ -88,8 +88,11 @@ type Datapath struct {
 	log  *slog.Logger
 	k    nl.OffloadKernel
 	// fw holds the isolation and egress rules of the gateways (inet
-	// skiff), as on software nodes.
-	fw   *nl.Firewall
+	// skiff), as on software nodes, and the egress policy the node's
+	// stack enforces (inet skiff-policy, see nodepolicy.go).
+	fw *nl.Firewall
+	// nft: what the last write of that policy left, under d.op.
+	nft  nftState
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
 	// Notifications of tc changes made by others.
@@ -322,7 +325,9 @@ func (d *Datapath) PolicyRules() []flower.PolicyState {
 
 // PolicyCounters sums the counters of the policy filters per endpoint,
 // direction and rule of its policy (-1: the default deny): the packets
-// that opened a connection through the rule, or were dropped.
+// that opened a connection through the rule, or were dropped; with the
+// egress rules the node's stack enforces (nodepolicy.go) added to the
+// same rule's.
 func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 	type key struct {
 		ep, dir string
@@ -330,6 +335,17 @@ func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 	}
 	sum := map[key]*nl.PolicyCounter{}
 	var keys []key
+	count := func(ep, dir string, rule int, packets, bytes uint64) {
+		k := key{ep, dir, rule}
+		c, ok := sum[k]
+		if !ok {
+			c = &nl.PolicyCounter{Endpoint: ep, Direction: dir, Rule: rule}
+			sum[k] = c
+			keys = append(keys, k)
+		}
+		c.Packets += packets
+		c.Bytes += bytes
+	}
 	for _, s := range d.PolicyRules() {
 		r := s.Rule
 		if r.Endpoint == "" || r.Direction == "" {
@@ -339,15 +355,13 @@ func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 		if r.Direction == flower.Egress {
 			dir = nl.PolicyEgress
 		}
-		k := key{r.Endpoint, dir, r.RuleIndex}
-		c, ok := sum[k]
-		if !ok {
-			c = &nl.PolicyCounter{Endpoint: r.Endpoint, Direction: dir, Rule: r.RuleIndex}
-			sum[k] = c
-			keys = append(keys, k)
-		}
-		c.Packets += s.Packets
-		c.Bytes += s.Bytes
+		count(r.Endpoint, dir, r.RuleIndex, s.Packets, s.Bytes)
+	}
+	// Egress the node's stack enforces (what went through the gateway,
+	// after DNAT) counts for the same rule.
+	nft, err := d.nodePolicyCounters()
+	for _, n := range nft {
+		count(n.Endpoint, n.Direction, n.Rule, n.Packets, n.Bytes)
 	}
 	slices.SortFunc(keys, func(a, b key) int {
 		if c := strings.Compare(a.ep, b.ep); c != 0 {
@@ -362,7 +376,7 @@ func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 	for i, k := range keys {
 		out[i] = *sum[k]
 	}
-	return out, nil
+	return out, err
 }
 
 // Probes is the number of underlay neighbour resolutions asked for so far

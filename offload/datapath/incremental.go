@@ -405,6 +405,11 @@ func (d *Datapath) applyGroup(p plan.Plan, group string, joined, left []netip.Ad
 		return fmt.Errorf("offload datapath: policy: %w", err)
 	}
 	d.clock.mark("compile")
+	// The node's stack first: a member's routed traffic (a Service's
+	// backend) is checked there.
+	if err := d.nodePolicyGroup(p, in, group); err != nil {
+		return err
+	}
 	if err := d.changePolicy(devs, remove, add); err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ func policyRules() []PolicyRule {
 		{Dev: "va", Index: 3, Chain: 1, Prio: 2, Match: allow, Actions: []PolicyAction{{Kind: PolicyCt, Zone: 1, Commit: true}, {Kind: PolicyGoto, Chain: 2}}},
 		{Dev: "va", Index: 3, Chain: 1, Prio: 3, Match: PolicyMatch{EthType: EthIPv4, IPProto: unix.IPPROTO_UDP, DstPortMin: 53, DstPortMax: 53}, Actions: []PolicyAction{{Kind: PolicyPass}}},
 		{Dev: "va", Index: 3, Chain: 1, Prio: 4, Match: PolicyMatch{EthType: EthIPv4}, Actions: []PolicyAction{{Kind: PolicyDrop}}},
+		{Dev: "va", Index: 3, Chain: 1, Prio: 5, Match: PolicyMatch{EthType: EthIPv6, DstMAC: "02:73:6b:00:00:64"}, Actions: []PolicyAction{{Kind: PolicyGoto, Chain: 2}}},
 		{Dev: "va", Index: 3, Chain: 2, Prio: 1, Match: PolicyMatch{EthType: EthIPv4, IPProto: unix.IPPROTO_SCTP, DstPortMin: 9}, Actions: []PolicyAction{{Kind: PolicyContinue}}},
 		{Dev: "va", Index: 3, Chain: 2, Prio: 2, Match: PolicyMatch{EthType: EthIPv4}, Actions: []PolicyAction{{Kind: PolicyRedirect, Index: 4}}},
 	}
@@ -80,6 +81,8 @@ func TestPolicyValidate(t *testing.T) {
 		"prio: 0":                             func(r *PolicyRule) { r.Prio = 0 },
 		"prio 0x5300":                         func(r *PolicyRule) { r.Prio = PrioARP },
 		"match.EthType:":                      func(r *PolicyRule) { r.Match.EthType = 0 },
+		"match.DstMAC \"02:73:6B:00:00:64\"":  func(r *PolicyRule) { r.Match.DstMAC = "02:73:6B:00:00:64" },
+		"match.DstMAC \"02:73\"":              func(r *PolicyRule) { r.Match.DstMAC = "02:73" },
 		"match.EthType 0x0806":                func(r *PolicyRule) { r.Match.EthType, r.Match.IPProto = EthARP, 6 },
 		"Src/Dst: prefixes of another family": func(r *PolicyRule) { r.Match.Src = netip.MustParsePrefix("2001:db8::/64") },
 		"match.ICMPType 135":                  func(r *PolicyRule) { r.Match.ICMPType = 135 },

@@ -10,8 +10,11 @@ package flower
 //	                   of an IPv4-only network: drop. Everything else:
 //	                   goto 3.
 //	chain 1 (egress)   +trk+est, +trk+rel, ICMPv6 ND: goto 3. On the representor of
-//	                   an egress-isolated endpoint: its egress rules
-//	                   (+trk+new), goto 2; else drop. Elsewhere: goto 2.
+//	                   an egress-isolated endpoint: to its gateway's MAC
+//	                   on a network that routes out, goto 2 (the node's
+//	                   stack enforces its egress, after DNAT); its egress
+//	                   rules (+trk+new), goto 2; else drop. Elsewhere:
+//	                   goto 2.
 //	chain 2 (ingress)  for each ingress-isolated local endpoint the
 //	                   packet may be for: its ingress rules (+trk+new,
 //	                   destination one of its addresses): ct commit, goto
@@ -29,6 +32,7 @@ package flower
 import (
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -64,13 +68,21 @@ const (
 	// PrioND: chain 1, ICMPv6 router and neighbour discovery (types
 	// 133-137) to forwarding, as the software table lets it through:
 	// conntrack does not track it, NetworkPolicy does not govern it.
-	PrioND    uint16 = 0x5314
-	PrioRule  uint16 = 0x5400 // IPv4 rule i of an endpoint's direction at PrioRule+i
-	PrioRule6 uint16 = 0x5c00 // IPv6 rule i at PrioRule6+i
-	PrioDeny  uint16 = 0x6400 // the default deny of an isolated endpoint (IPv4)
-	PrioOpen  uint16 = 0x6401 // not isolated: on (IPv4)
-	PrioDeny6 uint16 = 0x6402 // the same for IPv6
-	PrioOpen6 uint16 = 0x6403
+	PrioND uint16 = 0x5314
+	// PrioGateway (IPv4) and PrioGateway6: chain 1, on the representor
+	// of an egress-isolated endpoint of a network that routes out (snat
+	// or routed), what it sends to its gateway's MAC skips its egress
+	// rules (goto 2): the node's stack routes it, after kube-proxy's
+	// DNAT, and enforces those rules there (internal/nl SetPolicy on
+	// the gateway skg<VNI>), as a software node does.
+	PrioGateway  uint16 = 0x5315
+	PrioGateway6 uint16 = 0x5316
+	PrioRule     uint16 = 0x5400 // IPv4 rule i of an endpoint's direction at PrioRule+i
+	PrioRule6    uint16 = 0x5c00 // IPv6 rule i at PrioRule6+i
+	PrioDeny     uint16 = 0x6400 // the default deny of an isolated endpoint (IPv4)
+	PrioOpen     uint16 = 0x6401 // not isolated: on (IPv4)
+	PrioDeny6    uint16 = 0x6402 // the same for IPv6
+	PrioOpen6    uint16 = 0x6403
 	// MaxPolicyRules is how many rules one direction of an endpoint's
 	// policy may have on an offload node.
 	MaxPolicyRules = int(PrioRule6 - PrioRule)
@@ -100,15 +112,16 @@ var protoNumbers = map[string]uint8{"TCP": unix.IPPROTO_TCP, "UDP": unix.IPPROTO
 type family struct {
 	eth                     uint16
 	entry, tracked, related uint16
+	gateway                 uint16
 	rule, deny, open        uint16
 	v6                      bool
 	addrs                   func([]netip.Prefix) []netip.Addr
 }
 
 var (
-	fam4 = family{eth: EthIPv4, entry: PrioEntryCt, tracked: PrioTracked, related: PrioRelated,
+	fam4 = family{eth: EthIPv4, entry: PrioEntryCt, tracked: PrioTracked, related: PrioRelated, gateway: PrioGateway,
 		rule: PrioRule, deny: PrioDeny, open: PrioOpen, addrs: ipv4s}
-	fam6 = family{eth: EthIPv6, entry: PrioEntryCt6, tracked: PrioTracked6, related: PrioRelated6,
+	fam6 = family{eth: EthIPv6, entry: PrioEntryCt6, tracked: PrioTracked6, related: PrioRelated6, gateway: PrioGateway6,
 		rule: PrioRule6, deny: PrioDeny6, open: PrioOpen6, v6: true, addrs: ipv6s}
 )
 
@@ -291,6 +304,10 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 					add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.open, Match: PolicyMatch{EthType: f.eth}, Actions: []PolicyAction{gotoChain(ChainIngress)}})
 					continue
 				}
+				if mac := NodeEgressMAC(n, in.Gateways[nname]); mac != "" {
+					add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.gateway, Match: PolicyMatch{EthType: f.eth, DstMAC: mac},
+						Actions: []PolicyAction{gotoChain(ChainIngress)}})
+				}
 				for ri, ms := range rulesOf(e.Name, f).eg {
 					for _, m := range ms {
 						add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.rule + uint16(ri), Match: m,
@@ -352,6 +369,26 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 		}
 	}
 	return sortPolicy(out)
+}
+
+// NodeEgressMAC is the gateway MAC (lower case) of network n whose
+// frames from an egress-isolated endpoint skip the egress rules on its
+// representor, or "" when none do: n routes out (snat or routed) through
+// its gateway gw here. The node's stack forwards such a frame (a
+// Service's ClusterIP DNATed to a backend, the outside world, another
+// subnet of n) and must enforce the endpoint's egress rules there, after
+// the DNAT. A network that does not route out (none) has no forwarding
+// gateway: what its endpoints send to the gateway MAC is for the node
+// itself, and the representor's rules keep governing it.
+func NodeEgressMAC(n plan.Network, gw Gateway) string {
+	if n.Egress != plan.EgressSNAT && n.Egress != plan.EgressRouted || gw.Port == "" {
+		return ""
+	}
+	mac, err := net.ParseMAC(gw.MAC)
+	if err != nil || len(mac) != 6 {
+		return ""
+	}
+	return mac.String()
 }
 
 // sortPolicy sorts rules by device, chain, priority and match, drops

@@ -3,6 +3,7 @@ package flower
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,9 @@ func (r PolicyRule) filter(handle, flags uint32) tc.Filter {
 	f := tc.Filter{Ifindex: r.Index, Chain: r.Chain, Prio: r.Prio, Proto: m.EthType, Handle: handle, Kind: "flower", Flags: flags,
 		Match: tc.Match{EncKeyID: m.EncKeyID, IPProto: m.IPProto, ICMPType: m.ICMPType, Src: m.Src, Dst: m.Dst, DstPortMin: m.DstPortMin, DstPortMax: m.DstPortMax,
 			CtState: m.CtState, CtStateMask: m.CtStateMask}}
+	if m.DstMAC != "" {
+		f.Match.DstMAC, _ = net.ParseMAC(m.DstMAC) // valid: r is
+	}
 	f.Actions = make([]tc.Action, len(r.Actions))
 	for i, a := range r.Actions {
 		var ta tc.Action
@@ -86,6 +90,9 @@ func policyFilter(tf *tc.Filter) PolicyFilter {
 		Rule: PolicyRule{Index: tf.Ifindex, Chain: tf.Chain, Prio: tf.Prio,
 			Match: PolicyMatch{EthType: tf.Proto, EncKeyID: m.EncKeyID, IPProto: m.IPProto, ICMPType: m.ICMPType, Src: m.Src, Dst: m.Dst,
 				DstPortMin: m.DstPortMin, DstPortMax: m.DstPortMax, CtState: m.CtState, CtStateMask: m.CtStateMask}}}
+	if len(m.DstMAC) == 6 && m.DstMACMask == nil {
+		f.Rule.Match.DstMAC = m.DstMAC.String()
+	}
 	for _, ta := range tf.Actions {
 		if f.Cookie == nil && ta.Cookie != nil {
 			f.Cookie = ta.Cookie

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -71,7 +72,10 @@ type PolicyRule struct {
 type PolicyMatch struct {
 	EthType  uint16 // EthIPv4, EthIPv6, EthARP, or EthAll (every protocol)
 	EncKeyID uint32 // the tunnel's VNI (on the VXLAN device); 0: any
-	IPProto  uint8  // 0: any; unix.IPPROTO_TCP, _UDP, _SCTP for ports
+	// DstMAC is the destination MAC ("aa:bb:cc:dd:ee:ff", lower case);
+	// "": any.
+	DstMAC  string
+	IPProto uint8 // 0: any; unix.IPPROTO_TCP, _UDP, _SCTP for ports
 	// ICMPType with IPProto ICMP (IPv4) or ICMPV6 (IPv6); 0: any.
 	ICMPType uint8
 	Src, Dst netip.Prefix
@@ -123,6 +127,9 @@ func (m PolicyMatch) String() string {
 	}
 	if m.EncKeyID != 0 {
 		fmt.Fprintf(&b, " enc_key_id %d", m.EncKeyID)
+	}
+	if m.DstMAC != "" {
+		b.WriteString(" dst_mac " + m.DstMAC)
 	}
 	if m.IPProto != 0 {
 		fmt.Fprintf(&b, " ip_proto %d", m.IPProto)
@@ -206,6 +213,8 @@ func (r PolicyRule) Validate() error {
 	switch {
 	case m.EthType == 0:
 		return fmt.Errorf("policy rule %s on %s: match.EthType: required", r, r.Dev)
+	case m.DstMAC != "" && !canonicalMAC(m.DstMAC):
+		return fmt.Errorf("policy rule %s on %s: match.DstMAC %q: not a lower-case 6-byte MAC address", r, r.Dev, m.DstMAC)
 	case ip && m.EthType != EthIPv4 && !v6:
 		return fmt.Errorf("policy rule %s on %s: match.EthType %#04x: IP keys need IPv4 or IPv6", r, r.Dev, m.EthType)
 	case m.Src.IsValid() && m.Src.Addr().Is6() != v6, m.Dst.IsValid() && m.Dst.Addr().Is6() != v6:
@@ -257,4 +266,11 @@ func PolicyCookie(r PolicyRule) []byte {
 // IsPolicyCookie reports whether c marks a Skiff policy rule.
 func IsPolicyCookie(c []byte) bool {
 	return len(c) == cookieLen && bytes.HasPrefix(c, []byte(policyMagic))
+}
+
+// canonicalMAC reports whether s is a 6-byte MAC address as
+// net.HardwareAddr.String writes it (what a dump decodes to).
+func canonicalMAC(s string) bool {
+	mac, err := net.ParseMAC(s)
+	return err == nil && len(mac) == 6 && mac.String() == s
 }

@@ -23,8 +23,6 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
@@ -440,8 +438,6 @@ func (d *Datapath) neighs(p plan.Plan, n plan.Network, br nl.Link) error {
 	return datapath.SyncPermanentNeighs(d.k, br.Index, want)
 }
 
-var protocols = map[string]uint8{"TCP": unix.IPPROTO_TCP, "UDP": unix.IPPROTO_UDP, "SCTP": unix.IPPROTO_SCTP}
-
 // policy enforces the plan's compiled policies in nftables: local
 // endpoints are known by their network's bridge and their addresses.
 func (d *Datapath) policy(p plan.Plan) error {
@@ -460,7 +456,7 @@ func (d *Datapath) policy(p plan.Plan) error {
 			continue
 		}
 		x := nl.EndpointPolicy{Name: name, Bridge: BridgeName(n.VNI), IngressIsolated: ep.IngressIsolated, EgressIsolated: ep.EgressIsolated,
-			Ingress: nlRules(ep.Ingress), Egress: nlRules(ep.Egress)}
+			Ingress: datapath.NftPolicyRules(ep.Ingress), Egress: datapath.NftPolicyRules(ep.Egress)}
 		for _, ip := range e.IPs {
 			x.IPs = append(x.IPs, ip.Addr())
 		}
@@ -472,19 +468,4 @@ func (d *Datapath) policy(p plan.Plan) error {
 		}
 	}
 	return d.fw.SetPolicy(cfg)
-}
-
-func nlRules(rs []plan.PolicyRule) []nl.PolicyRule {
-	var out []nl.PolicyRule
-	for _, r := range rs {
-		var x nl.PolicyRule
-		for _, p := range r.Peers {
-			x.Peers = append(x.Peers, nl.PolicyPeer{Set: p.Group, CIDR: p.CIDR, Except: p.Except})
-		}
-		for _, p := range r.Ports {
-			x.Ports = append(x.Ports, nl.PolicyPort{Proto: protocols[p.Protocol], From: p.Port, To: p.EndPort})
-		}
-		out = append(out, x)
-	}
-	return out
 }

@@ -90,7 +90,8 @@ func kubeProxyRules(node string, ips map[string]string) string {
 //   - NetworkPolicy applies after DNAT, to the client's address: with
 //     b admitting ingress only from c (podSelector), c's Service
 //     connections reach b and a's do not; c admitting no ingress does
-//     not stop its Service connections' replies.
+//     not stop its Service connections' replies;
+//   - egress too, in the node's stack after the DNAT (serviceEgress).
 func TestOffloadServices(t *testing.T) {
 	guest.Require(t)
 	nodes := []guest.RigNode{
@@ -273,4 +274,5 @@ func TestOffloadServices(t *testing.T) {
 	} else {
 		t.Logf("b admits only c: a -> Service answered by %v (its connections to b dropped)", got)
 	}
+	serviceEgress(t, r, ips, diag)
 }
