@@ -141,6 +141,11 @@ func DeleteByName(k Kernel, name string) error {
 	}
 	r.w()
 	if err := r.h.LinkDel(l); err != nil {
+		if errors.Is(err, unix.ENODEV) {
+			// Gone between the lookup and the delete: a veth whose peer's
+			// namespace the runtime deleted goes with it, asynchronously.
+			return nil
+		}
 		return fmt.Errorf("nl: delete %s: %w", name, err)
 	}
 	return nil

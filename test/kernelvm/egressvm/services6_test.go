@@ -61,7 +61,8 @@ func kubeProxyRules6(ips6 map[string]string) string {
 // address: without it the node solicits the pod out of the anycast
 // gateway and the pod's answer stays on its own node); the rule
 // delivering the reply to the client's representor restores the
-// ClusterIP (act_ct nat).
+// ClusterIP (act_ct nat). Then c's egress policy applies to its IPv6
+// Service connections after the DNAT (serviceEgress).
 func TestOffloadServicesIPv6(t *testing.T) {
 	guest.Require(t)
 	nodes := []guest.RigNode{
@@ -129,4 +130,6 @@ func TestOffloadServicesIPv6(t *testing.T) {
 			t.Logf("%s (%s) -> IPv6 Service: answered by a (n1) and b (n2), the other seeing %s", client, home[client], ips6[client])
 		}
 	}
+	// c's egress applies after the DNAT over IPv6 too.
+	serviceEgress(t, r, "sks6pc", svcWeb6, "2001:db8:5e::/64", ips6, diag)
 }

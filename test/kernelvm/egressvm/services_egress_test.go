@@ -27,7 +27,10 @@ import (
 //   - c's egress allows only the ClusterIP's range (ipBlock): nothing
 //     reaches a backend through it (after the DNAT the destination is
 //     the backend, outside the block).
-func serviceEgress(t *testing.T, r *guest.Rig, ips map[string]string, diag func() string) {
+//
+// ns is c's namespace, svc the ClusterIP, block the ClusterIP's range (in
+// svc's family), ips the pods' addresses in that family.
+func serviceEgress(t *testing.T, r *guest.Rig, ns, svc, block string, ips map[string]string, diag func() string) {
 	apply := func(spec string) {
 		t.Helper()
 		file := filepath.Join(r.Dir, "c-egress.yaml")
@@ -39,7 +42,7 @@ func serviceEgress(t *testing.T, r *guest.Rig, ips map[string]string, diag func(
 	}
 	asks := func() (got []string) {
 		for range 4 {
-			server, seen, err := guest.Ask("sksvpc", svcWeb, "80")
+			server, seen, err := guest.Ask(ns, svc, "80")
 			switch {
 			case err != nil:
 				got = append(got, "-")
@@ -60,12 +63,12 @@ func serviceEgress(t *testing.T, r *guest.Rig, ips map[string]string, diag func(
     - podSelector: {matchLabels: {app: b}}
 `)
 	guest.WaitFor(t, "c's egress allows b only", 30*time.Second, func() (bool, string) {
-		_, _, errB := guest.Ask("sksvpc", ips["b"], "8080")
-		_, _, errA := guest.Ask("sksvpc", ips["a"], "8080")
+		_, _, errB := guest.Ask(ns, ips["b"], "8080")
+		_, _, errA := guest.Ask(ns, ips["a"], "8080")
 		return errB == nil && errA != nil, fmt.Sprintf("c -> b directly: %v; c -> a directly: %v", errB, errA)
 	})
 	if got := strings.Join(asks(), " "); got != "b b b b" {
-		t.Errorf("c's egress allows only b: c -> Service %s answered by %q, want b every time (- is no answer)\n%s", svcWeb, got, diag())
+		t.Errorf("c's egress allows only b: c -> Service %s answered by %q, want b every time (- is no answer)\n%s", svc, got, diag())
 	} else {
 		t.Logf("c's egress allows only b: c -> Service answered by %s", got)
 	}
@@ -75,14 +78,14 @@ func serviceEgress(t *testing.T, r *guest.Rig, ips map[string]string, diag func(
   policyTypes: [Egress]
   egress:
   - to:
-    - ipBlock: {cidr: 203.0.113.0/24}
+    - ipBlock: {cidr: ` + block + `}
 `)
 	guest.WaitFor(t, "c's egress allows the Service range only", 30*time.Second, func() (bool, string) {
-		_, _, errB := guest.Ask("sksvpc", ips["b"], "8080")
+		_, _, errB := guest.Ask(ns, ips["b"], "8080")
 		return errB != nil, fmt.Sprintf("c -> b directly: %v", errB)
 	})
 	if got := strings.Join(asks(), " "); got != "- - - -" {
-		t.Errorf("c's egress allows only %s's range: c -> Service answered by %q, want no answer (- is none)\n%s", svcWeb, got, diag())
+		t.Errorf("c's egress allows only %s's range: c -> Service answered by %q, want no answer (- is none)\n%s", svc, got, diag())
 	} else {
 		t.Logf("c's egress allows only the Service range: c -> Service answered by none (%s)", got)
 	}

@@ -274,5 +274,5 @@ func TestOffloadServices(t *testing.T) {
 	} else {
 		t.Logf("b admits only c: a -> Service answered by %v (its connections to b dropped)", got)
 	}
-	serviceEgress(t, r, ips, diag)
+	serviceEgress(t, r, "sksvpc", svcWeb, "203.0.113.0/24", ips, diag)
 }
