@@ -50,13 +50,17 @@ test-k8s: deps build k8s-setup
 KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./deviceplugin ./offload/datapath ./test/kernelvm/vmtest ./test/kernelvm/agentvm ./test/kernelvm/offloadvm ./test/kernelvm/policyvm ./test/kernelvm/ctvm ./test/kernelvm/offloadpolicyvm ./test/kernelvm/vmportvm ./test/kernelvm/vfpodvm ./test/kernelvm/dpuvm ./test/kernelvm/egressvm
 # -short: the long loops (vfpodvm's 100 VF ADD/DEL cycles) run a smaller
 # count; test-kernel-long runs them in full.
+# internal/nl/tc's other tests are the host's (its UAPI headers, iproute2):
+# only its guest test runs in the VM.
 test-kernel:
 	./hack/kernelvm/setup.sh
 	./hack/kernelvm/run.sh -short -timeout 30m $(KERNELVM_PKGS)
+	./hack/kernelvm/run.sh -short -timeout 5m -run TestWatchFilters ./internal/nl/tc
 
 test-kernel-long:
 	./hack/kernelvm/setup.sh
 	./hack/kernelvm/run.sh -timeout 90m $(KERNELVM_PKGS)
+	./hack/kernelvm/run.sh -timeout 5m -run TestWatchFilters ./internal/nl/tc
 
 lint:
 	$(GO) vet ./...

@@ -90,11 +90,13 @@ func TestWatchFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	add := func(handle string) {
-		run(guest.TC, "filter", "add", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", handle, "protocol", "ip", "flower", "action", "pass")
+	// Flower refuses a second filter with the same keys in a priority
+	// (EEXIST): each matches its own address.
+	add := func(handle, dst string) {
+		run(guest.TC, "filter", "add", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", handle, "protocol", "ip", "flower", "dst_ip", dst, "action", "pass")
 	}
-	add("0x7")
-	add("0x8")
+	add("0x7", "192.0.2.7")
+	add("0x8", "192.0.2.8")
 	run(guest.TC, "filter", "del", "dev", "skw0", "ingress", "chain", "3", "prio", "5", "handle", "0x7", "protocol", "ip", "flower")
 	devs, lost := w.Changes()
 	want := []tc.FilterChange{
