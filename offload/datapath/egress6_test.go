@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"fmt"
 	"net/netip"
 	"testing"
 
@@ -57,25 +56,11 @@ func TestGatewayEgressIPv6(t *testing.T) {
 			t.Errorf("net.ipv6.conf.%s.forwarding = %s, want %s", key, v, want)
 		}
 	}
-	// Re-applying writes nothing.
-	w0, f0 := dp.Writes(), dp.fw.Writes()
-	if err := dp.egress(p, gws, nil); err != nil {
-		t.Fatal(err)
-	}
-	if dp.Writes() != w0 || dp.fw.Writes() != f0 {
-		t.Errorf("re-applying egress wrote: %d sysctl, %d nftables", dp.Writes()-w0, dp.fw.Writes()-f0)
-	}
+	reapplyWritesNothing(t, dp, p, gws)
 
 	pods := map[string]string{}
 	for name, n := range p.Networks {
-		pod := fmt.Sprintf("skgw6pod%d", n.VNI)
-		guest.AddNetns(t, pod)
-		pods[name] = pod
-		port := GatewayPortName(n.VNI)
-		ipIn(t, node, "link", "set", port, "netns", pod)
-		ipIn(t, pod, "addr", "add", v6[name][1]+"/64", "dev", port, "nodad")
-		ipIn(t, pod, "link", "set", port, "up")
-		ipIn(t, pod, "-6", "route", "add", "default", "via", v6[name][0])
+		pods[name] = behindGateway(t, node, "skgw6pod", n.VNI, v6[name][1]+"/64", v6[name][0])
 	}
 
 	if seen, err := seenFrom(pods["pods"], inet, outside); err != nil || seen != "2001:db8:ff::1" {

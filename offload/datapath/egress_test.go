@@ -62,25 +62,11 @@ func TestGatewayEgress(t *testing.T) {
 	if tables, err := nl.InetTables(nsPath(node)); err != nil || !slices.Contains(tables, nl.NftTable) {
 		t.Errorf("the node has inet tables %v (%v), want %s", tables, err, nl.NftTable)
 	}
-	// Re-applying writes nothing.
-	w0, f0 := dp.Writes(), dp.fw.Writes()
-	if err := dp.egress(p, gws, nil); err != nil {
-		t.Fatal(err)
-	}
-	if dp.Writes() != w0 || dp.fw.Writes() != f0 {
-		t.Errorf("re-applying egress wrote: %d sysctl, %d nftables", dp.Writes()-w0, dp.fw.Writes()-f0)
-	}
+	reapplyWritesNothing(t, dp, p, gws)
 
 	// Each pod right behind its gateway's eswitch side.
 	for name, n := range p.Networks {
-		pod := fmt.Sprintf("skgwpod%d", n.VNI)
-		guest.AddNetns(t, pod)
-		pods[name] = pod
-		port := GatewayPortName(n.VNI)
-		ipIn(t, node, "link", "set", port, "netns", pod)
-		ipIn(t, pod, "addr", "add", fmt.Sprintf("%s/%d", podIPs[name], n.Subnets[0].CIDR.Bits()), "dev", port)
-		ipIn(t, pod, "link", "set", port, "up")
-		ipIn(t, pod, "route", "add", "default", "via", n.Subnets[0].Gateway.String())
+		pods[name] = behindGateway(t, node, "skgwpod", n.VNI, fmt.Sprintf("%s/%d", podIPs[name], n.Subnets[0].CIDR.Bits()), n.Subnets[0].Gateway.String())
 	}
 
 	// snat: out, seen as the node's address, with no route back.
@@ -186,6 +172,39 @@ func gatewayDatapath(t *testing.T, node string, p plan.Plan, reps map[string]str
 func sysctl(t *testing.T, ns, key string) string {
 	t.Helper()
 	return strings.TrimSpace(guest.In(t, ns, "/bin/cat", "/proc/sys/"+key))
+}
+
+// reapplyWritesNothing fails t if applying egress again for p writes a
+// sysctl or nftables.
+func reapplyWritesNothing(t *testing.T, dp *Datapath, p plan.Plan, gws map[string]flower.Gateway) {
+	t.Helper()
+	w0, f0 := dp.Writes(), dp.fw.Writes()
+	if err := dp.egress(p, gws, nil); err != nil {
+		t.Fatal(err)
+	}
+	if dp.Writes() != w0 || dp.fw.Writes() != f0 {
+		t.Errorf("re-applying egress wrote: %d sysctl, %d nftables", dp.Writes()-w0, dp.fw.Writes()-f0)
+	}
+}
+
+// behindGateway moves the eswitch side of network vni's gateway from the
+// node into a new pod namespace (prefix+vni), gives it addr (with its
+// length; IPv6 without duplicate address detection) and a default route
+// via gw, and returns the namespace.
+func behindGateway(t *testing.T, node, prefix string, vni uint32, addr, gw string) string {
+	t.Helper()
+	pod := fmt.Sprintf("%s%d", prefix, vni)
+	guest.AddNetns(t, pod)
+	port := GatewayPortName(vni)
+	ipIn(t, node, "link", "set", port, "netns", pod)
+	family, dad := "-4", []string{}
+	if strings.Contains(gw, ":") {
+		family, dad = "-6", []string{"nodad"}
+	}
+	ipIn(t, pod, append([]string{"addr", "add", addr, "dev", port}, dad...)...)
+	ipIn(t, pod, "link", "set", port, "up")
+	ipIn(t, pod, family, "route", "add", "default", "via", gw)
+	return pod
 }
 
 func ipIn(t *testing.T, ns string, args ...string) string {

@@ -224,25 +224,23 @@ poweroff -f
 // guest has panicked with "Oops: int3" in __dev_queue_xmit (tc keys) and in
 // NF_HOOK from mld_sendpack (IPv6 output hook). Hardware has no such race;
 // no test is about it. The chains are empty and accept.
-const keysRuleset = `table inet kernelvm-keys {
-	chain kpre { type filter hook prerouting priority 0; policy accept; }
-	chain kin { type filter hook input priority 0; policy accept; }
-	chain kfwd { type filter hook forward priority 0; policy accept; }
-	chain kout { type filter hook output priority 0; policy accept; }
-	chain kpost { type filter hook postrouting priority 0; policy accept; }
-}
-table bridge kernelvm-keys {
-	chain kpre { type filter hook prerouting priority 0; policy accept; }
-	chain kin { type filter hook input priority 0; policy accept; }
-	chain kfwd { type filter hook forward priority 0; policy accept; }
-	chain kout { type filter hook output priority 0; policy accept; }
-	chain kpost { type filter hook postrouting priority 0; policy accept; }
-}
-table arp kernelvm-keys {
-	chain kin { type filter hook input priority 0; policy accept; }
-	chain kout { type filter hook output priority 0; policy accept; }
-}
-`
+var keysRuleset = func() string {
+	hooks := []struct{ chain, hook string }{
+		{"kpre", "prerouting"}, {"kin", "input"}, {"kfwd", "forward"}, {"kout", "output"}, {"kpost", "postrouting"},
+	}
+	var b strings.Builder
+	for _, family := range []string{"inet", "bridge", "arp"} {
+		fmt.Fprintf(&b, "table %s kernelvm-keys {\n", family)
+		for _, h := range hooks {
+			if family == "arp" && h.hook != "input" && h.hook != "output" {
+				continue // arp has only these two hooks
+			}
+			fmt.Fprintf(&b, "\tchain %s { type filter hook %s priority 0; policy accept; }\n", h.chain, h.hook)
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}()
 
 // buildInitramfs writes (once; it is cached by content) the initramfs for
 // a kernel version and a module list, and returns its path.

@@ -56,12 +56,7 @@ func TestOffloadEgress(t *testing.T) {
 	ctl, dir := rig.Ctl, rig.Dir
 
 	// The internet: on the underlay, no route to any pod subnet.
-	inet := "skeginet"
-	guest.AddNetns(t, inet)
-	guest.Run(t, ipBin, "link", "add", "uinet", "type", "veth", "peer", "name", "eth0", "netns", inet)
-	guest.Run(t, ipBin, "link", "set", "uinet", "master", "skegbr", "up")
-	in(t, inet, ipBin, "addr", "add", "192.0.2.250/24", "dev", "eth0")
-	in(t, inet, ipBin, "link", "set", "eth0", "up")
+	inet := rig.Outside(t, "inet", "192.0.2.250")
 	for _, a := range []string{denied, allowed} {
 		in(t, inet, ipBin, "addr", "add", a+"/32", "dev", "lo")
 		for _, n := range nodes {

@@ -100,12 +100,7 @@ func TestOffloadServices(t *testing.T) {
 	}
 	r := guest.StartRig(t, "sksv", 7402, 91, nodes)
 	// A client on the underlay that is not a node.
-	out := "sksvout"
-	guest.AddNetns(t, out)
-	guest.Run(t, ipBin, "link", "add", "uout", "type", "veth", "peer", "name", "eth0", "netns", out)
-	guest.Run(t, ipBin, "link", "set", "uout", "master", "sksvbr", "up")
-	in(t, out, ipBin, "addr", "add", "192.0.2.250/24", "dev", "eth0")
-	in(t, out, ipBin, "link", "set", "eth0", "up")
+	out := r.Outside(t, "out", "192.0.2.250")
 
 	r.Ctl.Must("network", "create", "pods", "--vni", "100", "--egress", "snat")
 	r.Ctl.Must("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")

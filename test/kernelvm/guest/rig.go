@@ -33,6 +33,21 @@ type Rig struct {
 	pfs    map[string]string
 }
 
+// Outside adds a host on the underlay that is not a node: the namespace
+// r.Prefix+name with eth0 holding addr/24, its peer u+name on the
+// underlay bridge. It returns the namespace's name; it goes when the test
+// ends. StartRig makes each node's namespace so.
+func (r *Rig) Outside(t *testing.T, name, addr string) string {
+	t.Helper()
+	ns := r.Prefix + name
+	AddNetns(t, ns)
+	Run(t, IP, "link", "add", "u"+name, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	Run(t, IP, "link", "set", "u"+name, "master", r.Prefix+"br", "up")
+	In(t, ns, IP, "addr", "add", addr+"/24", "dev", "eth0")
+	In(t, ns, IP, "link", "set", "eth0", "up")
+	return ns
+}
+
 // StartRig builds a Rig: the underlay bridge, the controller (on port),
 // then per node its pods' namespaces (before the agent: see offloadvm),
 // its namespace with eth0 on the bridge holding its address, strict
@@ -52,11 +67,7 @@ func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode)
 		for _, p := range n.Pods {
 			AddNetns(t, prefix+"p"+p)
 		}
-		AddNetns(t, ns)
-		Run(t, IP, "link", "add", "u"+n.Name, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		Run(t, IP, "link", "set", "u"+n.Name, "master", prefix+"br", "up")
-		In(t, ns, IP, "addr", "add", n.IP+"/24", "dev", "eth0")
-		In(t, ns, IP, "link", "set", "eth0", "up")
+		r.Outside(t, n.Name, n.IP)
 		In(t, ns, "/bin/sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 1 > /proc/sys/net/ipv4/conf/eth0/rp_filter")
 		if n.Mode == "offload" {
 			r.pfs[n.Name] = SwitchdevEswitch(t, ns, eswitchID+i, len(n.Pods))
