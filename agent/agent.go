@@ -37,6 +37,7 @@ import (
 	"github.com/skiff-sdn/skiff/agent/datapath"
 	"github.com/skiff-sdn/skiff/agent/dhcp"
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/agent/planfile"
 	"github.com/skiff-sdn/skiff/internal/dialer"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
@@ -153,6 +154,7 @@ type Agent struct {
 	kernel Kernel
 	dp     datapath.Datapath
 	under  netip.Addr
+	saved  *planfile.File // the plan kept in StateDir (safe for concurrent use)
 
 	mu          sync.Mutex
 	plan        plan.Plan
@@ -312,13 +314,14 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 	}
 	a.pendingGauge.Set(float64(len(a.pend)))
 
-	saved, ok, err := loadPlan(cfg.StateDir, cfg.Node)
+	a.saved = planfile.Open(cfg.StateDir, cfg.Node, log)
+	saved, ok, err := a.saved.Load()
 	if err != nil {
 		// A bad state file is not fatal: the controller has the truth.
 		log.Error("ignoring saved plan", "err", err)
 	} else if ok {
 		log.Info("saved plan loaded", "revision", saved.Revision)
-		a.setPlan(saved, false)
+		a.setPlan(saved, nil, false)
 	}
 	return a, nil
 }
@@ -329,6 +332,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.conn.Close()
 	defer a.dhcp.Close()
+	defer a.saved.Close()
 	cfg, log := a.cfg, a.log
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(ctx)
@@ -411,16 +415,23 @@ func (a *Agent) forgetRevision() {
 	a.mu.Unlock()
 }
 
-// setPlan makes p current, saves it when save is set, and asks for a
+// setPlan makes p current, saves it when save is set (the delta d that
+// made it, appended; the whole plan when d is nil), and asks for a
 // reconcile.
-func (a *Agent) setPlan(p plan.Plan, save bool) {
+func (a *Agent) setPlan(p plan.Plan, d *skiffv1.PlanDelta, save bool) {
 	a.mu.Lock()
 	a.plan, a.hasPlan = p, true
 	a.notifyLocked()
 	a.mu.Unlock()
 	a.revision.Set(float64(p.Revision))
 	if save {
-		if err := savePlan(a.cfg.StateDir, p); err != nil {
+		var err error
+		if d != nil {
+			err = a.saved.Append(p, d)
+		} else {
+			err = a.saved.Snapshot(p)
+		}
+		if err != nil {
 			a.log.Error("saving plan", "err", err)
 		}
 	}

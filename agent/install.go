@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skiff-sdn/skiff/cni"
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -177,11 +178,11 @@ func (a *Agent) renewOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Mode 0600 both (os.CreateTemp's), the key first.
-	if err := writeAtomic(filepath.Dir(a.cfg.TLSKey), filepath.Base(a.cfg.TLSKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})); err != nil {
+	// Mode 0600 both (atomicfile.Write), the key first.
+	if err := atomicfile.Write(filepath.Dir(a.cfg.TLSKey), filepath.Base(a.cfg.TLSKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})); err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Dir(a.cfg.TLSCert), filepath.Base(a.cfg.TLSCert), resp.GetCertificate()); err != nil {
+	if err := atomicfile.Write(filepath.Dir(a.cfg.TLSCert), filepath.Base(a.cfg.TLSCert), resp.GetCertificate()); err != nil {
 		return err
 	}
 	a.log.Info("node certificate renewed", "was", cert.NotAfter)

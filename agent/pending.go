@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 	"maps"
 	"os"
 	"path/filepath"
@@ -90,29 +91,8 @@ func (a *Agent) writePending() error {
 	if err != nil {
 		return fmt.Errorf("agent: pending deletes: %w", err)
 	}
-	return writeAtomic(a.cfg.StateDir, pendingFile, b)
-}
-
-// writeAtomic writes name in dir: a temporary file, synced, renamed.
-func writeAtomic(dir, name string, b []byte) error {
-	tmp, err := os.CreateTemp(dir, name+".*")
-	if err != nil {
-		return fmt.Errorf("agent: write %s: %w", name, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("agent: write %s: %w", name, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("agent: write %s: %w", name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("agent: write %s: %w", name, err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("agent: write %s: %w", name, err)
+	if err := atomicfile.Write(a.cfg.StateDir, pendingFile, b); err != nil {
+		return fmt.Errorf("agent: pending deletes: %w", err)
 	}
 	return nil
 }

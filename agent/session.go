@@ -172,6 +172,6 @@ func (a *Agent) accept(u *skiffv1.PlanUpdate) error {
 	default:
 		return errors.New("empty plan update")
 	}
-	a.setPlan(next, true)
+	a.setPlan(next, u.GetDelta(), true)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -18,8 +19,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/skiff-sdn/skiff/agent/planfile"
+	"github.com/skiff-sdn/skiff/internal/planpb"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 
@@ -205,15 +207,13 @@ func (r *RealAgent) InSync(ctx context.Context, mgmt skiffv1.ManagementServiceCl
 }
 
 func (r *RealAgent) check(want *skiffv1.Plan) error {
-	b, err := os.ReadFile(filepath.Join(r.dir, "state", "plan.pb"))
-	if err != nil {
-		return fmt.Errorf("no saved plan: %w", err)
+	// The agent's saved plan, as it reads it back when it restarts (a
+	// record it is writing now is cut off: the next check sees it).
+	saved, ok, err := planfile.Open(filepath.Join(r.dir, "state"), r.Node, slog.New(slog.DiscardHandler)).Load()
+	if err != nil || !ok {
+		return fmt.Errorf("no saved plan (%v)", err)
 	}
-	var got skiffv1.Plan
-	if err := proto.Unmarshal(b, &got); err != nil {
-		return err
-	}
-	g, err := fromPlan(&got)
+	g, err := fromPlan(planpb.PlanPB(saved))
 	if err != nil {
 		return err
 	}
