@@ -90,12 +90,20 @@ func BenchmarkEndpointAdd(b *testing.B) {
 // policies: 100 per namespace, each isolating one app and allowing two
 // apps of its namespace and one app of every namespace of a team.
 func policyClusterState(b *testing.B) State {
-	s := clusterState()
-	for i := range s.Endpoints {
-		e := &s.Endpoints[i]
+	return withPolicies(b, clusterState(), func(e plan.Endpoint, _ int) int {
 		var w int
 		_, _ = fmt.Sscanf(e.Network, "net-%d", &w)
-		e.Namespace = fmt.Sprintf("ns%d", w%100)
+		return w % 100
+	})
+}
+
+// withPolicies puts every endpoint of s in namespace ns<nsOf(e, i)> (0 to
+// 99), labels it with one of 20 apps, and adds policyClusterState's 10,000
+// policies.
+func withPolicies(b *testing.B, s State, nsOf func(e plan.Endpoint, i int) int) State {
+	for i := range s.Endpoints {
+		e := &s.Endpoints[i]
+		e.Namespace = fmt.Sprintf("ns%d", nsOf(*e, i))
 		e.Labels = map[string]string{"app": fmt.Sprintf("app%d", (i/7)%20)}
 	}
 	for n := range 100 {
@@ -219,17 +227,38 @@ func BenchmarkWide(b *testing.B) {
 	})
 	e := s.Endpoints[0]
 	e.Name, e.MAC = "new", "02:ff:00:00:00:01"
-	rev := int64(1)
 	b.Run("endpoint-add-delete", func(b *testing.B) {
 		load()
-		b.ReportAllocs()
-		for b.Loop() {
-			rev++
-			if n := p.Advance(rev, []Change{{Endpoint: &e}}); n != 1000 {
-				b.Fatalf("%d deltas", n)
-			}
-			rev++
-			p.Advance(rev, []Change{{Endpoint: &e, Delete: true}})
-		}
+		addDelete(b, p, e, 1000)
 	})
+}
+
+// addDelete measures e added to p, then deleted: each addition must
+// bring deltas to that many nodes.
+func addDelete(b *testing.B, p *Planner, e plan.Endpoint, deltas int) {
+	rev := p.rev
+	b.ReportAllocs()
+	for b.Loop() {
+		rev++
+		if n := p.Advance(rev, []Change{{Endpoint: &e}}); n != deltas {
+			b.Fatalf("%d deltas, want %d", n, deltas)
+		}
+		rev++
+		p.Advance(rev, []Change{{Endpoint: &e, Delete: true}})
+	}
+}
+
+// BenchmarkWidePolicies is BenchmarkWide's endpoint added and deleted
+// with 10,000 policies (withPolicies; endpoint i in namespace i mod 100):
+// the controller's work per change in the scale harness's wide workload
+// with --policies (every node holds every endpoint, and the groups its
+// isolated endpoints' rules name).
+func BenchmarkWidePolicies(b *testing.B) {
+	s := withPolicies(b, wideState(), func(_ plan.Endpoint, i int) int { return i % 100 })
+	p := New(slog.New(slog.DiscardHandler), Options{})
+	p.Load(1, s)
+	e := s.Endpoints[0]
+	e.Name, e.MAC = "new", "02:ff:00:00:00:01"
+	e.IPs = []netip.Prefix{netip.MustParsePrefix("198.19.255.250/16")}
+	addDelete(b, p, e, 1000)
 }

@@ -16,6 +16,39 @@ type touched struct {
 	policy   bool
 	networks names
 	eps      names // local and remote keys
+	// remote are keys the node holds, or should hold, as remote
+	// endpoints only, never as local ones (members of a network that do
+	// not own a changed endpoint of it: most of a wide network's
+	// nodes); reconcile skips the node's local endpoints for them.
+	remote names
+}
+
+// keys returns the sorted keys of eps and remote, each once (a key in
+// both counts as eps), and whether the key at each index is in eps: local
+// (nil when all or none are: all).
+func (x *touched) keys() (keys []string, local []bool, all bool) {
+	eps, remote := x.eps.sorted(), x.remote.sorted()
+	switch {
+	case len(remote) == 0:
+		return eps, nil, true
+	case len(eps) == 0:
+		return remote, nil, false
+	}
+	keys, local = make([]string, 0, len(eps)+len(remote)), make([]bool, 0, len(eps)+len(remote))
+	for len(eps) > 0 || len(remote) > 0 {
+		switch {
+		case len(remote) == 0 || len(eps) > 0 && eps[0] <= remote[0]:
+			if len(remote) > 0 && eps[0] == remote[0] {
+				remote = remote[1:]
+			}
+			keys, local = append(keys, eps[0]), append(local, true)
+			eps = eps[1:]
+		default:
+			keys, local = append(keys, remote[0]), append(local, false)
+			remote = remote[1:]
+		}
+	}
+	return keys, local, false
 }
 
 // names is a set of names, most often of one or two: added to, then sorted
@@ -93,7 +126,10 @@ func (p *Planner) update(rev int64, changes []Change, changed func(plan.Delta)) 
 		if d, ok := p.reconcile(node, t[node], rev); ok {
 			changed(d)
 		}
-		for _, ep := range t[node].eps.sorted() {
+		for _, ep := range t[node].eps {
+			eps[ep] = true
+		}
+		for _, ep := range t[node].remote {
 			eps[ep] = true
 		}
 	}
@@ -182,7 +218,11 @@ func (p *Planner) apply(c Change, t touchSet) {
 			// network items (flood lists) change only with the members.
 			touch := func(n string) {
 				x := t.node(n)
-				x.eps.add(name)
+				if owners[n] {
+					x.eps.add(name)
+				} else {
+					x.remote.add(name) // not its endpoint: never local here
+				}
 				if len(joined) > 0 || flood {
 					x.networks.add(w)
 				}
@@ -329,14 +369,17 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 			d.RemoveNetworks = append(d.RemoveNetworks, w)
 		}
 	}
-	for _, ep := range x.eps.sorted() {
-		wl, okL := p.wantLocal(node, ep)
-		hl, hadL := pl.Local[ep]
-		switch {
-		case okL && (!hadL || !hl.Equal(wl)):
-			d.UpsertLocal = append(d.UpsertLocal, wl)
-		case !okL && hadL:
-			d.RemoveLocal = append(d.RemoveLocal, ep)
+	keys, local, all := x.keys()
+	for i, ep := range keys {
+		if all || local != nil && local[i] {
+			wl, okL := p.wantLocal(node, ep)
+			hl, hadL := pl.Local[ep]
+			switch {
+			case okL && (!hadL || !hl.Equal(wl)):
+				d.UpsertLocal = append(d.UpsertLocal, wl)
+			case !okL && hadL:
+				d.RemoveLocal = append(d.RemoveLocal, ep)
+			}
 		}
 		wr, okR := p.wantRemote(node, ep)
 		hr, hadR := p.hasRemote(node, pl, ep)
