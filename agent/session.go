@@ -158,7 +158,7 @@ func (a *Agent) accept(u *skiffv1.PlanUpdate) error {
 		if err != nil {
 			return err
 		}
-		next = cur.Clone()
+		next = cur.CloneFor(d)                 // the maps d does not change stay shared
 		if err := next.Follow(d); err != nil { // d kept in Recent: the datapath applies it alone
 			return err
 		}

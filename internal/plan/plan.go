@@ -268,6 +268,33 @@ func (p Plan) Clone() Plan {
 	return c
 }
 
+// CloneFor returns a copy of p that Apply(d) (or Follow) may change
+// without changing p: the maps d changes are copied, the others are
+// shared between the two plans, as the maps of any plan are to be read
+// only, never written, once other goroutines may hold it (every change
+// goes through Clone or CloneFor first). On a plan of many remote
+// endpoints, a delta of policies or groups does not copy them.
+func (p Plan) CloneFor(d Delta) Plan {
+	c := p
+	c.Networks = cloneIf(len(d.UpsertNetworks)+len(d.RemoveNetworks) > 0, p.Networks)
+	c.Local = cloneIf(len(d.UpsertLocal)+len(d.RemoveLocal) > 0, p.Local)
+	c.Remote = cloneIf(len(d.UpsertRemote)+len(d.RemoveRemote) > 0, p.Remote)
+	c.Policies = cloneIf(len(d.UpsertPolicies)+len(d.RemovePolicies) > 0, p.Policies)
+	c.Groups = cloneIf(len(d.UpsertGroups)+len(d.RemoveGroups)+len(d.ChangeGroups) > 0, p.Groups)
+	return c
+}
+
+// cloneIf returns a copy of m if changed (an empty map for nil), else m.
+func cloneIf[V any](changed bool, m map[string]V) map[string]V {
+	switch {
+	case m == nil:
+		return map[string]V{}
+	case changed:
+		return maps.Clone(m)
+	}
+	return m
+}
+
 // Equal reports whether two plans hold the same state (revisions ignored).
 func (p Plan) Equal(o Plan) bool {
 	return p.Node == o.Node && p.UnderlayIP == o.UnderlayIP && p.DPU.Equal(o.DPU) &&
