@@ -61,7 +61,11 @@ type Config struct {
 	LocalAPI    string
 	LocalAPITLS localapi.TLS
 	UnderlayIP  string
-	StateDir    string
+	// HostIP is the node's own address of the other family than
+	// UnderlayIP (a dual-stack node's), optional: with it, the node's
+	// own traffic reaches pods over that family too (host ports).
+	HostIP   string
+	StateDir string
 	// Mode is auto, software, offload, dpu or dpu-host (see
 	// ChooseMode); the caller chooses the datapath from it.
 	Mode string
@@ -220,6 +224,15 @@ func (c Config) validate() (netip.Addr, error) {
 	ip, err := netip.ParseAddr(c.UnderlayIP)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("--underlay-ip: %q is not an IP address", c.UnderlayIP)
+	}
+	if c.HostIP != "" {
+		h, err := netip.ParseAddr(c.HostIP)
+		switch {
+		case err != nil:
+			return netip.Addr{}, fmt.Errorf("--host-ip: %q is not an IP address", c.HostIP)
+		case h.Is4() == ip.Is4():
+			return netip.Addr{}, fmt.Errorf("--host-ip: %s is of --underlay-ip %s's family; give the node's address of the other family", h, ip)
+		}
 	}
 	if c.StateDir == "" {
 		return netip.Addr{}, errors.New("--state-dir is required")
@@ -398,7 +411,7 @@ func (a *Agent) nodeObject() *skiffv1.Node {
 	if caps == nil {
 		caps = Capabilities(nil, "")
 	}
-	return &skiffv1.Node{Name: a.cfg.Node, UnderlayIp: a.under.String(), Mode: mode, AgentVersion: Version,
+	return &skiffv1.Node{Name: a.cfg.Node, UnderlayIp: a.under.String(), HostIp: a.cfg.HostIP, Mode: mode, AgentVersion: Version,
 		Capabilities: proto.Clone(caps).(*skiffv1.NodeCapabilities), Dpu: a.cfg.DPU}
 }
 

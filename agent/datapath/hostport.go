@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
 // Host ports: the node's own way into a network whose egress is not
@@ -36,6 +38,25 @@ func HostTable(vni uint32) int { return int(0x53000000 | vni) }
 func HostMAC(vni uint32, underlay netip.Addr) string {
 	a := underlay.As16()
 	return fmt.Sprintf("06:%02x:%02x:%02x:%02x:%02x", byte(vni), a[12], a[13], a[14], a[15])
+}
+
+// HostAddrs returns a network's host addresses (plan.Network.HostAddrs):
+// the node's own, found by its VTEP under (zero when it has none), and
+// the other nodes' by their VTEPs. An address of the underlay's family,
+// or inside one of the network's subnets (a pod's to hold), is left out.
+func HostAddrs(n plan.Network, under netip.Addr) (own netip.Addr, peers map[netip.Addr]netip.Addr) {
+	peers = map[netip.Addr]netip.Addr{}
+	for _, h := range n.HostAddrs {
+		if h.IP.Is4() == under.Is4() || slices.ContainsFunc(n.Subnets, func(s plan.Subnet) bool { return s.CIDR.Contains(h.IP) }) {
+			continue
+		}
+		if h.VTEP == under {
+			own = h.IP
+		} else {
+			peers[h.VTEP] = h.IP
+		}
+	}
+	return own, peers
 }
 
 // HostRouting is what the host ports of a plan want of the node's

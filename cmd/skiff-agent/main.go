@@ -61,6 +61,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.Controller, "controller", "127.0.0.1:7400", "controller address host:port; several, comma-separated, are replicas tried in order; or a URI such as dns:///name:port")
 	f.StringVar(&cfg.Node, "node", "", "this node's name")
 	f.StringVar(&cfg.UnderlayIP, "underlay-ip", "", "this node's underlay (VTEP) address")
+	f.StringVar(&cfg.HostIP, "host-ip", "", "this node's address of the other IP family than --underlay-ip (dual-stack nodes): its own traffic reaches pods over that family too")
 	f.StringVar(&cfg.Socket, "socket", localapi.DefaultSocket, "local API socket (root only); empty: off")
 	f.StringVar(&cfg.LocalAPI, "local-api-listen", "", "also serve the local API on this TCP address, with mTLS (a host's CNI reaching its DPU's agent)")
 	f.StringVar(&cfg.LocalAPITLS.Cert, "local-api-tls-cert", "", "certificate of the TCP local API")

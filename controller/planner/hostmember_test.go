@@ -73,3 +73,59 @@ func addrs(last ...byte) []netip.Addr {
 	}
 	return out
 }
+
+// TestHostAddrs: a network's host addresses are those of its members
+// with host ports that registered one (Node.HostIP), the node's own
+// included, by VTEP; a node changing or dropping its host address, or
+// leaving, changes every member's network item, as a full build does.
+func TestHostAddrs(t *testing.T) {
+	mode := func(n plan.Node, m string) plan.Node { n.Mode = m; return n }
+	host := func(n plan.Node, last byte) plan.Node {
+		n.HostIP = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: last})
+		return n
+	}
+	ha := func(pairs ...byte) []plan.HostAddr {
+		var out []plan.HostAddr
+		for i := 0; i < len(pairs); i += 2 {
+			out = append(out, plan.HostAddr{VTEP: addrs(pairs[i])[0], IP: host(plan.Node{}, pairs[i+1]).HostIP})
+		}
+		return out
+	}
+	s := State{
+		Networks: []plan.Network{{Name: "pods", VNI: 1, Egress: plan.EgressSNAT}},
+		Nodes: []plan.Node{host(mode(node("a", 1), plan.ModeSoftware), 11), mode(node("b", 2), plan.ModeSoftware),
+			host(mode(node("cp", 3), plan.ModeOffload), 13), host(node("plain", 5), 15)},
+		Endpoints: []plan.Endpoint{ep("p1", "pods", "a", 1), ep("p2", "pods", "b", 2), ep("p5", "pods", "plain", 5)},
+	}
+	p := newPlanner()
+	p.Load(1, s)
+	for _, n := range []string{"a", "b", "cp", "plain"} {
+		if got := p.Plan(n).Networks["pods"].HostAddrs; !slices.Equal(got, ha(1, 11, 3, 13)) {
+			t.Errorf("%s's pods: host addresses %v, want a's and cp's", n, got)
+		}
+	}
+	steps := []struct {
+		cs   []Change
+		want []plan.HostAddr
+	}{
+		{[]Change{{Node: ptr(host(mode(node("b", 2), plan.ModeSoftware), 12))}}, ha(1, 11, 2, 12, 3, 13)},
+		{[]Change{{Node: ptr(host(mode(node("a", 1), plan.ModeSoftware), 21))}}, ha(1, 21, 2, 12, 3, 13)},
+		{[]Change{{Node: ptr(mode(node("cp", 3), plan.ModeOffload))}}, ha(1, 21, 2, 12)},
+		{[]Change{{Node: ptr(node("b", 2)), Delete: true}}, ha(1, 21)},
+	}
+	for i, st := range steps {
+		ds := p.Update(int64(i+2), st.cs)
+		s = applyState(s, st.cs)
+		if j := slices.IndexFunc(ds, func(d plan.Delta) bool { return d.Node == "plain" }); j < 0 || len(ds[j].UpsertNetworks) != 1 {
+			t.Fatalf("step %d: no network delta for plain: %+v", i, ds)
+		}
+		for _, n := range []string{"a", "cp", "plain"} {
+			if got := p.Plan(n).Networks["pods"].HostAddrs; !slices.Equal(got, st.want) {
+				t.Errorf("step %d: %s's pods: host addresses %v, want %v", i, n, got, st.want)
+			}
+			if b := Build(s, n); !p.Plan(n).Equal(b) {
+				t.Fatalf("step %d: %s incremental %+v, full %+v", i, n, p.Plan(n).Networks, b.Networks)
+			}
+		}
+	}
+}

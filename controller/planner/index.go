@@ -124,6 +124,7 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 			n.HostPortVTEPs = append(n.HostPortVTEPs, ip)
 		}
 	}
+	n.HostAddrs = v.hostAddrs // shared, read-only
 	if len(p.ext.flood[n.VNI]) > 0 {
 		p.externalFlood(node, &n)
 		slices.SortFunc(n.FloodVTEPs, func(a, b netip.Addr) int { return a.Compare(b) })
@@ -133,9 +134,11 @@ func (p *Planner) wantNetwork(node, network string) (plan.Network, bool) {
 
 // vteps are the registered members' VTEPs of a network, sorted: all of
 // them, and those of members whose datapath gives the network host ports
-// (the software and offload datapaths': modes software, offload and dpu).
+// (the software and offload datapaths': modes software, offload and dpu),
+// and those members' host addresses.
 type vteps struct {
 	all, hostPorts []netip.Addr
+	hostAddrs      []plan.HostAddr
 }
 
 // hasHostPorts reports whether a node's datapath gives its networks host
@@ -155,20 +158,25 @@ func (p *Planner) memberVTEPs(network string) vteps {
 		return v
 	}
 	all, host := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	var addrs []plan.HostAddr
 	for other := range p.members[network] {
 		if ip, ok := p.registered(other); ok {
 			if p.localCount(other, network) > 0 {
 				all[ip] = true // flooded to: it has endpoints
 			}
-			if hasHostPorts(p.nodes[other]) {
+			if nd := p.nodes[other]; hasHostPorts(nd) {
 				host[ip] = true
+				if nd.HostIP.IsValid() {
+					addrs = append(addrs, plan.HostAddr{VTEP: ip, IP: nd.HostIP})
+				}
 			}
 		}
 	}
+	slices.SortFunc(addrs, func(a, b plan.HostAddr) int { return a.VTEP.Compare(b.VTEP) })
 	sorted := func(m map[netip.Addr]bool) []netip.Addr {
 		return slices.SortedFunc(maps.Keys(m), func(a, b netip.Addr) int { return a.Compare(b) })
 	}
-	v := vteps{all: sorted(all), hostPorts: sorted(host)}
+	v := vteps{all: sorted(all), hostPorts: sorted(host), hostAddrs: addrs}
 	if p.vtepMemo == nil {
 		p.vtepMemo = map[string]vteps{}
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,21 +17,25 @@ import (
 
 // RegisterNode creates or updates a node. It writes nothing when the stored
 // node already says the same (so agent restarts cause no churn). The
-// underlay address must not be another node's.
+// underlay and host addresses must not be another node's.
 func (s *Store) RegisterNode(ctx context.Context, in *skiffv1.Node) (*skiffv1.Node, error) {
 	n := proto.Clone(in).(*skiffv1.Node)
 	n.Revision, n.Connected, n.LastSeen = 0, false, nil
 	if err := validateNode(n); err != nil {
 		return nil, err
 	}
+	addrs := nodeAddrs(n)
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.nodeKey(n.Name)), clientv3.OpGet(s.vtepKey(n.UnderlayIp))).Commit()
+		gets := []clientv3.Op{clientv3.OpGet(s.nodeKey(n.Name))}
+		for _, a := range addrs {
+			gets = append(gets, clientv3.OpGet(s.vtepKey(a)))
+		}
+		resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("store: register node %q: %w", n.Name, err)
 		}
 		cur := resp.Responses[0].GetResponseRange().Kvs
-		vt := resp.Responses[1].GetResponseRange().Kvs
-		var curRev, vtRev int64
+		var curRev int64
 		var old *skiffv1.Node
 		if len(cur) > 0 {
 			curRev = cur[0].ModRevision
@@ -42,22 +47,38 @@ func (s *Store) RegisterNode(ctx context.Context, in *skiffv1.Node) (*skiffv1.No
 				return n, nil
 			}
 		}
-		if len(vt) > 0 {
-			vtRev = vt[0].ModRevision
-			if owner := string(vt[0].Value); owner != n.Name {
-				return nil, errorf(AlreadyExists, "underlayIp", "%s is already the VTEP of node %q", n.UnderlayIp, owner)
+		// Each address the node claims (its VTEP, its host address) is
+		// no other node's.
+		cmps := []clientv3.Cmp{modRev(s.nodeKey(n.Name), curRev)}
+		ops := []clientv3.Op{clientv3.OpPut(s.nodeKey(n.Name), marshal(n))}
+		for i, a := range addrs {
+			var rev int64
+			if kvs := resp.Responses[i+1].GetResponseRange().Kvs; len(kvs) > 0 {
+				rev = kvs[0].ModRevision
+				if owner := string(kvs[0].Value); owner != n.Name {
+					field := "underlayIp"
+					if i > 0 {
+						field = "hostIp"
+					}
+					return nil, errorf(AlreadyExists, field, "%s is already an address of node %q", a, owner)
+				}
+			}
+			cmps = append(cmps, modRev(s.vtepKey(a), rev))
+			ops = append(ops, clientv3.OpPut(s.vtepKey(a), n.Name))
+		}
+		if old != nil {
+			for _, a := range nodeAddrs(old) {
+				if !slices.Contains(addrs, a) {
+					ops = append(ops, clientv3.OpDelete(s.vtepKey(a)))
+				}
 			}
 		}
 		pair, err := s.checkPairing(ctx, n, old)
 		if err != nil {
 			return nil, err
 		}
-		ops := []clientv3.Op{clientv3.OpPut(s.nodeKey(n.Name), marshal(n)), clientv3.OpPut(s.vtepKey(n.UnderlayIp), n.Name)}
-		if old != nil && old.UnderlayIp != n.UnderlayIp {
-			ops = append(ops, clientv3.OpDelete(s.vtepKey(old.UnderlayIp)))
-		}
 		ops = append(ops, pair.ops...)
-		cmps := append([]clientv3.Cmp{modRev(s.nodeKey(n.Name), curRev), modRev(s.vtepKey(n.UnderlayIp), vtRev)}, pair.cmps...)
+		cmps = append(cmps, pair.cmps...)
 		put, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("store: register node %q: %w", n.Name, err)
@@ -68,6 +89,15 @@ func (s *Store) RegisterNode(ctx context.Context, in *skiffv1.Node) (*skiffv1.No
 		}
 	}
 	return nil, errorf(Aborted, "", "node %q kept changing during registration; retry", n.Name)
+}
+
+// nodeAddrs are the addresses a node claims: its underlay address, then
+// its host address if it has one.
+func nodeAddrs(n *skiffv1.Node) []string {
+	if n.GetHostIp() == "" {
+		return []string{n.GetUnderlayIp()}
+	}
+	return []string{n.GetUnderlayIp(), n.GetHostIp()}
 }
 
 // GetNode returns the named node with its connection status.
@@ -141,9 +171,11 @@ func (s *Store) DeleteNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	resp, err := s.cli.Txn(ctx).If(modRev(s.nodeKey(name), n.Revision)).
-		Then(append([]clientv3.Op{clientv3.OpDelete(s.nodeKey(name)), clientv3.OpDelete(s.vtepKey(n.UnderlayIp)), clientv3.OpDelete(s.statusKey(name)), clientv3.OpDelete(s.awayKey(name))},
-			s.unpairOps(n)...)...).Commit()
+	ops := []clientv3.Op{clientv3.OpDelete(s.nodeKey(name)), clientv3.OpDelete(s.statusKey(name)), clientv3.OpDelete(s.awayKey(name))}
+	for _, a := range nodeAddrs(n) {
+		ops = append(ops, clientv3.OpDelete(s.vtepKey(a)))
+	}
+	resp, err := s.cli.Txn(ctx).If(modRev(s.nodeKey(name), n.Revision)).Then(append(ops, s.unpairOps(n)...)...).Commit()
 	if err != nil {
 		return fmt.Errorf("store: delete node %q: %w", name, err)
 	}

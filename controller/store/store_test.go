@@ -322,6 +322,61 @@ func TestRegisterNodeIsIdempotentAndVTEPsUnique(t *testing.T) {
 	}
 }
 
+// TestRegisterNodeHostIP: a node's host address is of the other family
+// than its VTEP, routable, and no other node's underlay or host address;
+// bad ones are refused naming hostIp, storing nothing; a changed or
+// dropped one is released, and a deleted node releases its own.
+func TestRegisterNodeHostIP(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	reg := func(name, ul, host string) error {
+		_, err := s.RegisterNode(ctx, &skiffv1.Node{Name: name, UnderlayIp: ul, HostIp: host, Mode: "software"})
+		return err
+	}
+	if err := reg("n1", "192.0.2.1", "2001:db8::1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, ul, host string
+		kind           error
+		msg            string
+	}{
+		{"n2", "192.0.2.2", "nonsense", store.ErrInvalid, `hostIp: "nonsense" is not an IP address`},
+		{"n2", "192.0.2.2", "198.51.100.2", store.ErrInvalid, "hostIp: 198.51.100.2 is of the underlay address 192.0.2.2's family"},
+		{"n2", "192.0.2.2", "fe80::2", store.ErrInvalid, "hostIp: fe80::2 is not a unicast address"},
+		{"n2", "192.0.2.2", "ff02::2", store.ErrInvalid, "hostIp: ff02::2 is not a unicast address"},
+		{"n2", "192.0.2.2", "2001:db8::1", store.ErrAlreadyExists, `hostIp: 2001:db8::1 is already an address of node "n1"`},
+		{"n2", "2001:db8::1", "192.0.2.9", store.ErrAlreadyExists, `underlayIp: 2001:db8::1 is already an address of node "n1"`},
+	} {
+		err := reg(c.name, c.ul, c.host)
+		if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s %s: got %v, want %q", c.ul, c.host, err, c.msg)
+		}
+		if _, err := s.GetNode(ctx, c.name); err == nil {
+			t.Errorf("%s %s: the refused node was stored", c.ul, c.host)
+		}
+	}
+	// The address moves: n1 gets another, then none; n2 takes the old.
+	if err := reg("n1", "192.0.2.1", "2001:db8::11"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg("n2", "192.0.2.2", "2001:db8::1"); err != nil {
+		t.Fatalf("n1's old host address was not released: %v", err)
+	}
+	if err := reg("n1", "192.0.2.1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg("n3", "192.0.2.3", "2001:db8::11"); err != nil {
+		t.Fatalf("n1's dropped host address was not released: %v", err)
+	}
+	if err := s.DeleteNode(ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg("n4", "2001:db8::11", "192.0.2.3"); err != nil {
+		t.Fatalf("deleted n3's addresses were not released: %v", err)
+	}
+}
+
 func TestReadStateAtRevisionAndWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -180,6 +180,18 @@ func validateNode(n *skiffv1.Node) error {
 		return invalid("underlayIp", "%s cannot be a VTEP address", a)
 	}
 	n.UnderlayIp = a.String()
+	if n.GetHostIp() != "" {
+		h, err := netip.ParseAddr(n.GetHostIp())
+		switch {
+		case err != nil:
+			return invalid("hostIp", "%q is not an IP address", n.GetHostIp())
+		case h.Is4() == a.Is4():
+			return invalid("hostIp", "%s is of the underlay address %s's family; the host address is the node's address of the other family", h, a)
+		case !h.IsGlobalUnicast() || h.Zone() != "":
+			return invalid("hostIp", "%s is not a unicast address the node's peers can route to", h)
+		}
+		n.HostIp = h.String()
+	}
 	if !contains(validModes, n.GetMode()) {
 		return invalid("mode", "%q is not one of software, offload, dpu, dpu-host", n.GetMode())
 	}

@@ -45,9 +45,31 @@ type Network struct {
 	// on this network (Skiff nodes running the software datapath),
 	// sorted: the node routes only their addresses into the overlay.
 	HostPortVTEPs []netip.Addr
+	// HostAddrs are the host addresses (Node.HostIP) of the network's
+	// nodes with host ports, the node's own included, sorted by VTEP:
+	// a node's own traffic of the family other than the underlay's
+	// reaches pods from its host address, and the node routes the
+	// others' into the overlay, to their host ports.
+	HostAddrs []HostAddr
 	// Egress is what may leave the overlay for outside addresses:
 	// EgressNone, EgressSNAT or EgressRouted.
 	Egress string
+}
+
+// HostAddr is a node's host address (Node.HostIP) and its VTEP.
+type HostAddr struct {
+	VTEP, IP netip.Addr
+}
+
+// HostAddrOf returns the host address of the node whose VTEP is vtep
+// in as, if it has one.
+func HostAddrOf(as []HostAddr, vtep netip.Addr) (netip.Addr, bool) {
+	for _, a := range as {
+		if a.VTEP == vtep {
+			return a.IP, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // A network's egress (Network.Egress).
@@ -94,7 +116,10 @@ type Remote struct {
 type Node struct {
 	Name       string
 	UnderlayIP netip.Addr
-	Mode       string
+	// HostIP is the node's own address of the other family than
+	// UnderlayIP (a dual-stack node's), or zero.
+	HostIP netip.Addr
+	Mode   string
 	// DPU is, for a node in mode dpu-host, the node whose agent plumbs
 	// its VFs' representors.
 	DPU string
@@ -223,7 +248,8 @@ func (s Subnet) Equal(o Subnet) bool {
 // Equal reports whether two networks are the same.
 func (n Network) Equal(o Network) bool {
 	return n.Name == o.Name && n.VNI == o.VNI && n.MTU == o.MTU && n.Egress == o.Egress &&
-		slices.EqualFunc(n.Subnets, o.Subnets, Subnet.Equal) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs) && slices.Equal(n.HostPortVTEPs, o.HostPortVTEPs)
+		slices.EqualFunc(n.Subnets, o.Subnets, Subnet.Equal) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs) && slices.Equal(n.HostPortVTEPs, o.HostPortVTEPs) &&
+		slices.Equal(n.HostAddrs, o.HostAddrs)
 }
 
 // Equal reports whether two endpoints are the same.

@@ -110,7 +110,8 @@ func EndpointPB(e plan.Endpoint) *skiffv1.Endpoint {
 // address converts to one with a zero address (not registered).
 func Node(n *skiffv1.Node) plan.Node {
 	ip, _ := netip.ParseAddr(n.GetUnderlayIp())
-	return plan.Node{Name: n.GetName(), UnderlayIP: ip, Mode: n.GetMode(), DPU: n.GetDpu()}
+	host, _ := netip.ParseAddr(n.GetHostIp())
+	return plan.Node{Name: n.GetName(), UnderlayIP: ip, HostIP: host, Mode: n.GetMode(), DPU: n.GetDpu()}
 }
 
 // DPUStatusPB converts a DPU status to protobuf (nil for the zero status).
@@ -195,6 +196,9 @@ func NetworkPB(n plan.Network) *skiffv1.PlanNetwork {
 		out.Subnets = append(out.Subnets, SubnetPB(s))
 	}
 	out.FloodVteps, out.HostPortVteps = addrStrings(n.FloodVTEPs), addrStrings(n.HostPortVTEPs)
+	for _, h := range n.HostAddrs {
+		out.HostAddresses = append(out.HostAddresses, &skiffv1.HostAddress{Vtep: h.VTEP.String(), Ip: h.IP.String()})
+	}
 	return out
 }
 
@@ -227,6 +231,20 @@ func PlanNetwork(n *skiffv1.PlanNetwork) (plan.Network, error) {
 			return plan.Network{}, fmt.Errorf("network %q: hostPortVteps: %w", n.GetName(), err)
 		}
 		out.HostPortVTEPs = append(out.HostPortVTEPs, a)
+	}
+	for i, h := range n.GetHostAddresses() {
+		vtep, err := netip.ParseAddr(h.GetVtep())
+		if err != nil {
+			return plan.Network{}, fmt.Errorf("network %q: hostAddresses[%d]: vtep: %w", n.GetName(), i, err)
+		}
+		ip, err := netip.ParseAddr(h.GetIp())
+		if err != nil {
+			return plan.Network{}, fmt.Errorf("network %q: hostAddresses[%d]: ip: %w", n.GetName(), i, err)
+		}
+		if ip.Is4() == vtep.Is4() {
+			return plan.Network{}, fmt.Errorf("network %q: hostAddresses[%d]: ip: %s is of its VTEP %s's family; a host address is of the other", n.GetName(), i, ip, vtep)
+		}
+		out.HostAddrs = append(out.HostAddrs, plan.HostAddr{VTEP: vtep, IP: ip})
 	}
 	return out, nil
 }

@@ -68,6 +68,21 @@ func hostRemote(p plan.Plan, n plan.Network) map[netip.Addr]string {
 	return out
 }
 
+// hostRemoteAddrs returns the addresses the node routes into a network
+// to other nodes' host ports, and the MACs of those ports: each node's
+// VTEP (hostRemote) and its host address of the other family, if it
+// registered one (datapath.HostAddrs).
+func hostRemoteAddrs(p plan.Plan, n plan.Network) map[netip.Addr]string {
+	out := hostRemote(p, n)
+	_, peers := datapath.HostAddrs(n, p.UnderlayIP)
+	for v, a := range peers {
+		if mac, ok := out[v]; ok {
+			out[a] = mac
+		}
+	}
+	return out
+}
+
 // hostPort makes a network's host port match the plan: the pair, its
 // MAC, address, bridge port settings and static entries, and the routes
 // and rule it wants (added to st).
@@ -116,20 +131,30 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 		}
 	}
 	// The node's underlay address on its host port: what masquerade
-	// picks for traffic routed out of it (a NodePort's remote backend).
-	own := netip.PrefixFrom(p.UnderlayIP, p.UnderlayIP.BitLen())
+	// picks for traffic routed out of it (a NodePort's remote backend);
+	// and its host address of the other family, if it has one.
+	own, _ := datapath.HostAddrs(n, p.UnderlayIP)
+	src := func(a netip.Addr) netip.Addr {
+		if a.Is4() == p.UnderlayIP.Is4() {
+			return p.UnderlayIP
+		}
+		return own // zero without one: that family is not routed here
+	}
+	wantAddrs := map[netip.Prefix]bool{netip.PrefixFrom(p.UnderlayIP, p.UnderlayIP.BitLen()): true}
+	if own.IsValid() {
+		wantAddrs[netip.PrefixFrom(own, own.BitLen())] = true
+	}
 	addrs, err := d.k.Addrs(hp.Index)
 	add(err)
-	haveOwn := false
 	for _, a := range addrs {
-		if a == own {
-			haveOwn = true
+		if wantAddrs[a] {
+			delete(wantAddrs, a)
 		} else {
 			add(d.k.DeleteAddr(hp.Index, a))
 		}
 	}
-	if !haveOwn {
-		add(d.k.AddAddr(hp.Index, own))
+	for a := range wantAddrs {
+		add(d.k.AddAddr(hp.Index, a))
 	}
 	// The bridge sends frames for the host port's MAC to its port
 	// (learning is off on it).
@@ -138,28 +163,36 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 	if !containsFDB(fdb, mac) {
 		add(d.k.SetFDB(nl.FDB{LinkIndex: pp.Index, MAC: mac, Master: true, Static: true}))
 	}
-	// Remote endpoints' addresses of the underlay's family through the
-	// host port, from the node's address, with static neighbours (no ARP
-	// or ND).
+	// Remote endpoints' addresses through the host port, from the
+	// node's address of their family (those of a family it has none of
+	// are not), with static neighbours (no ARP or ND).
 	want := map[netip.Addr]string{}
 	for _, r := range p.Remote {
 		if r.Network != n.Name {
 			continue
 		}
 		for _, ip := range r.IPs {
-			if a := ip.Addr(); a.Is4() == p.UnderlayIP.Is4() {
+			if a := ip.Addr(); src(a).IsValid() {
 				want[a] = r.MAC
-				st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: hp.Index, Src: p.UnderlayIP}] = true
+				st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: hp.Index, Src: src(a)}] = true
 			}
 		}
 	}
 	add(datapath.SyncPermanentNeighs(d.k, hp.Index, want))
-	// Other nodes, for what is routed in from the bridge.
+	// Other nodes (their VTEPs and host addresses), for what is routed
+	// in from the bridge: a rule per family routed.
 	table := HostTable(n.VNI)
-	for v := range hostRemote(p, n) {
-		st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(v, v.BitLen()), LinkIndex: br.Index, Table: table}] = true
+	families := map[bool]bool{p.UnderlayIP.Is6(): true}
+	for a := range hostRemoteAddrs(p, n) {
+		st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: br.Index, Table: table}] = true
+		families[a.Is6()] = true
 	}
-	st.Rules[nl.HostRule{IIF: br.Name, Table: table, Priority: datapath.HostRulePriority, IPv6: p.UnderlayIP.Is6()}] = true
+	if own.IsValid() {
+		families[own.Is6()] = true
+	}
+	for v6 := range families {
+		st.Rules[nl.HostRule{IIF: br.Name, Table: table, Priority: datapath.HostRulePriority, IPv6: v6}] = true
+	}
 	return errors.Join(errs...)
 }
 

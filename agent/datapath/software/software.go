@@ -432,8 +432,8 @@ func (d *Datapath) neighs(p plan.Plan, n plan.Network, br nl.Link) error {
 			}
 		}
 	}
-	for v, mac := range hostRemote(p, n) {
-		want[v] = mac
+	for a, mac := range hostRemoteAddrs(p, n) {
+		want[a] = mac
 	}
 	return datapath.SyncPermanentNeighs(d.k, br.Index, want)
 }

@@ -78,7 +78,7 @@ func (x WatchEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Type.Descriptor instead.
 func (WatchEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55, 0}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56, 0}
 }
 
 // Network is a tenant L2 overlay identified by its VXLAN network identifier.
@@ -1213,7 +1213,13 @@ type Node struct {
 	// Mode dpu-host only (and required there): the node whose agent, in
 	// mode dpu, owns this host's eswitch and plumbs its VFs' representors.
 	// One DPU serves one host.
-	Dpu           string `protobuf:"bytes,9,opt,name=dpu,proto3" json:"dpu,omitempty"`
+	Dpu string `protobuf:"bytes,9,opt,name=dpu,proto3" json:"dpu,omitempty"`
+	// The node's own address of the other IP family than underlay_ip (a
+	// dual-stack node's; optional): with it, the node's own traffic
+	// (kubelet, hostNetwork pods) reaches pods over that family too,
+	// through its host ports. Unique among the nodes' underlay and host
+	// addresses.
+	HostIp        string `protobuf:"bytes,10,opt,name=host_ip,json=hostIp,proto3" json:"host_ip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1311,6 +1317,13 @@ func (x *Node) GetDpu() string {
 	return ""
 }
 
+func (x *Node) GetHostIp() string {
+	if x != nil {
+		return x.HostIp
+	}
+	return ""
+}
+
 // DPUStatus is, in a dpu-host node's plan, its DPU's agent as the
 // controller sees it.
 type DPUStatus struct {
@@ -1400,6 +1413,9 @@ type PlanNetwork struct {
 	// The flood VTEPs whose nodes have host ports on this network (Skiff
 	// nodes running the software datapath), sorted.
 	HostPortVteps []string `protobuf:"bytes,7,rep,name=host_port_vteps,json=hostPortVteps,proto3" json:"host_port_vteps,omitempty"`
+	// The host addresses (Node.host_ip) of the network's nodes with host
+	// ports, the node's own included, by VTEP, sorted by VTEP.
+	HostAddresses []*HostAddress `protobuf:"bytes,8,rep,name=host_addresses,json=hostAddresses,proto3" json:"host_addresses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1483,6 +1499,66 @@ func (x *PlanNetwork) GetHostPortVteps() []string {
 	return nil
 }
 
+func (x *PlanNetwork) GetHostAddresses() []*HostAddress {
+	if x != nil {
+		return x.HostAddresses
+	}
+	return nil
+}
+
+// HostAddress is a node's host address (Node.host_ip) and its VTEP.
+type HostAddress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vtep          string                 `protobuf:"bytes,1,opt,name=vtep,proto3" json:"vtep,omitempty"`
+	Ip            string                 `protobuf:"bytes,2,opt,name=ip,proto3" json:"ip,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostAddress) Reset() {
+	*x = HostAddress{}
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostAddress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostAddress) ProtoMessage() {}
+
+func (x *HostAddress) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostAddress.ProtoReflect.Descriptor instead.
+func (*HostAddress) Descriptor() ([]byte, []int) {
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HostAddress) GetVtep() string {
+	if x != nil {
+		return x.Vtep
+	}
+	return ""
+}
+
+func (x *HostAddress) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
 // RemoteEndpoint is an endpoint on another node, as a node needs it.
 type RemoteEndpoint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1498,7 +1574,7 @@ type RemoteEndpoint struct {
 
 func (x *RemoteEndpoint) Reset() {
 	*x = RemoteEndpoint{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1586,7 @@ func (x *RemoteEndpoint) String() string {
 func (*RemoteEndpoint) ProtoMessage() {}
 
 func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[14]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1599,7 @@ func (x *RemoteEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoteEndpoint.ProtoReflect.Descriptor instead.
 func (*RemoteEndpoint) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{14}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoteEndpoint) GetName() string {
@@ -1581,7 +1657,7 @@ type PolicyPort struct {
 
 func (x *PolicyPort) Reset() {
 	*x = PolicyPort{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1669,7 @@ func (x *PolicyPort) String() string {
 func (*PolicyPort) ProtoMessage() {}
 
 func (x *PolicyPort) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[15]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1682,7 @@ func (x *PolicyPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPort.ProtoReflect.Descriptor instead.
 func (*PolicyPort) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{15}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PolicyPort) GetProtocol() string {
@@ -1642,7 +1718,7 @@ type PolicyPeer struct {
 
 func (x *PolicyPeer) Reset() {
 	*x = PolicyPeer{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1730,7 @@ func (x *PolicyPeer) String() string {
 func (*PolicyPeer) ProtoMessage() {}
 
 func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[16]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1743,7 @@ func (x *PolicyPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyPeer.ProtoReflect.Descriptor instead.
 func (*PolicyPeer) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{16}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PolicyPeer) GetGroup() string {
@@ -1703,7 +1779,7 @@ type PolicyRule struct {
 
 func (x *PolicyRule) Reset() {
 	*x = PolicyRule{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1791,7 @@ func (x *PolicyRule) String() string {
 func (*PolicyRule) ProtoMessage() {}
 
 func (x *PolicyRule) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[17]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1804,7 @@ func (x *PolicyRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRule.ProtoReflect.Descriptor instead.
 func (*PolicyRule) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{17}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PolicyRule) GetPeers() []*PolicyPeer {
@@ -1759,7 +1835,7 @@ type EndpointPolicy struct {
 
 func (x *EndpointPolicy) Reset() {
 	*x = EndpointPolicy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1847,7 @@ func (x *EndpointPolicy) String() string {
 func (*EndpointPolicy) ProtoMessage() {}
 
 func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[18]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1860,7 @@ func (x *EndpointPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointPolicy.ProtoReflect.Descriptor instead.
 func (*EndpointPolicy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{18}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EndpointPolicy) GetEndpoint() string {
@@ -1833,7 +1909,7 @@ type AddressGroup struct {
 
 func (x *AddressGroup) Reset() {
 	*x = AddressGroup{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1921,7 @@ func (x *AddressGroup) String() string {
 func (*AddressGroup) ProtoMessage() {}
 
 func (x *AddressGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[19]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1934,7 @@ func (x *AddressGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddressGroup.ProtoReflect.Descriptor instead.
 func (*AddressGroup) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{19}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddressGroup) GetName() string {
@@ -1894,7 +1970,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1982,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[20]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +1995,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{20}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Plan) GetNode() string {
@@ -2001,7 +2077,7 @@ type GroupChange struct {
 
 func (x *GroupChange) Reset() {
 	*x = GroupChange{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2089,7 @@ func (x *GroupChange) String() string {
 func (*GroupChange) ProtoMessage() {}
 
 func (x *GroupChange) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[21]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2102,7 @@ func (x *GroupChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupChange.ProtoReflect.Descriptor instead.
 func (*GroupChange) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{21}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GroupChange) GetName() string {
@@ -2081,7 +2157,7 @@ type PlanDelta struct {
 
 func (x *PlanDelta) Reset() {
 	*x = PlanDelta{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2169,7 @@ func (x *PlanDelta) String() string {
 func (*PlanDelta) ProtoMessage() {}
 
 func (x *PlanDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[22]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2182,7 @@ func (x *PlanDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanDelta.ProtoReflect.Descriptor instead.
 func (*PlanDelta) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{22}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PlanDelta) GetNode() string {
@@ -2236,7 +2312,7 @@ type PlanUpdate struct {
 
 func (x *PlanUpdate) Reset() {
 	*x = PlanUpdate{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2324,7 @@ func (x *PlanUpdate) String() string {
 func (*PlanUpdate) ProtoMessage() {}
 
 func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[23]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2337,7 @@ func (x *PlanUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanUpdate.ProtoReflect.Descriptor instead.
 func (*PlanUpdate) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{23}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PlanUpdate) GetUpdate() isPlanUpdate_Update {
@@ -2314,7 +2390,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2402,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[24]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2415,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{24}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterRequest) GetNode() *Node {
@@ -2358,7 +2434,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2446,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[25]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2459,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{25}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegisterResponse) GetNode() *Node {
@@ -2404,7 +2480,7 @@ type StreamPlanRequest struct {
 
 func (x *StreamPlanRequest) Reset() {
 	*x = StreamPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2492,7 @@ func (x *StreamPlanRequest) String() string {
 func (*StreamPlanRequest) ProtoMessage() {}
 
 func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[26]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2505,7 @@ func (x *StreamPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPlanRequest.ProtoReflect.Descriptor instead.
 func (*StreamPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{26}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StreamPlanRequest) GetNode() string {
@@ -2460,7 +2536,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2548,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[27]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2561,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{27}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodeEvent) GetTime() *timestamppb.Timestamp {
@@ -2526,7 +2602,7 @@ type ReportEventsRequest struct {
 
 func (x *ReportEventsRequest) Reset() {
 	*x = ReportEventsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2614,7 @@ func (x *ReportEventsRequest) String() string {
 func (*ReportEventsRequest) ProtoMessage() {}
 
 func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[28]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2627,7 @@ func (x *ReportEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsRequest.ProtoReflect.Descriptor instead.
 func (*ReportEventsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{28}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportEventsRequest) GetNode() string {
@@ -2576,7 +2652,7 @@ type ReportEventsResponse struct {
 
 func (x *ReportEventsResponse) Reset() {
 	*x = ReportEventsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2664,7 @@ func (x *ReportEventsResponse) String() string {
 func (*ReportEventsResponse) ProtoMessage() {}
 
 func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[29]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2677,7 @@ func (x *ReportEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEventsResponse.ProtoReflect.Descriptor instead.
 func (*ReportEventsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{29}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
 }
 
 type EndpointCounters struct {
@@ -2616,7 +2692,7 @@ type EndpointCounters struct {
 
 func (x *EndpointCounters) Reset() {
 	*x = EndpointCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2704,7 @@ func (x *EndpointCounters) String() string {
 func (*EndpointCounters) ProtoMessage() {}
 
 func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[30]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2717,7 @@ func (x *EndpointCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointCounters.ProtoReflect.Descriptor instead.
 func (*EndpointCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{30}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EndpointCounters) GetEndpoint() string {
@@ -2682,7 +2758,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2770,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[31]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2783,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{31}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NetworkCounters) GetNetwork() string {
@@ -2736,7 +2812,7 @@ type ReportCountersRequest struct {
 
 func (x *ReportCountersRequest) Reset() {
 	*x = ReportCountersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2824,7 @@ func (x *ReportCountersRequest) String() string {
 func (*ReportCountersRequest) ProtoMessage() {}
 
 func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[32]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2837,7 @@ func (x *ReportCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersRequest.ProtoReflect.Descriptor instead.
 func (*ReportCountersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{32}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportCountersRequest) GetNode() string {
@@ -2800,7 +2876,7 @@ type ReportCountersResponse struct {
 
 func (x *ReportCountersResponse) Reset() {
 	*x = ReportCountersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2888,7 @@ func (x *ReportCountersResponse) String() string {
 func (*ReportCountersResponse) ProtoMessage() {}
 
 func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[33]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2901,7 @@ func (x *ReportCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCountersResponse.ProtoReflect.Descriptor instead.
 func (*ReportCountersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{33}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
 }
 
 // PortReport is one VM port's status, by endpoint name.
@@ -2839,7 +2915,7 @@ type PortReport struct {
 
 func (x *PortReport) Reset() {
 	*x = PortReport{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2927,7 @@ func (x *PortReport) String() string {
 func (*PortReport) ProtoMessage() {}
 
 func (x *PortReport) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[34]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2940,7 @@ func (x *PortReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortReport.ProtoReflect.Descriptor instead.
 func (*PortReport) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{34}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PortReport) GetEndpoint() string {
@@ -2893,7 +2969,7 @@ type ReportPortsRequest struct {
 
 func (x *ReportPortsRequest) Reset() {
 	*x = ReportPortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +2981,7 @@ func (x *ReportPortsRequest) String() string {
 func (*ReportPortsRequest) ProtoMessage() {}
 
 func (x *ReportPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[35]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +2994,7 @@ func (x *ReportPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPortsRequest.ProtoReflect.Descriptor instead.
 func (*ReportPortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{35}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReportPortsRequest) GetNode() string {
@@ -2943,7 +3019,7 @@ type ReportPortsResponse struct {
 
 func (x *ReportPortsResponse) Reset() {
 	*x = ReportPortsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3031,7 @@ func (x *ReportPortsResponse) String() string {
 func (*ReportPortsResponse) ProtoMessage() {}
 
 func (x *ReportPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[36]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3044,7 @@ func (x *ReportPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPortsResponse.ProtoReflect.Descriptor instead.
 func (*ReportPortsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{36}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
 }
 
 // DPUEndpointReport is what a DPU's agent says of one endpoint of its
@@ -2988,7 +3064,7 @@ type DPUEndpointReport struct {
 
 func (x *DPUEndpointReport) Reset() {
 	*x = DPUEndpointReport{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3076,7 @@ func (x *DPUEndpointReport) String() string {
 func (*DPUEndpointReport) ProtoMessage() {}
 
 func (x *DPUEndpointReport) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[37]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3089,7 @@ func (x *DPUEndpointReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DPUEndpointReport.ProtoReflect.Descriptor instead.
 func (*DPUEndpointReport) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{37}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DPUEndpointReport) GetEndpoint() string {
@@ -3056,7 +3132,7 @@ type ReportDPUEndpointsRequest struct {
 
 func (x *ReportDPUEndpointsRequest) Reset() {
 	*x = ReportDPUEndpointsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3144,7 @@ func (x *ReportDPUEndpointsRequest) String() string {
 func (*ReportDPUEndpointsRequest) ProtoMessage() {}
 
 func (x *ReportDPUEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[38]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3157,7 @@ func (x *ReportDPUEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDPUEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ReportDPUEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{38}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReportDPUEndpointsRequest) GetNode() string {
@@ -3106,7 +3182,7 @@ type ReportDPUEndpointsResponse struct {
 
 func (x *ReportDPUEndpointsResponse) Reset() {
 	*x = ReportDPUEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3194,7 @@ func (x *ReportDPUEndpointsResponse) String() string {
 func (*ReportDPUEndpointsResponse) ProtoMessage() {}
 
 func (x *ReportDPUEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[39]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3207,7 @@ func (x *ReportDPUEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportDPUEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ReportDPUEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{39}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
 }
 
 // RenewCertificateRequest asks for a new client certificate of the
@@ -3147,7 +3223,7 @@ type RenewCertificateRequest struct {
 
 func (x *RenewCertificateRequest) Reset() {
 	*x = RenewCertificateRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3235,7 @@ func (x *RenewCertificateRequest) String() string {
 func (*RenewCertificateRequest) ProtoMessage() {}
 
 func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[40]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3248,7 @@ func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{40}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RenewCertificateRequest) GetNode() string {
@@ -3199,7 +3275,7 @@ type RenewCertificateResponse struct {
 
 func (x *RenewCertificateResponse) Reset() {
 	*x = RenewCertificateResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3287,7 @@ func (x *RenewCertificateResponse) String() string {
 func (*RenewCertificateResponse) ProtoMessage() {}
 
 func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[41]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3300,7 @@ func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{41}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RenewCertificateResponse) GetCertificate() []byte {
@@ -3243,7 +3319,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3331,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[42]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3344,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{42}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetRequest) GetName() string {
@@ -3287,7 +3363,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3375,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[43]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3388,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{43}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteRequest) GetName() string {
@@ -3330,7 +3406,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3418,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[44]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3431,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{44}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
 }
 
 type ListRequest struct {
@@ -3369,7 +3445,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3457,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[45]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3470,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{45}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListRequest) GetNetwork() string {
@@ -3420,7 +3496,7 @@ type CreateNetworkRequest struct {
 
 func (x *CreateNetworkRequest) Reset() {
 	*x = CreateNetworkRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3508,7 @@ func (x *CreateNetworkRequest) String() string {
 func (*CreateNetworkRequest) ProtoMessage() {}
 
 func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[46]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3521,7 @@ func (x *CreateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*CreateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{46}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateNetworkRequest) GetNetwork() *Network {
@@ -3464,7 +3540,7 @@ type CreateSubnetRequest struct {
 
 func (x *CreateSubnetRequest) Reset() {
 	*x = CreateSubnetRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3552,7 @@ func (x *CreateSubnetRequest) String() string {
 func (*CreateSubnetRequest) ProtoMessage() {}
 
 func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[47]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3565,7 @@ func (x *CreateSubnetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubnetRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubnetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{47}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateSubnetRequest) GetSubnet() *Subnet {
@@ -3508,7 +3584,7 @@ type CreateEndpointRequest struct {
 
 func (x *CreateEndpointRequest) Reset() {
 	*x = CreateEndpointRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3596,7 @@ func (x *CreateEndpointRequest) String() string {
 func (*CreateEndpointRequest) ProtoMessage() {}
 
 func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[48]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3609,7 @@ func (x *CreateEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{48}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateEndpointRequest) GetEndpoint() *Endpoint {
@@ -3552,7 +3628,7 @@ type ListNetworksResponse struct {
 
 func (x *ListNetworksResponse) Reset() {
 	*x = ListNetworksResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3640,7 @@ func (x *ListNetworksResponse) String() string {
 func (*ListNetworksResponse) ProtoMessage() {}
 
 func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[49]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3653,7 @@ func (x *ListNetworksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNetworksResponse.ProtoReflect.Descriptor instead.
 func (*ListNetworksResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{49}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListNetworksResponse) GetNetworks() []*Network {
@@ -3596,7 +3672,7 @@ type ListSubnetsResponse struct {
 
 func (x *ListSubnetsResponse) Reset() {
 	*x = ListSubnetsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3684,7 @@ func (x *ListSubnetsResponse) String() string {
 func (*ListSubnetsResponse) ProtoMessage() {}
 
 func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[50]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3697,7 @@ func (x *ListSubnetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubnetsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubnetsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{50}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListSubnetsResponse) GetSubnets() []*Subnet {
@@ -3640,7 +3716,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3728,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[51]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3741,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{51}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -3684,7 +3760,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3772,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[52]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3785,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{52}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -3728,7 +3804,7 @@ type GetPlanRequest struct {
 
 func (x *GetPlanRequest) Reset() {
 	*x = GetPlanRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3816,7 @@ func (x *GetPlanRequest) String() string {
 func (*GetPlanRequest) ProtoMessage() {}
 
 func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[53]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3829,7 @@ func (x *GetPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlanRequest.ProtoReflect.Descriptor instead.
 func (*GetPlanRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{53}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetPlanRequest) GetNode() string {
@@ -3779,7 +3855,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3791,7 +3867,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[54]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3804,7 +3880,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{54}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchRequest) GetKinds() []string {
@@ -3838,7 +3914,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +3926,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[55]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +3939,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{55}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WatchEvent) GetType() WatchEvent_Type {
@@ -3967,7 +4043,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4055,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[56]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4068,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{56}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Policy) GetNamespace() string {
@@ -4036,7 +4112,7 @@ type Namespace struct {
 
 func (x *Namespace) Reset() {
 	*x = Namespace{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4048,7 +4124,7 @@ func (x *Namespace) String() string {
 func (*Namespace) ProtoMessage() {}
 
 func (x *Namespace) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[57]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4061,7 +4137,7 @@ func (x *Namespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Namespace.ProtoReflect.Descriptor instead.
 func (*Namespace) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{57}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Namespace) GetName() string {
@@ -4095,7 +4171,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4183,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[58]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4196,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{58}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ApplyPoliciesRequest) GetDocuments() string {
@@ -4139,7 +4215,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4151,7 +4227,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[59]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4164,7 +4240,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{59}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ApplyPoliciesResponse) GetPolicies() []*Policy {
@@ -4184,7 +4260,7 @@ type PolicyRef struct {
 
 func (x *PolicyRef) Reset() {
 	*x = PolicyRef{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4272,7 @@ func (x *PolicyRef) String() string {
 func (*PolicyRef) ProtoMessage() {}
 
 func (x *PolicyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[60]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4285,7 @@ func (x *PolicyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRef.ProtoReflect.Descriptor instead.
 func (*PolicyRef) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{60}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PolicyRef) GetNamespace() string {
@@ -4236,7 +4312,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4324,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[61]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4337,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{61}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListPoliciesRequest) GetNamespace() string {
@@ -4280,7 +4356,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4292,7 +4368,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[62]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4305,7 +4381,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{62}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -4324,7 +4400,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4336,7 +4412,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[63]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4349,7 +4425,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{63}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -4387,7 +4463,7 @@ type CreatePortRequest struct {
 
 func (x *CreatePortRequest) Reset() {
 	*x = CreatePortRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4399,7 +4475,7 @@ func (x *CreatePortRequest) String() string {
 func (*CreatePortRequest) ProtoMessage() {}
 
 func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[64]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4412,7 +4488,7 @@ func (x *CreatePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePortRequest.ProtoReflect.Descriptor instead.
 func (*CreatePortRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{64}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreatePortRequest) GetVm() string {
@@ -4503,7 +4579,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4515,7 +4591,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[65]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4528,7 +4604,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{65}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListPortsRequest) GetVm() string {
@@ -4556,7 +4632,7 @@ type DeletePortsRequest struct {
 
 func (x *DeletePortsRequest) Reset() {
 	*x = DeletePortsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4568,7 +4644,7 @@ func (x *DeletePortsRequest) String() string {
 func (*DeletePortsRequest) ProtoMessage() {}
 
 func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[66]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4581,7 +4657,7 @@ func (x *DeletePortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsRequest.ProtoReflect.Descriptor instead.
 func (*DeletePortsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{66}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeletePortsRequest) GetName() string {
@@ -4607,7 +4683,7 @@ type DeletePortsResponse struct {
 
 func (x *DeletePortsResponse) Reset() {
 	*x = DeletePortsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4619,7 +4695,7 @@ func (x *DeletePortsResponse) String() string {
 func (*DeletePortsResponse) ProtoMessage() {}
 
 func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[67]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4632,7 +4708,7 @@ func (x *DeletePortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePortsResponse.ProtoReflect.Descriptor instead.
 func (*DeletePortsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{67}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeletePortsResponse) GetDeleted() []string {
@@ -4670,7 +4746,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4758,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[68]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4771,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{68}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Owner) GetName() string {
@@ -4757,7 +4833,7 @@ type ListOwnersRequest struct {
 
 func (x *ListOwnersRequest) Reset() {
 	*x = ListOwnersRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4769,7 +4845,7 @@ func (x *ListOwnersRequest) String() string {
 func (*ListOwnersRequest) ProtoMessage() {}
 
 func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[69]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4782,7 +4858,7 @@ func (x *ListOwnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnersRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{69}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListOwnersRequest) GetNode() string {
@@ -4801,7 +4877,7 @@ type ListOwnersResponse struct {
 
 func (x *ListOwnersResponse) Reset() {
 	*x = ListOwnersResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4813,7 +4889,7 @@ func (x *ListOwnersResponse) String() string {
 func (*ListOwnersResponse) ProtoMessage() {}
 
 func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[70]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4826,7 +4902,7 @@ func (x *ListOwnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnersResponse.ProtoReflect.Descriptor instead.
 func (*ListOwnersResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{70}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListOwnersResponse) GetOwners() []*Owner {
@@ -4851,7 +4927,7 @@ type DeleteOwnerRequest struct {
 
 func (x *DeleteOwnerRequest) Reset() {
 	*x = DeleteOwnerRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4863,7 +4939,7 @@ func (x *DeleteOwnerRequest) String() string {
 func (*DeleteOwnerRequest) ProtoMessage() {}
 
 func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[71]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4876,7 +4952,7 @@ func (x *DeleteOwnerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{71}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DeleteOwnerRequest) GetName() string {
@@ -4910,7 +4986,7 @@ type DeleteOwnerResponse struct {
 
 func (x *DeleteOwnerResponse) Reset() {
 	*x = DeleteOwnerResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4922,7 +4998,7 @@ func (x *DeleteOwnerResponse) String() string {
 func (*DeleteOwnerResponse) ProtoMessage() {}
 
 func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[72]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4935,7 +5011,7 @@ func (x *DeleteOwnerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOwnerResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOwnerResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{72}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DeleteOwnerResponse) GetEndpoints() []string {
@@ -4957,7 +5033,7 @@ type DeleteEndpointsRequest struct {
 
 func (x *DeleteEndpointsRequest) Reset() {
 	*x = DeleteEndpointsRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4969,7 +5045,7 @@ func (x *DeleteEndpointsRequest) String() string {
 func (*DeleteEndpointsRequest) ProtoMessage() {}
 
 func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[73]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4982,7 +5058,7 @@ func (x *DeleteEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{73}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DeleteEndpointsRequest) GetNode() string {
@@ -5008,7 +5084,7 @@ type DeleteEndpointsResponse struct {
 
 func (x *DeleteEndpointsResponse) Reset() {
 	*x = DeleteEndpointsResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5020,7 +5096,7 @@ func (x *DeleteEndpointsResponse) String() string {
 func (*DeleteEndpointsResponse) ProtoMessage() {}
 
 func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[74]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5033,7 +5109,7 @@ func (x *DeleteEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{74}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DeleteEndpointsResponse) GetDeleted() []string {
@@ -5057,7 +5133,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5069,7 +5145,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[75]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5082,7 +5158,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{75}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ExplainPolicyRequest) GetSource() string {
@@ -5131,7 +5207,7 @@ type PolicySide struct {
 
 func (x *PolicySide) Reset() {
 	*x = PolicySide{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5143,7 +5219,7 @@ func (x *PolicySide) String() string {
 func (*PolicySide) ProtoMessage() {}
 
 func (x *PolicySide) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[76]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5156,7 +5232,7 @@ func (x *PolicySide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySide.ProtoReflect.Descriptor instead.
 func (*PolicySide) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{76}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PolicySide) GetEndpoint() string {
@@ -5206,7 +5282,7 @@ type ExplainPolicyResponse struct {
 
 func (x *ExplainPolicyResponse) Reset() {
 	*x = ExplainPolicyResponse{}
-	mi := &file_skiff_v1_skiff_proto_msgTypes[77]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5218,7 +5294,7 @@ func (x *ExplainPolicyResponse) String() string {
 func (*ExplainPolicyResponse) ProtoMessage() {}
 
 func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_v1_skiff_proto_msgTypes[77]
+	mi := &file_skiff_v1_skiff_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5231,7 +5307,7 @@ func (x *ExplainPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{77}
+	return file_skiff_v1_skiff_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ExplainPolicyResponse) GetAllowed() bool {
@@ -5370,7 +5446,7 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12,\n" +
 	"\x03pfs\x18\x02 \x03(\v2\x1a.skiff.v1.PhysicalFunctionR\x03pfs\x12\x14\n" +
 	"\x05modes\x18\x03 \x03(\tR\x05modes\x12\x16\n" +
-	"\x06kernel\x18\x04 \x01(\tR\x06kernel\"\xb9\x02\n" +
+	"\x06kernel\x18\x04 \x01(\tR\x06kernel\"\xd2\x02\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vunderlay_ip\x18\x02 \x01(\tR\n" +
@@ -5381,14 +5457,16 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\x12\x1c\n" +
 	"\tconnected\x18\a \x01(\bR\tconnected\x127\n" +
 	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x10\n" +
-	"\x03dpu\x18\t \x01(\tR\x03dpu\"\x8f\x01\n" +
+	"\x03dpu\x18\t \x01(\tR\x03dpu\x12\x17\n" +
+	"\ahost_ip\x18\n" +
+	" \x01(\tR\x06hostIp\"\x8f\x01\n" +
 	"\tDPUStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1e\n" +
 	"\n" +
 	"registered\x18\x02 \x01(\bR\n" +
 	"registered\x12\x1c\n" +
 	"\tconnected\x18\x03 \x01(\bR\tconnected\x120\n" +
-	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xd2\x01\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\x90\x02\n" +
 	"\vPlanNetwork\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03vni\x18\x02 \x01(\rR\x03vni\x12\x10\n" +
@@ -5397,7 +5475,11 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\vflood_vteps\x18\x05 \x03(\tR\n" +
 	"floodVteps\x12\x16\n" +
 	"\x06egress\x18\x06 \x01(\tR\x06egress\x12&\n" +
-	"\x0fhost_port_vteps\x18\a \x03(\tR\rhostPortVteps\"\x8a\x01\n" +
+	"\x0fhost_port_vteps\x18\a \x03(\tR\rhostPortVteps\x12<\n" +
+	"\x0ehost_addresses\x18\b \x03(\v2\x15.skiff.v1.HostAddressR\rhostAddresses\"1\n" +
+	"\vHostAddress\x12\x12\n" +
+	"\x04vtep\x18\x01 \x01(\tR\x04vtep\x12\x0e\n" +
+	"\x02ip\x18\x02 \x01(\tR\x02ip\"\x8a\x01\n" +
 	"\x0eRemoteEndpoint\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x12\n" +
@@ -5721,7 +5803,7 @@ func file_skiff_v1_skiff_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_v1_skiff_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_skiff_v1_skiff_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_skiff_v1_skiff_proto_goTypes = []any{
 	(WatchEvent_Type)(0),               // 0: skiff.v1.WatchEvent.Type
 	(*Network)(nil),                    // 1: skiff.v1.Network
@@ -5738,235 +5820,237 @@ var file_skiff_v1_skiff_proto_goTypes = []any{
 	(*Node)(nil),                       // 12: skiff.v1.Node
 	(*DPUStatus)(nil),                  // 13: skiff.v1.DPUStatus
 	(*PlanNetwork)(nil),                // 14: skiff.v1.PlanNetwork
-	(*RemoteEndpoint)(nil),             // 15: skiff.v1.RemoteEndpoint
-	(*PolicyPort)(nil),                 // 16: skiff.v1.PolicyPort
-	(*PolicyPeer)(nil),                 // 17: skiff.v1.PolicyPeer
-	(*PolicyRule)(nil),                 // 18: skiff.v1.PolicyRule
-	(*EndpointPolicy)(nil),             // 19: skiff.v1.EndpointPolicy
-	(*AddressGroup)(nil),               // 20: skiff.v1.AddressGroup
-	(*Plan)(nil),                       // 21: skiff.v1.Plan
-	(*GroupChange)(nil),                // 22: skiff.v1.GroupChange
-	(*PlanDelta)(nil),                  // 23: skiff.v1.PlanDelta
-	(*PlanUpdate)(nil),                 // 24: skiff.v1.PlanUpdate
-	(*RegisterRequest)(nil),            // 25: skiff.v1.RegisterRequest
-	(*RegisterResponse)(nil),           // 26: skiff.v1.RegisterResponse
-	(*StreamPlanRequest)(nil),          // 27: skiff.v1.StreamPlanRequest
-	(*NodeEvent)(nil),                  // 28: skiff.v1.NodeEvent
-	(*ReportEventsRequest)(nil),        // 29: skiff.v1.ReportEventsRequest
-	(*ReportEventsResponse)(nil),       // 30: skiff.v1.ReportEventsResponse
-	(*EndpointCounters)(nil),           // 31: skiff.v1.EndpointCounters
-	(*NetworkCounters)(nil),            // 32: skiff.v1.NetworkCounters
-	(*ReportCountersRequest)(nil),      // 33: skiff.v1.ReportCountersRequest
-	(*ReportCountersResponse)(nil),     // 34: skiff.v1.ReportCountersResponse
-	(*PortReport)(nil),                 // 35: skiff.v1.PortReport
-	(*ReportPortsRequest)(nil),         // 36: skiff.v1.ReportPortsRequest
-	(*ReportPortsResponse)(nil),        // 37: skiff.v1.ReportPortsResponse
-	(*DPUEndpointReport)(nil),          // 38: skiff.v1.DPUEndpointReport
-	(*ReportDPUEndpointsRequest)(nil),  // 39: skiff.v1.ReportDPUEndpointsRequest
-	(*ReportDPUEndpointsResponse)(nil), // 40: skiff.v1.ReportDPUEndpointsResponse
-	(*RenewCertificateRequest)(nil),    // 41: skiff.v1.RenewCertificateRequest
-	(*RenewCertificateResponse)(nil),   // 42: skiff.v1.RenewCertificateResponse
-	(*GetRequest)(nil),                 // 43: skiff.v1.GetRequest
-	(*DeleteRequest)(nil),              // 44: skiff.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 45: skiff.v1.DeleteResponse
-	(*ListRequest)(nil),                // 46: skiff.v1.ListRequest
-	(*CreateNetworkRequest)(nil),       // 47: skiff.v1.CreateNetworkRequest
-	(*CreateSubnetRequest)(nil),        // 48: skiff.v1.CreateSubnetRequest
-	(*CreateEndpointRequest)(nil),      // 49: skiff.v1.CreateEndpointRequest
-	(*ListNetworksResponse)(nil),       // 50: skiff.v1.ListNetworksResponse
-	(*ListSubnetsResponse)(nil),        // 51: skiff.v1.ListSubnetsResponse
-	(*ListEndpointsResponse)(nil),      // 52: skiff.v1.ListEndpointsResponse
-	(*ListNodesResponse)(nil),          // 53: skiff.v1.ListNodesResponse
-	(*GetPlanRequest)(nil),             // 54: skiff.v1.GetPlanRequest
-	(*WatchRequest)(nil),               // 55: skiff.v1.WatchRequest
-	(*WatchEvent)(nil),                 // 56: skiff.v1.WatchEvent
-	(*Policy)(nil),                     // 57: skiff.v1.Policy
-	(*Namespace)(nil),                  // 58: skiff.v1.Namespace
-	(*ApplyPoliciesRequest)(nil),       // 59: skiff.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),      // 60: skiff.v1.ApplyPoliciesResponse
-	(*PolicyRef)(nil),                  // 61: skiff.v1.PolicyRef
-	(*ListPoliciesRequest)(nil),        // 62: skiff.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),       // 63: skiff.v1.ListPoliciesResponse
-	(*ListNamespacesResponse)(nil),     // 64: skiff.v1.ListNamespacesResponse
-	(*CreatePortRequest)(nil),          // 65: skiff.v1.CreatePortRequest
-	(*ListPortsRequest)(nil),           // 66: skiff.v1.ListPortsRequest
-	(*DeletePortsRequest)(nil),         // 67: skiff.v1.DeletePortsRequest
-	(*DeletePortsResponse)(nil),        // 68: skiff.v1.DeletePortsResponse
-	(*Owner)(nil),                      // 69: skiff.v1.Owner
-	(*ListOwnersRequest)(nil),          // 70: skiff.v1.ListOwnersRequest
-	(*ListOwnersResponse)(nil),         // 71: skiff.v1.ListOwnersResponse
-	(*DeleteOwnerRequest)(nil),         // 72: skiff.v1.DeleteOwnerRequest
-	(*DeleteOwnerResponse)(nil),        // 73: skiff.v1.DeleteOwnerResponse
-	(*DeleteEndpointsRequest)(nil),     // 74: skiff.v1.DeleteEndpointsRequest
-	(*DeleteEndpointsResponse)(nil),    // 75: skiff.v1.DeleteEndpointsResponse
-	(*ExplainPolicyRequest)(nil),       // 76: skiff.v1.ExplainPolicyRequest
-	(*PolicySide)(nil),                 // 77: skiff.v1.PolicySide
-	(*ExplainPolicyResponse)(nil),      // 78: skiff.v1.ExplainPolicyResponse
-	nil,                                // 79: skiff.v1.Endpoint.LabelsEntry
-	nil,                                // 80: skiff.v1.Namespace.LabelsEntry
-	nil,                                // 81: skiff.v1.CreatePortRequest.LabelsEntry
-	nil,                                // 82: skiff.v1.Owner.LabelsEntry
-	(*timestamppb.Timestamp)(nil),      // 83: google.protobuf.Timestamp
+	(*HostAddress)(nil),                // 15: skiff.v1.HostAddress
+	(*RemoteEndpoint)(nil),             // 16: skiff.v1.RemoteEndpoint
+	(*PolicyPort)(nil),                 // 17: skiff.v1.PolicyPort
+	(*PolicyPeer)(nil),                 // 18: skiff.v1.PolicyPeer
+	(*PolicyRule)(nil),                 // 19: skiff.v1.PolicyRule
+	(*EndpointPolicy)(nil),             // 20: skiff.v1.EndpointPolicy
+	(*AddressGroup)(nil),               // 21: skiff.v1.AddressGroup
+	(*Plan)(nil),                       // 22: skiff.v1.Plan
+	(*GroupChange)(nil),                // 23: skiff.v1.GroupChange
+	(*PlanDelta)(nil),                  // 24: skiff.v1.PlanDelta
+	(*PlanUpdate)(nil),                 // 25: skiff.v1.PlanUpdate
+	(*RegisterRequest)(nil),            // 26: skiff.v1.RegisterRequest
+	(*RegisterResponse)(nil),           // 27: skiff.v1.RegisterResponse
+	(*StreamPlanRequest)(nil),          // 28: skiff.v1.StreamPlanRequest
+	(*NodeEvent)(nil),                  // 29: skiff.v1.NodeEvent
+	(*ReportEventsRequest)(nil),        // 30: skiff.v1.ReportEventsRequest
+	(*ReportEventsResponse)(nil),       // 31: skiff.v1.ReportEventsResponse
+	(*EndpointCounters)(nil),           // 32: skiff.v1.EndpointCounters
+	(*NetworkCounters)(nil),            // 33: skiff.v1.NetworkCounters
+	(*ReportCountersRequest)(nil),      // 34: skiff.v1.ReportCountersRequest
+	(*ReportCountersResponse)(nil),     // 35: skiff.v1.ReportCountersResponse
+	(*PortReport)(nil),                 // 36: skiff.v1.PortReport
+	(*ReportPortsRequest)(nil),         // 37: skiff.v1.ReportPortsRequest
+	(*ReportPortsResponse)(nil),        // 38: skiff.v1.ReportPortsResponse
+	(*DPUEndpointReport)(nil),          // 39: skiff.v1.DPUEndpointReport
+	(*ReportDPUEndpointsRequest)(nil),  // 40: skiff.v1.ReportDPUEndpointsRequest
+	(*ReportDPUEndpointsResponse)(nil), // 41: skiff.v1.ReportDPUEndpointsResponse
+	(*RenewCertificateRequest)(nil),    // 42: skiff.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),   // 43: skiff.v1.RenewCertificateResponse
+	(*GetRequest)(nil),                 // 44: skiff.v1.GetRequest
+	(*DeleteRequest)(nil),              // 45: skiff.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 46: skiff.v1.DeleteResponse
+	(*ListRequest)(nil),                // 47: skiff.v1.ListRequest
+	(*CreateNetworkRequest)(nil),       // 48: skiff.v1.CreateNetworkRequest
+	(*CreateSubnetRequest)(nil),        // 49: skiff.v1.CreateSubnetRequest
+	(*CreateEndpointRequest)(nil),      // 50: skiff.v1.CreateEndpointRequest
+	(*ListNetworksResponse)(nil),       // 51: skiff.v1.ListNetworksResponse
+	(*ListSubnetsResponse)(nil),        // 52: skiff.v1.ListSubnetsResponse
+	(*ListEndpointsResponse)(nil),      // 53: skiff.v1.ListEndpointsResponse
+	(*ListNodesResponse)(nil),          // 54: skiff.v1.ListNodesResponse
+	(*GetPlanRequest)(nil),             // 55: skiff.v1.GetPlanRequest
+	(*WatchRequest)(nil),               // 56: skiff.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 57: skiff.v1.WatchEvent
+	(*Policy)(nil),                     // 58: skiff.v1.Policy
+	(*Namespace)(nil),                  // 59: skiff.v1.Namespace
+	(*ApplyPoliciesRequest)(nil),       // 60: skiff.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),      // 61: skiff.v1.ApplyPoliciesResponse
+	(*PolicyRef)(nil),                  // 62: skiff.v1.PolicyRef
+	(*ListPoliciesRequest)(nil),        // 63: skiff.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),       // 64: skiff.v1.ListPoliciesResponse
+	(*ListNamespacesResponse)(nil),     // 65: skiff.v1.ListNamespacesResponse
+	(*CreatePortRequest)(nil),          // 66: skiff.v1.CreatePortRequest
+	(*ListPortsRequest)(nil),           // 67: skiff.v1.ListPortsRequest
+	(*DeletePortsRequest)(nil),         // 68: skiff.v1.DeletePortsRequest
+	(*DeletePortsResponse)(nil),        // 69: skiff.v1.DeletePortsResponse
+	(*Owner)(nil),                      // 70: skiff.v1.Owner
+	(*ListOwnersRequest)(nil),          // 71: skiff.v1.ListOwnersRequest
+	(*ListOwnersResponse)(nil),         // 72: skiff.v1.ListOwnersResponse
+	(*DeleteOwnerRequest)(nil),         // 73: skiff.v1.DeleteOwnerRequest
+	(*DeleteOwnerResponse)(nil),        // 74: skiff.v1.DeleteOwnerResponse
+	(*DeleteEndpointsRequest)(nil),     // 75: skiff.v1.DeleteEndpointsRequest
+	(*DeleteEndpointsResponse)(nil),    // 76: skiff.v1.DeleteEndpointsResponse
+	(*ExplainPolicyRequest)(nil),       // 77: skiff.v1.ExplainPolicyRequest
+	(*PolicySide)(nil),                 // 78: skiff.v1.PolicySide
+	(*ExplainPolicyResponse)(nil),      // 79: skiff.v1.ExplainPolicyResponse
+	nil,                                // 80: skiff.v1.Endpoint.LabelsEntry
+	nil,                                // 81: skiff.v1.Namespace.LabelsEntry
+	nil,                                // 82: skiff.v1.CreatePortRequest.LabelsEntry
+	nil,                                // 83: skiff.v1.Owner.LabelsEntry
+	(*timestamppb.Timestamp)(nil),      // 84: google.protobuf.Timestamp
 }
 var file_skiff_v1_skiff_proto_depIdxs = []int32{
 	2,   // 0: skiff.v1.Subnet.ranges:type_name -> skiff.v1.IPRange
-	79,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
+	80,  // 1: skiff.v1.Endpoint.labels:type_name -> skiff.v1.Endpoint.LabelsEntry
 	4,   // 2: skiff.v1.Endpoint.counters:type_name -> skiff.v1.Counters
-	83,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
+	84,  // 3: skiff.v1.Endpoint.counters_time:type_name -> google.protobuf.Timestamp
 	8,   // 4: skiff.v1.Endpoint.policy_counters:type_name -> skiff.v1.PolicyRuleCounter
 	7,   // 5: skiff.v1.Endpoint.offload_rules:type_name -> skiff.v1.OffloadRule
 	6,   // 6: skiff.v1.Endpoint.port:type_name -> skiff.v1.PortStatus
-	83,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
+	84,  // 7: skiff.v1.PortStatus.time:type_name -> google.protobuf.Timestamp
 	9,   // 8: skiff.v1.PhysicalFunction.vfs:type_name -> skiff.v1.VirtualFunction
 	10,  // 9: skiff.v1.NodeCapabilities.pfs:type_name -> skiff.v1.PhysicalFunction
 	11,  // 10: skiff.v1.Node.capabilities:type_name -> skiff.v1.NodeCapabilities
-	83,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	83,  // 12: skiff.v1.DPUStatus.since:type_name -> google.protobuf.Timestamp
+	84,  // 11: skiff.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	84,  // 12: skiff.v1.DPUStatus.since:type_name -> google.protobuf.Timestamp
 	3,   // 13: skiff.v1.PlanNetwork.subnets:type_name -> skiff.v1.Subnet
-	17,  // 14: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
-	16,  // 15: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
-	18,  // 16: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
-	18,  // 17: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
-	14,  // 18: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
-	5,   // 19: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
-	15,  // 20: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
-	19,  // 21: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
-	20,  // 22: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
-	13,  // 23: skiff.v1.Plan.dpu:type_name -> skiff.v1.DPUStatus
-	14,  // 24: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
-	5,   // 25: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
-	15,  // 26: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
-	19,  // 27: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
-	20,  // 28: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
-	13,  // 29: skiff.v1.PlanDelta.dpu:type_name -> skiff.v1.DPUStatus
-	22,  // 30: skiff.v1.PlanDelta.change_groups:type_name -> skiff.v1.GroupChange
-	21,  // 31: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
-	23,  // 32: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
-	12,  // 33: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
-	12,  // 34: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
-	83,  // 35: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
-	28,  // 36: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
-	4,   // 37: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
-	7,   // 38: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
-	8,   // 39: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
-	4,   // 40: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
-	83,  // 41: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
-	31,  // 42: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
-	32,  // 43: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
-	6,   // 44: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
-	35,  // 45: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
-	38,  // 46: skiff.v1.ReportDPUEndpointsRequest.endpoints:type_name -> skiff.v1.DPUEndpointReport
-	1,   // 47: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
-	3,   // 48: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
-	5,   // 49: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
-	1,   // 50: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
-	3,   // 51: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
-	5,   // 52: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
-	12,  // 53: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
-	0,   // 54: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
-	1,   // 55: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
-	3,   // 56: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
-	5,   // 57: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
-	12,  // 58: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
-	80,  // 59: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
-	57,  // 60: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	57,  // 61: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
-	58,  // 62: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
-	81,  // 63: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
-	82,  // 64: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
-	83,  // 65: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
-	69,  // 66: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
-	77,  // 67: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
-	77,  // 68: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
-	25,  // 69: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
-	27,  // 70: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
-	29,  // 71: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
-	33,  // 72: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
-	36,  // 73: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
-	39,  // 74: skiff.v1.AgentService.ReportDPUEndpoints:input_type -> skiff.v1.ReportDPUEndpointsRequest
-	49,  // 75: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	44,  // 76: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	43,  // 77: skiff.v1.AgentService.GetNetwork:input_type -> skiff.v1.GetRequest
-	41,  // 78: skiff.v1.AgentService.RenewCertificate:input_type -> skiff.v1.RenewCertificateRequest
-	47,  // 79: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
-	43,  // 80: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
-	46,  // 81: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
-	44,  // 82: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
-	48,  // 83: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
-	43,  // 84: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
-	46,  // 85: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
-	44,  // 86: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
-	49,  // 87: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
-	43,  // 88: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
-	46,  // 89: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
-	44,  // 90: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
-	74,  // 91: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
-	43,  // 92: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
-	46,  // 93: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
-	44,  // 94: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
-	69,  // 95: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
-	43,  // 96: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
-	70,  // 97: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
-	72,  // 98: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
-	59,  // 99: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
-	62,  // 100: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
-	61,  // 101: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
-	76,  // 102: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
-	58,  // 103: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
-	46,  // 104: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
-	44,  // 105: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
-	65,  // 106: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
-	66,  // 107: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
-	67,  // 108: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
-	54,  // 109: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
-	55,  // 110: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
-	26,  // 111: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
-	24,  // 112: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
-	30,  // 113: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
-	34,  // 114: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
-	37,  // 115: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
-	40,  // 116: skiff.v1.AgentService.ReportDPUEndpoints:output_type -> skiff.v1.ReportDPUEndpointsResponse
-	5,   // 117: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	45,  // 118: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	1,   // 119: skiff.v1.AgentService.GetNetwork:output_type -> skiff.v1.Network
-	42,  // 120: skiff.v1.AgentService.RenewCertificate:output_type -> skiff.v1.RenewCertificateResponse
-	1,   // 121: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
-	1,   // 122: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
-	50,  // 123: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
-	45,  // 124: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
-	3,   // 125: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
-	3,   // 126: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
-	51,  // 127: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
-	45,  // 128: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
-	5,   // 129: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
-	5,   // 130: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
-	52,  // 131: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
-	45,  // 132: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
-	75,  // 133: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
-	12,  // 134: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
-	53,  // 135: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
-	45,  // 136: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
-	69,  // 137: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
-	69,  // 138: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
-	71,  // 139: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
-	73,  // 140: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
-	60,  // 141: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
-	63,  // 142: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
-	45,  // 143: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
-	78,  // 144: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
-	58,  // 145: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
-	64,  // 146: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
-	45,  // 147: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
-	5,   // 148: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
-	52,  // 149: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
-	68,  // 150: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
-	21,  // 151: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
-	56,  // 152: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
-	111, // [111:153] is the sub-list for method output_type
-	69,  // [69:111] is the sub-list for method input_type
-	69,  // [69:69] is the sub-list for extension type_name
-	69,  // [69:69] is the sub-list for extension extendee
-	0,   // [0:69] is the sub-list for field type_name
+	15,  // 14: skiff.v1.PlanNetwork.host_addresses:type_name -> skiff.v1.HostAddress
+	18,  // 15: skiff.v1.PolicyRule.peers:type_name -> skiff.v1.PolicyPeer
+	17,  // 16: skiff.v1.PolicyRule.ports:type_name -> skiff.v1.PolicyPort
+	19,  // 17: skiff.v1.EndpointPolicy.ingress:type_name -> skiff.v1.PolicyRule
+	19,  // 18: skiff.v1.EndpointPolicy.egress:type_name -> skiff.v1.PolicyRule
+	14,  // 19: skiff.v1.Plan.networks:type_name -> skiff.v1.PlanNetwork
+	5,   // 20: skiff.v1.Plan.local_endpoints:type_name -> skiff.v1.Endpoint
+	16,  // 21: skiff.v1.Plan.remote_endpoints:type_name -> skiff.v1.RemoteEndpoint
+	20,  // 22: skiff.v1.Plan.policies:type_name -> skiff.v1.EndpointPolicy
+	21,  // 23: skiff.v1.Plan.groups:type_name -> skiff.v1.AddressGroup
+	13,  // 24: skiff.v1.Plan.dpu:type_name -> skiff.v1.DPUStatus
+	14,  // 25: skiff.v1.PlanDelta.upsert_networks:type_name -> skiff.v1.PlanNetwork
+	5,   // 26: skiff.v1.PlanDelta.upsert_local:type_name -> skiff.v1.Endpoint
+	16,  // 27: skiff.v1.PlanDelta.upsert_remote:type_name -> skiff.v1.RemoteEndpoint
+	20,  // 28: skiff.v1.PlanDelta.upsert_policies:type_name -> skiff.v1.EndpointPolicy
+	21,  // 29: skiff.v1.PlanDelta.upsert_groups:type_name -> skiff.v1.AddressGroup
+	13,  // 30: skiff.v1.PlanDelta.dpu:type_name -> skiff.v1.DPUStatus
+	23,  // 31: skiff.v1.PlanDelta.change_groups:type_name -> skiff.v1.GroupChange
+	22,  // 32: skiff.v1.PlanUpdate.snapshot:type_name -> skiff.v1.Plan
+	24,  // 33: skiff.v1.PlanUpdate.delta:type_name -> skiff.v1.PlanDelta
+	12,  // 34: skiff.v1.RegisterRequest.node:type_name -> skiff.v1.Node
+	12,  // 35: skiff.v1.RegisterResponse.node:type_name -> skiff.v1.Node
+	84,  // 36: skiff.v1.NodeEvent.time:type_name -> google.protobuf.Timestamp
+	29,  // 37: skiff.v1.ReportEventsRequest.events:type_name -> skiff.v1.NodeEvent
+	4,   // 38: skiff.v1.EndpointCounters.counters:type_name -> skiff.v1.Counters
+	7,   // 39: skiff.v1.EndpointCounters.rules:type_name -> skiff.v1.OffloadRule
+	8,   // 40: skiff.v1.EndpointCounters.policy:type_name -> skiff.v1.PolicyRuleCounter
+	4,   // 41: skiff.v1.NetworkCounters.counters:type_name -> skiff.v1.Counters
+	84,  // 42: skiff.v1.ReportCountersRequest.time:type_name -> google.protobuf.Timestamp
+	32,  // 43: skiff.v1.ReportCountersRequest.endpoints:type_name -> skiff.v1.EndpointCounters
+	33,  // 44: skiff.v1.ReportCountersRequest.networks:type_name -> skiff.v1.NetworkCounters
+	6,   // 45: skiff.v1.PortReport.status:type_name -> skiff.v1.PortStatus
+	36,  // 46: skiff.v1.ReportPortsRequest.ports:type_name -> skiff.v1.PortReport
+	39,  // 47: skiff.v1.ReportDPUEndpointsRequest.endpoints:type_name -> skiff.v1.DPUEndpointReport
+	1,   // 48: skiff.v1.CreateNetworkRequest.network:type_name -> skiff.v1.Network
+	3,   // 49: skiff.v1.CreateSubnetRequest.subnet:type_name -> skiff.v1.Subnet
+	5,   // 50: skiff.v1.CreateEndpointRequest.endpoint:type_name -> skiff.v1.Endpoint
+	1,   // 51: skiff.v1.ListNetworksResponse.networks:type_name -> skiff.v1.Network
+	3,   // 52: skiff.v1.ListSubnetsResponse.subnets:type_name -> skiff.v1.Subnet
+	5,   // 53: skiff.v1.ListEndpointsResponse.endpoints:type_name -> skiff.v1.Endpoint
+	12,  // 54: skiff.v1.ListNodesResponse.nodes:type_name -> skiff.v1.Node
+	0,   // 55: skiff.v1.WatchEvent.type:type_name -> skiff.v1.WatchEvent.Type
+	1,   // 56: skiff.v1.WatchEvent.network:type_name -> skiff.v1.Network
+	3,   // 57: skiff.v1.WatchEvent.subnet:type_name -> skiff.v1.Subnet
+	5,   // 58: skiff.v1.WatchEvent.endpoint:type_name -> skiff.v1.Endpoint
+	12,  // 59: skiff.v1.WatchEvent.node:type_name -> skiff.v1.Node
+	81,  // 60: skiff.v1.Namespace.labels:type_name -> skiff.v1.Namespace.LabelsEntry
+	58,  // 61: skiff.v1.ApplyPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	58,  // 62: skiff.v1.ListPoliciesResponse.policies:type_name -> skiff.v1.Policy
+	59,  // 63: skiff.v1.ListNamespacesResponse.namespaces:type_name -> skiff.v1.Namespace
+	82,  // 64: skiff.v1.CreatePortRequest.labels:type_name -> skiff.v1.CreatePortRequest.LabelsEntry
+	83,  // 65: skiff.v1.Owner.labels:type_name -> skiff.v1.Owner.LabelsEntry
+	84,  // 66: skiff.v1.Owner.deleted:type_name -> google.protobuf.Timestamp
+	70,  // 67: skiff.v1.ListOwnersResponse.owners:type_name -> skiff.v1.Owner
+	78,  // 68: skiff.v1.ExplainPolicyResponse.egress:type_name -> skiff.v1.PolicySide
+	78,  // 69: skiff.v1.ExplainPolicyResponse.ingress:type_name -> skiff.v1.PolicySide
+	26,  // 70: skiff.v1.AgentService.Register:input_type -> skiff.v1.RegisterRequest
+	28,  // 71: skiff.v1.AgentService.StreamPlan:input_type -> skiff.v1.StreamPlanRequest
+	30,  // 72: skiff.v1.AgentService.ReportEvents:input_type -> skiff.v1.ReportEventsRequest
+	34,  // 73: skiff.v1.AgentService.ReportCounters:input_type -> skiff.v1.ReportCountersRequest
+	37,  // 74: skiff.v1.AgentService.ReportPorts:input_type -> skiff.v1.ReportPortsRequest
+	40,  // 75: skiff.v1.AgentService.ReportDPUEndpoints:input_type -> skiff.v1.ReportDPUEndpointsRequest
+	50,  // 76: skiff.v1.AgentService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	45,  // 77: skiff.v1.AgentService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	44,  // 78: skiff.v1.AgentService.GetNetwork:input_type -> skiff.v1.GetRequest
+	42,  // 79: skiff.v1.AgentService.RenewCertificate:input_type -> skiff.v1.RenewCertificateRequest
+	48,  // 80: skiff.v1.ManagementService.CreateNetwork:input_type -> skiff.v1.CreateNetworkRequest
+	44,  // 81: skiff.v1.ManagementService.GetNetwork:input_type -> skiff.v1.GetRequest
+	47,  // 82: skiff.v1.ManagementService.ListNetworks:input_type -> skiff.v1.ListRequest
+	45,  // 83: skiff.v1.ManagementService.DeleteNetwork:input_type -> skiff.v1.DeleteRequest
+	49,  // 84: skiff.v1.ManagementService.CreateSubnet:input_type -> skiff.v1.CreateSubnetRequest
+	44,  // 85: skiff.v1.ManagementService.GetSubnet:input_type -> skiff.v1.GetRequest
+	47,  // 86: skiff.v1.ManagementService.ListSubnets:input_type -> skiff.v1.ListRequest
+	45,  // 87: skiff.v1.ManagementService.DeleteSubnet:input_type -> skiff.v1.DeleteRequest
+	50,  // 88: skiff.v1.ManagementService.CreateEndpoint:input_type -> skiff.v1.CreateEndpointRequest
+	44,  // 89: skiff.v1.ManagementService.GetEndpoint:input_type -> skiff.v1.GetRequest
+	47,  // 90: skiff.v1.ManagementService.ListEndpoints:input_type -> skiff.v1.ListRequest
+	45,  // 91: skiff.v1.ManagementService.DeleteEndpoint:input_type -> skiff.v1.DeleteRequest
+	75,  // 92: skiff.v1.ManagementService.DeleteEndpoints:input_type -> skiff.v1.DeleteEndpointsRequest
+	44,  // 93: skiff.v1.ManagementService.GetNode:input_type -> skiff.v1.GetRequest
+	47,  // 94: skiff.v1.ManagementService.ListNodes:input_type -> skiff.v1.ListRequest
+	45,  // 95: skiff.v1.ManagementService.DeleteNode:input_type -> skiff.v1.DeleteRequest
+	70,  // 96: skiff.v1.ManagementService.SetOwner:input_type -> skiff.v1.Owner
+	44,  // 97: skiff.v1.ManagementService.GetOwner:input_type -> skiff.v1.GetRequest
+	71,  // 98: skiff.v1.ManagementService.ListOwners:input_type -> skiff.v1.ListOwnersRequest
+	73,  // 99: skiff.v1.ManagementService.DeleteOwner:input_type -> skiff.v1.DeleteOwnerRequest
+	60,  // 100: skiff.v1.ManagementService.ApplyPolicies:input_type -> skiff.v1.ApplyPoliciesRequest
+	63,  // 101: skiff.v1.ManagementService.ListPolicies:input_type -> skiff.v1.ListPoliciesRequest
+	62,  // 102: skiff.v1.ManagementService.DeletePolicy:input_type -> skiff.v1.PolicyRef
+	77,  // 103: skiff.v1.ManagementService.ExplainPolicy:input_type -> skiff.v1.ExplainPolicyRequest
+	59,  // 104: skiff.v1.ManagementService.SetNamespace:input_type -> skiff.v1.Namespace
+	47,  // 105: skiff.v1.ManagementService.ListNamespaces:input_type -> skiff.v1.ListRequest
+	45,  // 106: skiff.v1.ManagementService.DeleteNamespace:input_type -> skiff.v1.DeleteRequest
+	66,  // 107: skiff.v1.ManagementService.CreatePort:input_type -> skiff.v1.CreatePortRequest
+	67,  // 108: skiff.v1.ManagementService.ListPorts:input_type -> skiff.v1.ListPortsRequest
+	68,  // 109: skiff.v1.ManagementService.DeletePorts:input_type -> skiff.v1.DeletePortsRequest
+	55,  // 110: skiff.v1.ManagementService.GetPlan:input_type -> skiff.v1.GetPlanRequest
+	56,  // 111: skiff.v1.ManagementService.Watch:input_type -> skiff.v1.WatchRequest
+	27,  // 112: skiff.v1.AgentService.Register:output_type -> skiff.v1.RegisterResponse
+	25,  // 113: skiff.v1.AgentService.StreamPlan:output_type -> skiff.v1.PlanUpdate
+	31,  // 114: skiff.v1.AgentService.ReportEvents:output_type -> skiff.v1.ReportEventsResponse
+	35,  // 115: skiff.v1.AgentService.ReportCounters:output_type -> skiff.v1.ReportCountersResponse
+	38,  // 116: skiff.v1.AgentService.ReportPorts:output_type -> skiff.v1.ReportPortsResponse
+	41,  // 117: skiff.v1.AgentService.ReportDPUEndpoints:output_type -> skiff.v1.ReportDPUEndpointsResponse
+	5,   // 118: skiff.v1.AgentService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	46,  // 119: skiff.v1.AgentService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	1,   // 120: skiff.v1.AgentService.GetNetwork:output_type -> skiff.v1.Network
+	43,  // 121: skiff.v1.AgentService.RenewCertificate:output_type -> skiff.v1.RenewCertificateResponse
+	1,   // 122: skiff.v1.ManagementService.CreateNetwork:output_type -> skiff.v1.Network
+	1,   // 123: skiff.v1.ManagementService.GetNetwork:output_type -> skiff.v1.Network
+	51,  // 124: skiff.v1.ManagementService.ListNetworks:output_type -> skiff.v1.ListNetworksResponse
+	46,  // 125: skiff.v1.ManagementService.DeleteNetwork:output_type -> skiff.v1.DeleteResponse
+	3,   // 126: skiff.v1.ManagementService.CreateSubnet:output_type -> skiff.v1.Subnet
+	3,   // 127: skiff.v1.ManagementService.GetSubnet:output_type -> skiff.v1.Subnet
+	52,  // 128: skiff.v1.ManagementService.ListSubnets:output_type -> skiff.v1.ListSubnetsResponse
+	46,  // 129: skiff.v1.ManagementService.DeleteSubnet:output_type -> skiff.v1.DeleteResponse
+	5,   // 130: skiff.v1.ManagementService.CreateEndpoint:output_type -> skiff.v1.Endpoint
+	5,   // 131: skiff.v1.ManagementService.GetEndpoint:output_type -> skiff.v1.Endpoint
+	53,  // 132: skiff.v1.ManagementService.ListEndpoints:output_type -> skiff.v1.ListEndpointsResponse
+	46,  // 133: skiff.v1.ManagementService.DeleteEndpoint:output_type -> skiff.v1.DeleteResponse
+	76,  // 134: skiff.v1.ManagementService.DeleteEndpoints:output_type -> skiff.v1.DeleteEndpointsResponse
+	12,  // 135: skiff.v1.ManagementService.GetNode:output_type -> skiff.v1.Node
+	54,  // 136: skiff.v1.ManagementService.ListNodes:output_type -> skiff.v1.ListNodesResponse
+	46,  // 137: skiff.v1.ManagementService.DeleteNode:output_type -> skiff.v1.DeleteResponse
+	70,  // 138: skiff.v1.ManagementService.SetOwner:output_type -> skiff.v1.Owner
+	70,  // 139: skiff.v1.ManagementService.GetOwner:output_type -> skiff.v1.Owner
+	72,  // 140: skiff.v1.ManagementService.ListOwners:output_type -> skiff.v1.ListOwnersResponse
+	74,  // 141: skiff.v1.ManagementService.DeleteOwner:output_type -> skiff.v1.DeleteOwnerResponse
+	61,  // 142: skiff.v1.ManagementService.ApplyPolicies:output_type -> skiff.v1.ApplyPoliciesResponse
+	64,  // 143: skiff.v1.ManagementService.ListPolicies:output_type -> skiff.v1.ListPoliciesResponse
+	46,  // 144: skiff.v1.ManagementService.DeletePolicy:output_type -> skiff.v1.DeleteResponse
+	79,  // 145: skiff.v1.ManagementService.ExplainPolicy:output_type -> skiff.v1.ExplainPolicyResponse
+	59,  // 146: skiff.v1.ManagementService.SetNamespace:output_type -> skiff.v1.Namespace
+	65,  // 147: skiff.v1.ManagementService.ListNamespaces:output_type -> skiff.v1.ListNamespacesResponse
+	46,  // 148: skiff.v1.ManagementService.DeleteNamespace:output_type -> skiff.v1.DeleteResponse
+	5,   // 149: skiff.v1.ManagementService.CreatePort:output_type -> skiff.v1.Endpoint
+	53,  // 150: skiff.v1.ManagementService.ListPorts:output_type -> skiff.v1.ListEndpointsResponse
+	69,  // 151: skiff.v1.ManagementService.DeletePorts:output_type -> skiff.v1.DeletePortsResponse
+	22,  // 152: skiff.v1.ManagementService.GetPlan:output_type -> skiff.v1.Plan
+	57,  // 153: skiff.v1.ManagementService.Watch:output_type -> skiff.v1.WatchEvent
+	112, // [112:154] is the sub-list for method output_type
+	70,  // [70:112] is the sub-list for method input_type
+	70,  // [70:70] is the sub-list for extension type_name
+	70,  // [70:70] is the sub-list for extension extendee
+	0,   // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_skiff_v1_skiff_proto_init() }
@@ -5975,25 +6059,25 @@ func file_skiff_v1_skiff_proto_init() {
 		return
 	}
 	file_skiff_v1_skiff_proto_msgTypes[4].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[22].OneofWrappers = []any{}
-	file_skiff_v1_skiff_proto_msgTypes[23].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[23].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[24].OneofWrappers = []any{
 		(*PlanUpdate_Snapshot)(nil),
 		(*PlanUpdate_Delta)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[55].OneofWrappers = []any{
+	file_skiff_v1_skiff_proto_msgTypes[56].OneofWrappers = []any{
 		(*WatchEvent_Network)(nil),
 		(*WatchEvent_Subnet)(nil),
 		(*WatchEvent_Endpoint)(nil),
 		(*WatchEvent_Node)(nil),
 	}
-	file_skiff_v1_skiff_proto_msgTypes[64].OneofWrappers = []any{}
+	file_skiff_v1_skiff_proto_msgTypes[65].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_v1_skiff_proto_rawDesc), len(file_skiff_v1_skiff_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   82,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
