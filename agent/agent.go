@@ -27,6 +27,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +64,10 @@ type Config struct {
 	UnderlayIP  string
 	// HostIP is the node's own address of the other family than
 	// UnderlayIP (a dual-stack node's), optional: with it, the node's
-	// own traffic reaches pods over that family too (host ports).
+	// own traffic reaches pods over that family too (host ports). It
+	// may be the node's addresses, comma-separated (Kubernetes'
+	// status.hostIPs): one of UnderlayIP's family must then be
+	// UnderlayIP.
 	HostIP   string
 	StateDir string
 	// Mode is auto, software, offload, dpu or dpu-host (see
@@ -158,6 +162,7 @@ type Agent struct {
 	kernel Kernel
 	dp     datapath.Datapath
 	under  netip.Addr
+	host   netip.Addr     // the host address (Config.HostIP), or zero
 	saved  *planfile.File // the plan kept in StateDir (safe for concurrent use)
 
 	mu          sync.Mutex
@@ -225,14 +230,8 @@ func (c Config) validate() (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("--underlay-ip: %q is not an IP address", c.UnderlayIP)
 	}
-	if c.HostIP != "" {
-		h, err := netip.ParseAddr(c.HostIP)
-		switch {
-		case err != nil:
-			return netip.Addr{}, fmt.Errorf("--host-ip: %q is not an IP address", c.HostIP)
-		case h.Is4() == ip.Is4():
-			return netip.Addr{}, fmt.Errorf("--host-ip: %s is of --underlay-ip %s's family; give the node's address of the other family", h, ip)
-		}
+	if _, err := hostIP(c.HostIP, ip); err != nil {
+		return netip.Addr{}, err
 	}
 	if c.StateDir == "" {
 		return netip.Addr{}, errors.New("--state-dir is required")
@@ -254,6 +253,29 @@ func (c Config) validate() (netip.Addr, error) {
 	return ip, nil
 }
 
+// hostIP returns the host address in list (Config.HostIP), given the
+// underlay address under: its address of the other family, if any.
+func hostIP(list string, under netip.Addr) (netip.Addr, error) {
+	var host netip.Addr
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		switch {
+		case err != nil:
+			return netip.Addr{}, fmt.Errorf("--host-ip: %q is not an IP address", f)
+		case a.Is4() == under.Is4() && a != under:
+			return netip.Addr{}, fmt.Errorf("--host-ip: %s is of --underlay-ip %s's family and not it; give the node's address of the other family", a, under)
+		case a.Is4() != under.Is4() && host.IsValid() && a != host:
+			return netip.Addr{}, fmt.Errorf("--host-ip: %s and %s: one address of the other family than --underlay-ip, not two", host, a)
+		case a.Is4() != under.Is4():
+			host = a
+		}
+	}
+	return host, nil
+}
+
 // Run runs an agent on d until ctx ends (New, then Agent.Run). It closes
 // nothing of d.
 func Run(ctx context.Context, cfg Config, d Deps) error {
@@ -271,6 +293,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	host, _ := hostIP(cfg.HostIP, under) // checked by validate
 	if d.Datapath == nil {
 		return nil, errors.New("agent: no datapath")
 	}
@@ -310,7 +333,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Agent, error) {
 		d.DHCP = dhcp.NewResponder(dhcp.Options{Logger: log})
 	}
 	a := &Agent{cfg: cfg, log: log, conn: conn, client: skiffv1.NewAgentServiceClient(conn), kernel: d.Kernel, dp: d.Datapath,
-		under: under, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
+		under: under, host: host, kick: make(chan struct{}, 1), kickNow: make(chan struct{}, 1), plan: plan.New(cfg.Node), changed: make(chan struct{}),
 		discover: d.Discover, vfByPCI: d.VFByPCI, caps: proto.Clone(d.Discover(ctx)).(*skiffv1.NodeCapabilities), mode: d.Mode,
 		rediscover: make(chan struct{}, 1), ports: map[string]*vmPort{}, portsSig: make(chan struct{}, 1), dhcp: d.DHCP,
 		pendSig: make(chan struct{}, 1), cniSig: make(chan struct{}, 1), certSig: make(chan struct{}, 1),
@@ -411,8 +434,16 @@ func (a *Agent) nodeObject() *skiffv1.Node {
 	if caps == nil {
 		caps = Capabilities(nil, "")
 	}
-	return &skiffv1.Node{Name: a.cfg.Node, UnderlayIp: a.under.String(), HostIp: a.cfg.HostIP, Mode: mode, AgentVersion: Version,
+	return &skiffv1.Node{Name: a.cfg.Node, UnderlayIp: a.under.String(), HostIp: a.hostString(), Mode: mode, AgentVersion: Version,
 		Capabilities: proto.Clone(caps).(*skiffv1.NodeCapabilities), Dpu: a.cfg.DPU}
+}
+
+// hostString is the host address as registered ("" when none).
+func (a *Agent) hostString() string {
+	if !a.host.IsValid() {
+		return ""
+	}
+	return a.host.String()
 }
 
 func (a *Agent) current() plan.Plan {

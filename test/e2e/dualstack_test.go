@@ -319,66 +319,127 @@ func TestIPv6Underlay(t *testing.T) {
 	}
 }
 
-// TestNodeToPodIPv6: on an IPv6 underlay, a node's own traffic reaches
-// pods on every node of a network whose egress is not none over IPv6,
-// from its own (underlay) address, through its host port, and gets the
-// replies, while the anycast gateway stays the pods' first hop; a pod
-// reaches another node's IPv6 address through the overlay, with its own
-// address. A network with egress none stays out of reach.
-func TestNodeToPodIPv6(t *testing.T) {
-	c, vtep := newIPv6UnderlayCluster(t)
-	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat", "--mtu", "1430")
-	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
-	c.mustCtl("subnet", "create", "pods-v6", "--network", "pods", "--cidr", "2001:db8:100::/64")
-	c.mustCtl("network", "create", "tenant", "--vni", "200", "--mtu", "1430")
-	c.mustCtl("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
-	c.mustCtl("subnet", "create", "tenant-v6", "--network", "tenant", "--cidr", "2001:db8:200::/64")
-	c.waitCNI(t, "pods")
-	const gw6 = "2001:db8:100::1"
-	a := c.addDualPod(t, "pod-a", "pods", "n1", "198.51.100.1", gw6)
-	b := c.addDualPod(t, "pod-b", "pods", "n2", "198.51.100.1", gw6)
-	t1 := c.addDualPod(t, "tenant-1", "tenant", "n1", "198.51.100.129", "2001:db8:200::1")
-	t2 := c.addDualPod(t, "tenant-2", "tenant", "n2", "198.51.100.129", "2001:db8:200::1")
-	n1, n2 := c.nodes["n1"].ns, c.nodes["n2"].ns
+// TestNodeToPodBothFamilies: a node's own traffic reaches pods on every
+// node of a network whose egress is not none over both families, on an
+// IPv4 and on an IPv6 underlay: over the underlay's family from the
+// node's underlay address, over the other from its host address (the
+// agents' --host-ip, the nodes' address of the other family), through
+// its host port, and gets the replies, while the anycast gateway stays
+// the pods' first hop; a pod reaches another node's address of either
+// family through the overlay, with its own address. A network with
+// egress none stays out of reach.
+func TestNodeToPodBothFamilies(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		name := "ipv4-underlay"
+		if v6 {
+			name = "ipv6-underlay"
+		}
+		t.Run(name, func(t *testing.T) {
+			c, self := newHostAddrCluster(t, v6)
+			c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat", "--mtu", "1430")
+			c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+			c.mustCtl("subnet", "create", "pods-v6", "--network", "pods", "--cidr", "2001:db8:100::/64")
+			c.mustCtl("network", "create", "tenant", "--vni", "200", "--mtu", "1430")
+			c.mustCtl("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+			c.mustCtl("subnet", "create", "tenant-v6", "--network", "tenant", "--cidr", "2001:db8:200::/64")
+			c.waitCNI(t, "pods")
+			pods := map[string]dualPod{
+				"a":  c.addDualPod(t, "pod-a", "pods", "n1", "198.51.100.1", "2001:db8:100::1"),
+				"b":  c.addDualPod(t, "pod-b", "pods", "n2", "198.51.100.1", "2001:db8:100::1"),
+				"t1": c.addDualPod(t, "tenant-1", "tenant", "n1", "198.51.100.129", "2001:db8:200::1"),
+				"t2": c.addDualPod(t, "tenant-2", "tenant", "n2", "198.51.100.129", "2001:db8:200::1"),
+			}
+			nodeToPod(t, c, pods, self, false, "198.51.100.1")
+			nodeToPod(t, c, pods, self, true, "2001:db8:100::1")
+		})
+	}
+}
 
+// newHostAddrCluster starts two nodes on an IPv4 underlay (v6 false) or
+// an IPv6 one, each agent with a host address of the other family
+// (--host-ip), and returns the nodes' own addresses by family:
+// self[false] IPv4, self[true] IPv6.
+func newHostAddrCluster(t *testing.T, v6 bool) (*cluster, map[bool]map[string]string) {
+	v4s := map[string]string{"n1": "192.0.2.1", "n2": "192.0.2.2"}
+	v6s := map[string]string{"n1": "2001:db8:ff::1", "n2": "2001:db8:ff::2"}
+	args := map[string][]string{}
+	for n := range v4s {
+		if v6 {
+			args[n] = []string{"--underlay-ip", v6s[n], "--host-ip", v4s[n]}
+		} else {
+			args[n] = []string{"--host-ip", v6s[n]}
+		}
+	}
+	c := newClusterArgs(t, args, []string{"n1", "n2"}, "n1", "n2")
+	testns.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
+	for n := range v4s {
+		testns.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "add", v6s[n]+"/64", "dev", "eth0", "nodad")
+		c.startAgent(n)
+	}
+	return c, map[bool]map[string]string{false: v4s, true: v6s}
+}
+
+// nodeToPod checks, over one family (v6), that each node reaches the
+// other's snat pod with its own address of that family (self), and
+// opens TCP to it; the node's local pod answers; the pods' default route
+// is the anycast gateway gw; a pod reaches the other node's address with
+// its own; isolation from the none network (pods t1, t2) holds.
+func nodeToPod(t *testing.T, c *cluster, pods map[string]dualPod, self map[bool]map[string]string, v6 bool, gw string) {
+	t.Helper()
+	addr := func(p string) string {
+		if v6 {
+			return pods[p].v6
+		}
+		return pods[p].v4
+	}
+	ping, fam := []string{"ping"}, "-4"
+	if v6 {
+		ping, fam = []string{"ping", "-6"}, "-6"
+	}
+	me := self[v6]
+	n1, n2 := c.nodes["n1"].ns, c.nodes["n2"].ns
 	// Each node reaches the other's pod, which sees the node's own
-	// IPv6 address (not the gateway's, which the pod's node holds too).
-	if seen := outsideSees(t, b.ns, n1, b.v6, vtep["n1"], gw6); seen != vtep["n1"] {
-		t.Errorf("pod b (n2) saw n1's ping from %q, want n1's address %s", seen, vtep["n1"])
+	// address (not the gateway's, which the pod's node holds too).
+	if seen := outsideSees(t, pods["b"].ns, n1, addr("b"), me["n1"], gw); seen != me["n1"] {
+		t.Errorf("IPv%s: pod b (n2) saw n1's ping from %q, want n1's address %s", fam[1:], seen, me["n1"])
 	}
-	if seen := outsideSees(t, a.ns, n2, a.v6, vtep["n2"], gw6); seen != vtep["n2"] {
-		t.Errorf("pod a (n1) saw n2's ping from %q, want n2's address %s", seen, vtep["n2"])
+	if seen := outsideSees(t, pods["a"].ns, n2, addr("a"), me["n2"], gw); seen != me["n2"] {
+		t.Errorf("IPv%s: pod a (n1) saw n2's ping from %q, want n2's address %s", fam[1:], seen, me["n2"])
 	}
-	listenIn(t, b.ns, net.JoinHostPort(b.v6, "8080"))
+	port := "8080"
+	if v6 {
+		port = "8086"
+	}
+	listenIn(t, pods["b"].ns, net.JoinHostPort(addr("b"), port))
 	eventually(t, func() error {
-		if !connects(n1, b.v6, "8080") {
-			return fmt.Errorf("n1 does not connect to pod b (n2) on [%s]:8080", b.v6)
+		if !connects(n1, addr("b"), port) {
+			return fmt.Errorf("n1 does not connect to pod b (n2) on %s", net.JoinHostPort(addr("b"), port))
 		}
 		return nil
 	})
 	// The node's local pod, and the pods' first hop.
-	testns.Run(t, n1, "ping", "-6", "-c", "1", "-W", "2", a.v6)
-	if out := testns.Run(t, a.ns, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via "+gw6) {
-		t.Errorf("pod a's IPv6 default route is not the anycast gateway %s: %s", gw6, out)
+	testns.Run(t, n1, append(ping, "-c", "1", "-W", "2", addr("a"))...)
+	if out := testns.Run(t, pods["a"].ns, "ip", fam, "route", "show", "default"); !strings.Contains(out, "via "+gw) {
+		t.Errorf("pod a's IPv%s default route is not the anycast gateway %s: %s", fam[1:], gw, out)
 	}
 	// A pod reaches the other node's address through the overlay, with
 	// its own address.
-	if seen := outsideSees(t, n1, b.ns, vtep["n1"], b.v6, vtep["n2"]); seen != b.v6 {
-		t.Errorf("n1 saw pod b's ping from %q, want the pod's own %s", seen, b.v6)
+	if seen := outsideSees(t, n1, pods["b"].ns, me["n1"], addr("b"), me["n2"]); seen != addr("b") {
+		t.Errorf("IPv%s: n1 saw pod b's ping from %q, want the pod's own %s", fam[1:], seen, addr("b"))
 	}
 	// Isolation: the node cannot reach the none network's pod on the
 	// other node; the none pod cannot reach the snat pods nor the other
 	// node; the snat pod cannot reach the none pods.
-	if _, err := testns.Try(n1, "ping", "-6", "-c", "1", "-W", "1", t2.v6); err == nil {
-		t.Errorf("n1 reached the none network's pod %s on n2", t2.v6)
+	if _, err := testns.Try(n1, append(ping, "-c", "1", "-W", "1", addr("t2"))...); err == nil {
+		t.Errorf("n1 reached the none network's pod %s on n2", addr("t2"))
 	}
-	for _, dst := range []string{b.v6, vtep["n2"]} {
-		if _, err := testns.Try(t1.ns, "ping", "-6", "-c", "1", "-W", "1", dst); err == nil {
+	for _, dst := range []string{addr("b"), me["n2"]} {
+		if _, err := testns.Try(pods["t1"].ns, append(ping, "-c", "1", "-W", "1", dst)...); err == nil {
 			t.Errorf("a pod of the none network reached %s", dst)
 		}
 	}
-	if _, err := testns.Try(a.ns, "ping", "-6", "-c", "1", "-W", "1", t2.v6); err == nil {
-		t.Errorf("the snat pod reached the none network's pod %s", t2.v6)
+	if _, err := testns.Try(pods["a"].ns, append(ping, "-c", "1", "-W", "1", addr("t2"))...); err == nil {
+		t.Errorf("the snat pod reached the none network's pod %s", addr("t2"))
 	}
 }
 

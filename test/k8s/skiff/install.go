@@ -140,8 +140,11 @@ patches:
           - {name: run, hostPath: {path: %q, type: DirectoryOrCreate}}
 - target: {kind: DaemonSet, name: skiff-agent}
   patch: |-
+    - op: test
+      path: /spec/template/spec/containers/0/args/5
+      value: --socket=/run/skiff/$(NODE_NAME)/agent.sock
     - op: replace
-      path: /spec/template/spec/containers/0/args/4
+      path: /spec/template/spec/containers/0/args/5
       value: --socket=%s/$(NODE_NAME)/agent.sock
 `, base, indent(settings, 8), ctrlArgs, c.Dir, run, c.Dir, state, run, run)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
