@@ -1,6 +1,7 @@
 package nl
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"slices"
@@ -80,6 +81,12 @@ type BridgeEgress struct {
 	// tracked by conntrack on their way through the bridge (see
 	// SetIsolation).
 	HostMAC string
+	// ReplyMark, when not 0, is or'ed into the mark of what leaves
+	// through Name on a connection conntrack holds established or
+	// related (chain NftReplyChain): an offload node's gateway port
+	// lets such packets past the network's zone (offload/flower
+	// ReplyMark).
+	ReplyMark uint32
 }
 
 // NftEgressChain is the nat chain of the networks whose egress is snat,
@@ -87,6 +94,9 @@ type BridgeEgress struct {
 const (
 	NftEgressChain  = "egress"
 	NftUntrackChain = "untrack"
+	// NftReplyChain marks what leaves a device on a connection the node
+	// let through (BridgeEgress.ReplyMark), at postrouting.
+	NftReplyChain = "replies"
 )
 
 // Prefixes of the devices routed traffic may use to enter or leave a
@@ -174,6 +184,20 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 						&expr.Notrack{}})})
 			}
 		}
+		if b.ReplyMark != 0 {
+			out = append(out, nftRule{data: fmt.Sprintf("reply:%s:%#x", b.Name, b.ReplyMark), chain: NftReplyChain,
+				exprs: cat(ifEq(expr.MetaKeyOIFNAME, b.Name), []expr.Any{
+					&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+					&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+						Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), Xor: make([]byte, 4)},
+					&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+					// mark | ReplyMark: (mark & ^ReplyMark) ^ ReplyMark.
+					&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+					&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+						Mask: binary.NativeEndian.AppendUint32(nil, ^b.ReplyMark), Xor: binary.NativeEndian.AppendUint32(nil, b.ReplyMark)},
+					&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
+				})})
+		}
 		switch b.Egress {
 		case "", "none":
 			// Out of the overlay, and into it from outside.
@@ -256,6 +280,9 @@ func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 			case NftUntrackChain:
 				ch = c.AddChain(&nftables.Chain{Name: NftUntrackChain, Table: table, Type: nftables.ChainTypeFilter,
 					Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
+			case NftReplyChain:
+				ch = c.AddChain(&nftables.Chain{Name: NftReplyChain, Table: table, Type: nftables.ChainTypeFilter,
+					Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityMangle})
 			}
 			chains[r.chain] = ch
 		}
@@ -289,7 +316,7 @@ func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
 		// No such chain: the table is ours but incomplete; rebuild it.
 		return nil, true, nil
 	}
-	for _, name := range []string{NftEgressChain, NftUntrackChain} {
+	for _, name := range []string{NftEgressChain, NftUntrackChain, NftReplyChain} {
 		if more, err := c.GetRules(table, &nftables.Chain{Name: name, Table: table}); err == nil {
 			rules = append(rules, more...)
 		}

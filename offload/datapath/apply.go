@@ -185,13 +185,21 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 		devs[VXLANName] = dev
 	}
+	// Devices with forwarding or policy rules (a host port may hold the
+	// policy pipeline before it has a forwarding rule).
 	var withRules []flower.Device
 	seen := map[string]bool{}
-	for _, r := range rules {
-		if !seen[r.Dev] {
-			seen[r.Dev] = true
-			withRules = append(withRules, devs[r.Dev])
+	with := func(dev string) {
+		if d, ok := devs[dev]; ok && !seen[dev] {
+			seen[dev] = true
+			withRules = append(withRules, d)
 		}
+	}
+	for _, r := range rules {
+		with(r.Dev)
+	}
+	for _, r := range polRules {
+		with(r.Dev)
 	}
 	if err := d.prog.EnsureClsact(withRules); err != nil {
 		errs = append(errs, err)

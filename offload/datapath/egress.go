@@ -50,6 +50,11 @@ func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[st
 			// network's endpoints).
 			b.HostPort = agentdp.HostPortName(n.VNI)
 		}
+		if agentdp.RoutesOut(n) {
+			// What the node lets through goes past the network's
+			// zone on the gateway port (flower.ReplyMark).
+			b.ReplyMark = flower.ReplyMark
+		}
 		devs = append(devs, b)
 		forward[gw] = agentdp.RoutesOut(n)
 		v6 = v6 || agentdp.RoutesIPv6(n)

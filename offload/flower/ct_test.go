@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
 )
 
 func policyRules() []PolicyRule {
@@ -54,6 +56,28 @@ func TestPolicyRoundTrip(t *testing.T) {
 	}
 }
 
+// A rule matching the packet's mark is a fw filter whose handle is the
+// mark (whatever handle it is given), never asked of the hardware; it
+// decodes back as the same rule, and its delete names fw.
+func TestPolicyMarkRoundTrip(t *testing.T) {
+	r := PolicyRule{Dev: "skh100", Index: 5, Chain: ChainEntry, Prio: PrioEntryReply, Match: PolicyMatch{EthType: EthAll, Mark: ReplyMark},
+		Actions: []PolicyAction{{Kind: PolicyGoto, Chain: ChainForward}}}
+	b, err := EncodePolicy(r, 7, flagSkipHW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok, err := DecodePolicy(b)
+	if err != nil || !ok {
+		t.Fatalf("decode: ok=%v err=%v", ok, err)
+	}
+	if f.Rule.String() != r.String() || f.Handle != ReplyMark || f.Flags != 0 || string(f.Cookie) != string(PolicyCookie(r)) {
+		t.Errorf("decoded %s (handle %#x flags %d cookie %x), want %s at handle %#x", f.Rule, f.Handle, f.Flags, f.Cookie, r, ReplyMark)
+	}
+	if d := deleteFilter(f); d.Kind != tc.KindFw || d.Handle != ReplyMark {
+		t.Errorf("delete of %s: kind %q handle %#x, want fw at %#x", r, d.Kind, d.Handle, ReplyMark)
+	}
+}
+
 func TestPolicyStrings(t *testing.T) {
 	rs := policyRules()
 	for i, want := range map[int]string{
@@ -92,6 +116,7 @@ func TestPolicyValidate(t *testing.T) {
 		"without +trk":                        func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = CtNew, CtTracked|CtNew },
 		"exclude each other":                  func(r *PolicyRule) { r.Match.CtState, r.Match.CtStateMask = ctAll&^CtInvalid, ctAll },
 		"actions: none":                       func(r *PolicyRule) { r.Actions = nil },
+		"match.Mark: matched alone":           func(r *PolicyRule) { r.Match.Mark = ReplyMark },
 		"actions[0].Chain 0":                  func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyGoto}} },
 		"actions[0].Index":                    func(r *PolicyRule) { r.Actions = []PolicyAction{{Kind: PolicyRedirect}} },
 		"actions[1].Kind":                     func(r *PolicyRule) { r.Actions = append(r.Actions, PolicyAction{Kind: "accept"}) },

@@ -196,7 +196,7 @@ func (p *PolicyProgrammer) installOn(dev Device, rules []PolicyRule, idx []int, 
 			c.top++
 			handle = c.top
 		}
-		cs = append(cs, change{kind: kind, f: r.filter(handle, 0), hw: dev.Hardware})
+		cs = append(cs, change{kind: kind, f: r.filter(handle, 0), hw: dev.Hardware && r.Match.Mark == 0}) // fw is never offloaded
 		at = append(at, i)
 	}
 	flush()

@@ -55,8 +55,11 @@ const (
 // rules' PrioARP..PrioFloodLast). A priority holds one ethernet type: the
 // families' filters sit at their own.
 const (
-	PrioEntryCt  uint16 = 0x5310 // chain 0: IPv4 into conntrack
-	PrioEntryCt6 uint16 = 0x5311 // chain 0: IPv6 into conntrack (dual-stack networks)
+	// PrioEntryReply: chain 0 of the gateway port of a network that
+	// routes out, what carries ReplyMark to forwarding (a fw filter).
+	PrioEntryReply uint16 = 0x52ff
+	PrioEntryCt    uint16 = 0x5310 // chain 0: IPv4 into conntrack
+	PrioEntryCt6   uint16 = 0x5311 // chain 0: IPv6 into conntrack (dual-stack networks)
 	// PrioEntryIPv6: chain 0, IPv6 of an isolated endpoint of a network
 	// without an IPv6 subnet (its link-local traffic): drop.
 	PrioEntryIPv6 uint16 = 0x5311
@@ -69,12 +72,14 @@ const (
 	// 133-137) to forwarding, as the software table lets it through:
 	// conntrack does not track it, NetworkPolicy does not govern it.
 	PrioND uint16 = 0x5314
-	// PrioGateway (IPv4) and PrioGateway6: chain 1, on the representor
-	// of an egress-isolated endpoint of a network that routes out (snat
-	// or routed), what it sends to its gateway's MAC skips its egress
-	// rules (goto 2): the node's stack routes it, after kube-proxy's
-	// DNAT, and enforces those rules there (internal/nl SetPolicy on
-	// the gateway skg<VNI>), as a software node does.
+	// PrioGateway (IPv4) and PrioGateway6: chain 1, on the
+	// representors of a network that routes out (snat or routed), what
+	// an endpoint sends to its gateway's MAC goes to forwarding (goto
+	// 3), past the egress rules of an egress-isolated one and
+	// uncommitted: the node's stack routes it, after kube-proxy's DNAT,
+	// and enforces those rules there (internal/nl SetPolicy on the
+	// gateway skg<VNI>), as a software node does; what it lets through
+	// comes back with ReplyMark.
 	PrioGateway  uint16 = 0x5315
 	PrioGateway6 uint16 = 0x5316
 	PrioRule     uint16 = 0x5400 // IPv4 rule i of an endpoint's direction at PrioRule+i
@@ -87,6 +92,19 @@ const (
 	// policy may have on an offload node.
 	MaxPolicyRules = int(PrioRule6 - PrioRule)
 )
+
+// ReplyMark is the packet mark (a bit of skb->mark) the node's stack
+// sets on what it sends out of a gateway skg<VNI> of a network that
+// routes out on a connection it let through (conntrack established or
+// related: internal/nl BridgeEgress.ReplyMark). The gateway port's
+// fw filter (PrioEntryReply) sends such packets to forwarding: they
+// need no zone, since the representor commits nothing the node routes
+// (PrioGateway). So a connection the node refuses (a Service DNATed to
+// a backend the endpoint's egress rules do not admit) leaves no entry
+// in the network's zone whose reverse 5-tuple would pass the
+// endpoint's ingress rules as established. A bit no one else sets:
+// kube-proxy uses 0x4000 and 0x8000, Calico 0xffff0000.
+const ReplyMark uint32 = 0x00200000
 
 // ndTypes are the ICMPv6 types that pass policy: router solicitation and
 // advertisement, neighbour solicitation and advertisement, redirect.
@@ -299,14 +317,17 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 					Actions: []PolicyAction{{Kind: PolicyDrop}}, Endpoint: e.Name, RuleIndex: -1})
 			}
 			tracked(rep, fams)
+			mac := NodeEgressMAC(n, in.Gateways[nname])
 			for _, f := range fams {
+				if mac != "" {
+					// What the node routes: its stack decides, so
+					// nothing is committed here (ReplyMark).
+					add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.gateway, Match: PolicyMatch{EthType: f.eth, DstMAC: mac},
+						Actions: []PolicyAction{gotoChain(ChainForward)}})
+				}
 				if !ei {
 					add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.open, Match: PolicyMatch{EthType: f.eth}, Actions: []PolicyAction{gotoChain(ChainIngress)}})
 					continue
-				}
-				if mac := NodeEgressMAC(n, in.Gateways[nname]); mac != "" {
-					add(PolicyRule{Dev: rep, Chain: ChainEgress, Prio: f.gateway, Match: PolicyMatch{EthType: f.eth, DstMAC: mac},
-						Actions: []PolicyAction{gotoChain(ChainIngress)}})
 				}
 				for ri, ms := range rulesOf(e.Name, f).eg {
 					for _, m := range ms {
@@ -331,6 +352,12 @@ func CompilePolicy(p plan.Plan, in Input, fwd []Rule) ([]PolicyRule, error) {
 		}{{in.VXLAN, n.VNI}, {in.Gateways[nname].Port, 0}, {in.HostPorts[nname].Port, 0}} {
 			if d.dev == "" {
 				continue
+			}
+			if d.dev == in.Gateways[nname].Port && NodeEgressMAC(n, in.Gateways[nname]) != "" {
+				// What the node's stack sends on connections it let
+				// through (ReplyMark) needs no zone here.
+				add(PolicyRule{Dev: d.dev, Chain: ChainEntry, Prio: PrioEntryReply, Match: PolicyMatch{EthType: EthAll, Mark: ReplyMark},
+					Actions: []PolicyAction{gotoChain(ChainForward)}})
 			}
 			entry(d.dev, z, d.vni, fams)
 			for _, f := range fams {

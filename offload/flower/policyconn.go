@@ -21,6 +21,10 @@ func (r PolicyRule) filter(handle, flags uint32) tc.Filter {
 	if m.DstMAC != "" {
 		f.Match.DstMAC, _ = net.ParseMAC(m.DstMAC) // valid: r is
 	}
+	if m.Mark != 0 {
+		f = tc.Filter{Ifindex: r.Index, Chain: r.Chain, Prio: r.Prio, Proto: m.EthType, Handle: m.Mark, Kind: tc.KindFw,
+			Match: tc.Match{Mark: m.Mark, MarkMask: m.Mark}}
+	}
 	f.Actions = make([]tc.Action, len(r.Actions))
 	for i, a := range r.Actions {
 		var ta tc.Action
@@ -92,6 +96,9 @@ func policyFilter(tf *tc.Filter) PolicyFilter {
 				DstPortMin: m.DstPortMin, DstPortMax: m.DstPortMax, CtState: m.CtState, CtStateMask: m.CtStateMask}}}
 	if len(m.DstMAC) == 6 && m.DstMACMask == nil {
 		f.Rule.Match.DstMAC = m.DstMAC.String()
+	}
+	if tf.Kind == tc.KindFw && m.MarkMask == m.Mark {
+		f.Rule.Match.Mark = m.Mark
 	}
 	for _, ta := range tf.Actions {
 		if f.Cookie == nil && ta.Cookie != nil {
@@ -191,7 +198,11 @@ func deleteFilter(f PolicyFilter) *tc.Filter {
 	if f.Info != 0 {
 		proto = htons(uint16(f.Info))
 	}
-	return &tc.Filter{Ifindex: f.Rule.Index, Chain: f.Rule.Chain, Prio: f.Rule.Prio, Proto: proto, Handle: f.Handle}
+	tf := &tc.Filter{Ifindex: f.Rule.Index, Chain: f.Rule.Chain, Prio: f.Rule.Prio, Proto: proto, Handle: f.Handle}
+	if f.Rule.Match.Mark != 0 {
+		tf.Kind, tf.Match.Mark = tc.KindFw, f.Handle
+	}
+	return tf
 }
 
 // Dump returns the flower filters of every chain of ifindex's ingress,

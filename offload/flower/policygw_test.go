@@ -36,9 +36,14 @@ func chainOf(rs []PolicyRule, dev string, chain uint32) []string {
 // sends to the gateway's MAC skips its egress rules on its representor
 // (the node's stack routes it, after kube-proxy's DNAT, and enforces
 // them there), ahead of those rules and after the conntrack verdicts,
-// per family; everything else meets them as before. On a network that
-// does not route out (none) the gateway is the node itself, whose
-// traffic stays with the representor's rules.
+// per family, straight to forwarding: nothing the node routes is
+// committed on a representor (of an isolated endpoint or not), so a
+// connection the node refuses leaves no entry whose reverse 5-tuple
+// would pass as established; what the node lets through comes back
+// with ReplyMark, which the gateway port's first filter sends to
+// forwarding. Everything else meets the rules as before. On a network
+// that does not route out (none) the gateway is the node itself, whose
+// traffic stays with the representor's rules and zone.
 func TestCompilePolicyGatewayEgress(t *testing.T) {
 	p, reps := dualBase()
 	n := p.Networks["blue"]
@@ -92,19 +97,27 @@ func TestCompilePolicyGatewayEgress(t *testing.T) {
 		"0x6402 ipv6: drop [a egress -1]",
 	}
 	gateway := []string{
-		"0x5315 ip dst_mac 02:73:6b:00:00:64: goto chain 2",
-		"0x5316 ipv6 dst_mac 02:73:6b:00:00:64: goto chain 2",
+		"0x5315 ip dst_mac 02:73:6b:00:00:64: goto chain 3",
+		"0x5316 ipv6 dst_mac 02:73:6b:00:00:64: goto chain 3",
 	}
 	rs := compile("snat")
 	check("snat: a's chain 1", chainOf(rs, "repa", ChainEgress), slices.Concat(verdicts, gateway, rules))
-	// b is not isolated: no gateway filter, its chain 1 is open.
-	check("snat: b's chain 1", chainOf(rs, "repb", ChainEgress), slices.Concat(verdicts, []string{
+	// b is not isolated: the gateway filters, then its chain 1 is open.
+	check("snat: b's chain 1", chainOf(rs, "repb", ChainEgress), slices.Concat(verdicts, gateway, []string{
 		"0x6401 ip: goto chain 2",
 		"0x6403 ipv6: goto chain 2",
 	}))
-	// Entry and ingress chains are those of any isolated endpoint: the
-	// gateway's frames are tracked and committed in the network's zone
-	// (their replies come back +est through skh100).
+	// The gateway port: what the node marked goes to forwarding ahead
+	// of the zone; the rest is tracked as before.
+	gwEntry := []string{
+		"0x52ff all mark 0x200000: goto chain 3",
+		"0x5310 ip: ct zone 101, goto chain 1",
+		"0x5311 ipv6: ct zone 101, goto chain 1",
+		"0x5312 all: goto chain 3",
+	}
+	check("snat: the gateway port's chain 0", chainOf(rs, "skh100", ChainEntry), gwEntry)
+	check("snat: the host port's chain 0", chainOf(rs, "sknp100", ChainEntry), gwEntry[1:])
+	// Entry and ingress chains are those of any isolated endpoint.
 	check("snat: a's chain 0", chainOf(rs, "repa", ChainEntry), []string{
 		"0x5310 ip: ct zone 101, goto chain 1",
 		"0x5311 ipv6: ct zone 101, goto chain 1",
@@ -117,14 +130,19 @@ func TestCompilePolicyGatewayEgress(t *testing.T) {
 
 	n.Egress = plan.EgressRouted
 	p.Networks["blue"] = n
-	check("routed: a's chain 1", chainOf(compile("routed"), "repa", ChainEgress), slices.Concat(verdicts, gateway, rules))
+	rs = compile("routed")
+	check("routed: a's chain 1", chainOf(rs, "repa", ChainEgress), slices.Concat(verdicts, gateway, rules))
+	check("routed: the gateway port's chain 0", chainOf(rs, "skh100", ChainEntry), gwEntry)
 
 	// none: the gateway does not forward; a's frames to it (the node
-	// itself) meet a's rules on its representor, as before.
+	// itself) meet a's rules on its representor, as before, and the
+	// gateway port has no mark filter.
 	n.Egress = plan.EgressNone
 	p.Networks["blue"] = n
 	delete(in.HostPorts, "blue")
-	check("none: a's chain 1", chainOf(compile("none"), "repa", ChainEgress), slices.Concat(verdicts, rules))
+	rs = compile("none")
+	check("none: a's chain 1", chainOf(rs, "repa", ChainEgress), slices.Concat(verdicts, rules))
+	check("none: the gateway port's chain 0", chainOf(rs, "skh100", ChainEntry), gwEntry[1:])
 
 	// No gateway on this node (no Input.Gateways): nothing to skip to.
 	n.Egress = plan.EgressSNAT

@@ -85,6 +85,11 @@ type PolicyMatch struct {
 	// CtState under CtStateMask: +trk+est is CtTracked|CtEstablished
 	// under the same mask; 0 mask: conntrack state not matched.
 	CtState, CtStateMask uint16
+	// Mark: the packet's mark has these bits set (a fw filter, not
+	// flower, whose handle is the mark: at most one such rule per
+	// chain and priority); with EthAll and no other key. 0: not
+	// matched.
+	Mark uint32
 }
 
 // PolicyAction is one action of a policy rule.
@@ -148,6 +153,9 @@ func (m PolicyMatch) String() string {
 		if m.DstPortMax != m.DstPortMin {
 			fmt.Fprintf(&b, "-%d", m.DstPortMax)
 		}
+	}
+	if m.Mark != 0 {
+		fmt.Fprintf(&b, " mark %#x", m.Mark)
 	}
 	if m.CtStateMask != 0 {
 		fmt.Fprintf(&b, " ct_state %s", CtStateString(m.CtState, m.CtStateMask))
@@ -213,6 +221,8 @@ func (r PolicyRule) Validate() error {
 	switch {
 	case m.EthType == 0:
 		return fmt.Errorf("policy rule %s on %s: match.EthType: required", r, r.Dev)
+	case m.Mark != 0 && (m != PolicyMatch{EthType: EthAll, Mark: m.Mark}):
+		return fmt.Errorf("policy rule %s on %s: match.Mark: matched alone (a fw filter), for every protocol", r, r.Dev)
 	case m.DstMAC != "" && !canonicalMAC(m.DstMAC):
 		return fmt.Errorf("policy rule %s on %s: match.DstMAC %q: not a lower-case 6-byte MAC address", r, r.Dev, m.DstMAC)
 	case ip && m.EthType != EthIPv4 && !v6:

@@ -68,6 +68,10 @@ func codecFilters() []Filter {
 		{Ifindex: 9, Chain: 1, Prio: 0x5401, Proto: unix.ETH_P_IP, Handle: 4, Kind: "flower",
 			Match:   Match{IPProto: unix.IPPROTO_TCP, DstPortMin: 8000, DstPortMax: 8099},
 			Actions: []Action{{Kind: KindGact, Verdict: TC_ACT_SHOT}}},
+		// A fw filter: its handle is the mark it matches.
+		{Ifindex: 9, Chain: 0, Prio: 0x52ff, Proto: unix.ETH_P_ALL, Handle: 0x200000, Kind: KindFw,
+			Match:   Match{Mark: 0x200000, MarkMask: 0x200000},
+			Actions: []Action{{Kind: KindGact, Verdict: Goto(3), Cookie: []byte("sk-fw-cookie")}}},
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 
 // Decode decodes an RTM_NEWTFILTER (or RTM_DELTFILTER) payload: struct
 // tcmsg and attributes, from a dump (full or terse) or a notification.
-// ok is false for what is not a flower filter: a chain's or priority's
-// head (handle 0), another classifier. Keys it does not know are skipped.
+// ok is false for what is not a flower or fw filter: a chain's or
+// priority's head (handle 0), another classifier. Keys it does not know
+// are skipped.
 func Decode(b []byte) (f Filter, ok bool, err error) {
 	if err := f.decodeHead(b); err != nil {
 		return f, false, err
@@ -35,10 +36,14 @@ func Decode(b []byte) (f Filter, ok bool, err error) {
 	if err := d.Err(); err != nil {
 		return f, false, fmt.Errorf("tc: filter attributes: %w", err)
 	}
-	if f.Kind != "flower" || f.Handle == 0 || opts == nil {
+	if f.Kind != "flower" && f.Kind != KindFw || f.Handle == 0 || opts == nil {
 		return f, false, nil
 	}
-	if err := f.decodeFlower(opts); err != nil {
+	decode := f.decodeFlower
+	if f.Kind == KindFw {
+		decode = f.decodeFw
+	}
+	if err := decode(opts); err != nil {
 		return f, false, fmt.Errorf("tc: filter %#x prio %d chain %d of ifindex %d: %w", f.Handle, f.Prio, f.Chain, f.Ifindex, err)
 	}
 	return f, true, nil
@@ -116,15 +121,7 @@ func (f *Filter) decodeFlower(b []byte) error {
 		case TCA_FLOWER_FLAGS:
 			f.Flags = d.U32()
 		case TCA_FLOWER_ACT:
-			ad := d.Nested()
-			for ad.Next() {
-				a, err := decodeAction(ad.Nested())
-				if err != nil {
-					return err
-				}
-				f.Actions = append(f.Actions, a)
-			}
-			if err := ad.Err(); err != nil {
+			if err := f.decodeActions(d.Nested()); err != nil {
 				return err
 			}
 		}
@@ -146,6 +143,19 @@ func (f *Filter) decodeFlower(b []byte) error {
 		m.Dst = prefix6(dst6, dst6Mask)
 	}
 	return nil
+}
+
+// decodeActions appends the actions of a nest (TCA_FLOWER_ACT, TCA_FW_ACT)
+// to f's.
+func (f *Filter) decodeActions(ad *rtnl.Decoder) error {
+	for ad.Next() {
+		a, err := decodeAction(ad.Nested())
+		if err != nil {
+			return err
+		}
+		f.Actions = append(f.Actions, a)
+	}
+	return ad.Err()
 }
 
 // fullMAC is the mask of a whole MAC address.

@@ -31,7 +31,7 @@ type Filter struct {
 	Prio    uint16
 	Proto   uint16 // ETH_P_* in host order; unix.ETH_P_ALL: every protocol
 	Handle  uint32 // 0 on create: the kernel picks one
-	Kind    string // "flower" (the only classifier encoded)
+	Kind    string // "flower", or KindFw (fw.go)
 	Flags   uint32 // TCA_CLS_FLAGS_*
 	Match   Match
 	Actions []Action
@@ -57,6 +57,8 @@ type Match struct {
 	DstPortMin, DstPortMax uint16
 	// CtState under CtStateMask (TCA_FLOWER_KEY_CT_FLAGS_*).
 	CtState, CtStateMask uint16
+	// Mark under MarkMask: a fw filter's (KindFw) only key; its handle.
+	Mark, MarkMask uint32
 }
 
 // Action kinds.
@@ -127,10 +129,14 @@ func (f *Filter) info() uint32 { return uint32(f.Prio)<<16 | uint32(htons(f.Prot
 // AppendEncode appends f as the payload of an RTM_NEWTFILTER request
 // (struct tcmsg and attributes) to b.
 func (f *Filter) AppendEncode(b []byte) []byte {
-	b = tcmsg(b, f.Ifindex, f.Handle, f.parent(), f.info())
+	b = tcmsg(b, f.Ifindex, f.handle(), f.parent(), f.info())
 	e := rtnl.NewEncoder(b)
-	e.String(unix.TCA_KIND, "flower")
+	e.String(unix.TCA_KIND, f.kind())
 	e.U32(unix.TCA_CHAIN, f.Chain)
+	if f.Kind == KindFw {
+		e.Nest(unix.TCA_OPTIONS, f.encodeFw)
+		return e.Bytes()
+	}
 	e.Nest(unix.TCA_OPTIONS, func(e *rtnl.Encoder) {
 		f.Match.encode(e, f.Proto)
 		e.U32(TCA_FLOWER_FLAGS, f.Flags)
@@ -300,9 +306,9 @@ func (a *Action) encode(e *rtnl.Encoder) {
 // AppendDelete appends the payload of an RTM_DELTFILTER request for f
 // (device, parent, chain, priority, protocol and handle) to b.
 func (f *Filter) AppendDelete(b []byte) []byte {
-	b = tcmsg(b, f.Ifindex, f.Handle, f.parent(), f.info())
+	b = tcmsg(b, f.Ifindex, f.handle(), f.parent(), f.info())
 	e := rtnl.NewEncoder(b)
-	e.String(unix.TCA_KIND, "flower")
+	e.String(unix.TCA_KIND, f.kind())
 	e.U32(unix.TCA_CHAIN, f.Chain)
 	return e.Bytes()
 }

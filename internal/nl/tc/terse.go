@@ -55,11 +55,12 @@ func (c *Conn) DumpTerse(ifindex int, chains []uint32, fn func(f *Terse)) error 
 	})
 }
 
-var flowerKind = []byte("flower")
+var flowerKind, fwKind = []byte("flower"), []byte(KindFw)
 
 // decodeTerse decodes a filter message of a terse dump into f; ok is
-// false for what is not a flower filter (a chain's or priority's head,
-// another classifier). ck is the first action cookie, not copied.
+// false for what is not a flower or fw filter (a chain's or priority's
+// head, another classifier; the kernel dumps a fw filter whole, which
+// is read the same way). ck is the first action cookie, not copied.
 func decodeTerse(b []byte, f *Terse) (ok bool, ck []byte, err error) {
 	head, err := DecodeHead(b)
 	if err != nil {
@@ -67,7 +68,7 @@ func decodeTerse(b []byte, f *Terse) (ok bool, ck []byte, err error) {
 	}
 	f.Handle, f.Prio, f.Proto = head.Handle, head.Prio, head.Proto
 	var opts []byte
-	flower := false
+	flower, fw := false, false
 	d := rtnl.NewDecoder(b[20:])
 	for d.Next() {
 		switch d.Type() {
@@ -76,7 +77,7 @@ func decodeTerse(b []byte, f *Terse) (ok bool, ck []byte, err error) {
 			for len(v) > 0 && v[len(v)-1] == 0 {
 				v = v[:len(v)-1]
 			}
-			flower = string(v) == string(flowerKind)
+			flower, fw = string(v) == string(flowerKind), string(v) == string(fwKind)
 		case unix.TCA_CHAIN:
 			f.Chain = d.U32()
 		case unix.TCA_OPTIONS:
@@ -86,15 +87,19 @@ func decodeTerse(b []byte, f *Terse) (ok bool, ck []byte, err error) {
 	if err := d.Err(); err != nil {
 		return false, nil, fmt.Errorf("tc: filter attributes: %w", err)
 	}
-	if !flower || f.Handle == 0 || opts == nil {
+	if !flower && !fw || f.Handle == 0 || opts == nil {
 		return false, nil, nil
+	}
+	var actAttr uint16 = TCA_FLOWER_ACT
+	if fw {
+		actAttr = TCA_FW_ACT
 	}
 	od := rtnl.NewDecoder(opts)
 	for od.Next() {
-		switch od.Type() {
-		case TCA_FLOWER_FLAGS:
+		switch t := od.Type(); {
+		case flower && t == TCA_FLOWER_FLAGS:
 			f.Flags = od.U32()
-		case TCA_FLOWER_ACT:
+		case t == actAttr:
 			ad := od.Nested()
 			for ad.Next() {
 				first := f.Actions == 0

@@ -181,6 +181,12 @@ func TestUAPIHeaders(t *testing.T) {
 		"TCA_CT_ZONE":                          TCA_CT_ZONE,
 		"TCA_CT_ACT_COMMIT":                    TCA_CT_ACT_COMMIT,
 		"TCA_CT_ACT_NAT":                       TCA_CT_ACT_NAT,
+		"TCA_FW_UNSPEC":                        TCA_FW_UNSPEC,
+		"TCA_FW_CLASSID":                       TCA_FW_CLASSID,
+		"TCA_FW_POLICE":                        TCA_FW_POLICE,
+		"TCA_FW_INDEV":                         TCA_FW_INDEV,
+		"TCA_FW_ACT":                           TCA_FW_ACT,
+		"TCA_FW_MASK":                          TCA_FW_MASK,
 		"TC_H_CLSACT":                          TC_H_CLSACT,
 		"TC_H_MIN_INGRESS":                     TC_H_MIN_INGRESS,
 	}

@@ -91,7 +91,8 @@ func kubeProxyRules(node string, ips map[string]string) string {
 //     b admitting ingress only from c (podSelector), c's Service
 //     connections reach b and a's do not; c admitting no ingress does
 //     not stop its Service connections' replies;
-//   - egress too, in the node's stack after the DNAT (serviceEgress).
+//   - egress too, in the node's stack after the DNAT (serviceEgress);
+//   - a connection the node refuses leaves no way back in (replyPinhole).
 func TestOffloadServices(t *testing.T) {
 	guest.Require(t)
 	nodes := []guest.RigNode{
@@ -270,4 +271,5 @@ func TestOffloadServices(t *testing.T) {
 		t.Logf("b admits only c: a -> Service answered by %v (its connections to b dropped)", got)
 	}
 	serviceEgress(t, r, "sksvpc", svcWeb, "203.0.113.0/24", ips, diag)
+	replyPinhole(t, r, out, ips, diag)
 }
