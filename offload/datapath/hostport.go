@@ -34,6 +34,12 @@ import (
 // planner makes it a host member: a node without pods must reach pods
 // too) has the host port without a gateway: its routes to the remote
 // endpoints, and no table, rule or peers (nothing is routed back out).
+// A node's host address (agentdp.HostAddrs: IPv6, the underlay being
+// IPv4) goes on skn<VNI> too; remote endpoints' IPv6 addresses are
+// routed from it (without one, from no address: for what the node
+// forwards), and the other nodes' host addresses are routed in the
+// network's table like their underlay addresses, to the same MACs, with
+// an IPv6 rule iif skg<VNI>.
 
 // hostPorts gives each network of the plan whose egress routes out a
 // host port pair (on an IPv4 underlay), whether or not it has a gateway
@@ -93,11 +99,12 @@ func isHostPort(name string) bool {
 }
 
 // hostRouting makes the node's routing match the host ports hps (by
-// network; links byName): remote endpoints' IPv4 addresses through the
-// host port from the underlay address, with permanent neighbours; the
-// other nodes' host ports in the network's table out of its gateway,
-// with permanent neighbours; the rule that makes what comes in from the
-// gateway look that table up. Skiff's other routes and rules go, and
+// network; links byName): remote endpoints' addresses through the
+// host port from the node's address of their family, with permanent
+// neighbours; the other nodes' host ports (VTEPs and host addresses)
+// in the network's table out of its gateway, with permanent
+// neighbours; the rules (one per family) that make what comes in from
+// the gateway look that table up. Skiff's other routes and rules go, and
 // the permanent neighbours of gateways (gws) without a host port.
 func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps map[string]flower.HostPort, byName map[string]nl.Link) error {
 	st := agentdp.NewHostRouting()

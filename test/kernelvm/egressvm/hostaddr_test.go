@@ -46,7 +46,9 @@ func hostAddrs(t *testing.T, nodes []guest.RigNode, home map[string]string, ping
 				continue
 			}
 			if !ping("skhpp"+p, n.HostIP) {
-				t.Errorf("pod %s on %s: no answer from %s's host address %s\n%s", p, home[p], n.Name, n.HostIP, diag6())
+				o, _ := exec.Command(ipBin, "netns", "exec", "skhpp"+p, "/bin/sh", "-c", ipBin+" -6 route get "+n.HostIP+"; "+ipBin+" -6 neigh; "+
+					ipBin+" -6 route show table all; nstat -az Icmp6InRedirects Ip6InNoRoutes; /bin/ping -c 3 -i 0.5 "+n.HostIP).CombinedOutput()
+				t.Errorf("pod %s on %s: no answer from %s's host address %s\n==== the pod\n%s\n%s", p, home[p], n.Name, n.HostIP, o, diag6())
 				continue
 			}
 			sourceSeen(t, fmt.Sprintf("pod %s on %s -> %s (%s) at %s", p, home[p], n.Name, n.Mode, n.HostIP), "skhpp"+p, "skhp"+n.Name, n.HostIP, ips6[p], diag6)
