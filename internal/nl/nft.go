@@ -83,10 +83,13 @@ type BridgeEgress struct {
 }
 
 // NftEgressChain is the nat chain of the networks whose egress is snat,
-// NftUntrackChain the raw chain of the host ports' frames.
+// NftUntrackChain the raw chain of the host ports' frames,
+// NftNoRedirectChain the output chain that keeps ICMPv6 redirects from
+// the pods of networks with a host port.
 const (
-	NftEgressChain  = "egress"
-	NftUntrackChain = "untrack"
+	NftEgressChain     = "egress"
+	NftUntrackChain    = "untrack"
+	NftNoRedirectChain = "noredirect"
 )
 
 // Prefixes of the devices routed traffic may use to enter or leave a
@@ -174,6 +177,25 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 						&expr.Notrack{}})})
 			}
 		}
+		if b.HostPort != "" {
+			// The node routes what a pod sends to another node's host
+			// port (its VTEP or host address) back out of the device
+			// it came in by, and IPv6 then redirects the pod to that
+			// host port's MAC (the destination is on-link; a TCP
+			// socket takes the advice without checking its first
+			// hop): the pod would send to it past the node's stack
+			// (its egress policy), and on an offload node to a MAC
+			// its representor has no rule for. The gateway stays the
+			// pods' first hop. (IPv4 redirects name the node's
+			// underlay address, which is not on the pods' link, and
+			// are ignored.)
+			out = append(out, nftRule{data: "noredirect:" + b.Name, chain: NftNoRedirectChain, exprs: cat(ifEq(expr.MetaKeyOIFNAME, b.Name), []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{137}}, // nd-redirect
+			}, drop)})
+		}
 		switch b.Egress {
 		case "", "none":
 			// Out of the overlay, and into it from outside.
@@ -256,6 +278,9 @@ func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 			case NftUntrackChain:
 				ch = c.AddChain(&nftables.Chain{Name: NftUntrackChain, Table: table, Type: nftables.ChainTypeFilter,
 					Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
+			case NftNoRedirectChain:
+				ch = c.AddChain(&nftables.Chain{Name: NftNoRedirectChain, Table: table, Type: nftables.ChainTypeFilter,
+					Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 			}
 			chains[r.chain] = ch
 		}
@@ -289,7 +314,7 @@ func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
 		// No such chain: the table is ours but incomplete; rebuild it.
 		return nil, true, nil
 	}
-	for _, name := range []string{NftEgressChain, NftUntrackChain} {
+	for _, name := range []string{NftEgressChain, NftUntrackChain, NftNoRedirectChain} {
 		if more, err := c.GetRules(table, &nftables.Chain{Name: name, Table: table}); err == nil {
 			rules = append(rules, more...)
 		}

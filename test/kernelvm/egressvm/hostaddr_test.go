@@ -3,6 +3,7 @@ package egressvm
 import (
 	"fmt"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +21,10 @@ import (
 //     IPv6) to the node's host port MAC, comes back through the
 //     overlay;
 //   - every pods pod pings every other node's host address and opens
-//     TCP to it, seen there from the pod's own IPv6 address;
+//     TCP to it, seen there from the pod's own IPv6 address, and its
+//     route to each stays through its gateway (no ICMPv6 redirect to a
+//     host port MAC, which a pod's TCP socket would take: on an offload
+//     node its representor has no rule for that MAC);
 //   - no node reaches another node's tenant pod (egress none) over
 //     IPv6, and the tenant pods still reach each other.
 func hostAddrs(t *testing.T, nodes []guest.RigNode, home map[string]string, ping func(ns, addr string) bool, diag func() string) {
@@ -52,6 +56,17 @@ func hostAddrs(t *testing.T, nodes []guest.RigNode, home map[string]string, ping
 				continue
 			}
 			sourceSeen(t, fmt.Sprintf("pod %s on %s -> %s (%s) at %s", p, home[p], n.Name, n.Mode, n.HostIP), "skhpp"+p, "skhp"+n.Name, n.HostIP, ips6[p], diag6)
+		}
+	}
+	// The pods' first hop is still their gateway: no node redirected
+	// a pod to another node's host port MAC (inet skiff noredirect; a
+	// pod's representor has no rule for that MAC).
+	for _, p := range pods {
+		for _, n := range nodes {
+			out, err := exec.Command(ipBin, "netns", "exec", "skhpp"+p, ipBin, "-6", "route", "get", n.HostIP).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "via 2001:db8:100::1 ") {
+				t.Errorf("pod %s on %s: its route to %s's host address is not its gateway's (redirected?): %v\n%s", p, home[p], n.Name, err, out)
+			}
 		}
 	}
 	for from, to := range map[string]string{"n1": "t2", "n2": "t1", "n3": "t1", "n4": "t2"} {
