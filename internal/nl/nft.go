@@ -221,7 +221,9 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 // or gateway): nothing for "none"
 // (dropped, and nothing is routed into it from outside either),
 // everything for "routed", and everything masqueraded to the outgoing
-// interface's address for "snat" (a nat chain at postrouting). It writes
+// interface's address for "snat" (a nat chain at postrouting). ICMPv6
+// redirects leaving a device with a host port are dropped (an output
+// chain): the gateway stays its pods' first hop. It writes
 // nothing when the rules already match, and otherwise replaces them in one
 // atomic transaction. An empty list removes the table. Not safe for
 // concurrent use with itself.
