@@ -3,6 +3,7 @@ package egressvm
 import (
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +61,19 @@ func hostAddrs(t *testing.T, nodes []guest.RigNode, home map[string]string, ping
 	}
 	// The pods' first hop is still their gateway: no node redirected
 	// a pod to another node's host port MAC (inet skiff noredirect; a
-	// pod's representor has no rule for that MAC).
+	// pod's representor has no rule for that MAC). The node routed
+	// each pod's packets to the other nodes' host addresses back out
+	// of the device they came in by, which sends a redirect unless
+	// dropped: the pod counts it.
 	for _, p := range pods {
+		snmp, err := exec.Command(ipBin, "netns", "exec", "skhpp"+p, "cat", "/proc/net/snmp6").CombinedOutput()
+		f := strings.Fields(string(snmp))
+		switch i := slices.Index(f, "Icmp6InRedirects"); {
+		case err != nil || i < 0 || i+1 >= len(f):
+			t.Errorf("pod %s: /proc/net/snmp6: %v\n%s", p, err, snmp)
+		case f[i+1] != "0":
+			t.Errorf("pod %s on %s received %s ICMPv6 redirects", p, home[p], f[i+1])
+		}
 		for _, n := range nodes {
 			out, err := exec.Command(ipBin, "netns", "exec", "skhpp"+p, ipBin, "-6", "route", "get", n.HostIP).CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "via 2001:db8:100::1 ") {
