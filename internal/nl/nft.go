@@ -90,10 +90,14 @@ type BridgeEgress struct {
 }
 
 // NftEgressChain is the nat chain of the networks whose egress is snat,
-// NftUntrackChain the raw chain of the host ports' frames.
+// NftUntrackChain the raw chain of the host ports' frames,
+// NftNoRedirectChain the output chain that keeps ICMPv6 redirects from
+// the pods of networks with a host port, NftReplyChain the postrouting
+// chain of the reply mark.
 const (
-	NftEgressChain  = "egress"
-	NftUntrackChain = "untrack"
+	NftEgressChain     = "egress"
+	NftUntrackChain    = "untrack"
+	NftNoRedirectChain = "noredirect"
 	// NftReplyChain marks what leaves a device on a connection the node
 	// let through (BridgeEgress.ReplyMark), at postrouting.
 	NftReplyChain = "replies"
@@ -198,6 +202,25 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 					&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
 				})})
 		}
+		if b.HostPort != "" {
+			// The node routes what a pod sends to another node's host
+			// port (its VTEP or host address) back out of the device
+			// it came in by, and IPv6 then redirects the pod to that
+			// host port's MAC (the destination is on-link; a TCP
+			// socket takes the advice without checking its first
+			// hop): the pod would send to it past the node's stack
+			// (its egress policy), and on an offload node to a MAC
+			// its representor has no rule for. The gateway stays the
+			// pods' first hop. (IPv4 redirects name the node's
+			// underlay address, which is not on the pods' link, and
+			// are ignored.)
+			out = append(out, nftRule{data: "noredirect:" + b.Name, chain: NftNoRedirectChain, exprs: cat(ifEq(expr.MetaKeyOIFNAME, b.Name), []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{137}}, // nd-redirect
+			}, drop)})
+		}
 		switch b.Egress {
 		case "", "none":
 			// Out of the overlay, and into it from outside.
@@ -223,7 +246,9 @@ func isolationRules(bridges []BridgeEgress) []nftRule {
 // or gateway): nothing for "none"
 // (dropped, and nothing is routed into it from outside either),
 // everything for "routed", and everything masqueraded to the outgoing
-// interface's address for "snat" (a nat chain at postrouting). It writes
+// interface's address for "snat" (a nat chain at postrouting). ICMPv6
+// redirects leaving a device with a host port are dropped (an output
+// chain): the gateway stays its pods' first hop. It writes
 // nothing when the rules already match, and otherwise replaces them in one
 // atomic transaction. An empty list removes the table. Not safe for
 // concurrent use with itself.
@@ -283,6 +308,9 @@ func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
 			case NftReplyChain:
 				ch = c.AddChain(&nftables.Chain{Name: NftReplyChain, Table: table, Type: nftables.ChainTypeFilter,
 					Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityMangle})
+			case NftNoRedirectChain:
+				ch = c.AddChain(&nftables.Chain{Name: NftNoRedirectChain, Table: table, Type: nftables.ChainTypeFilter,
+					Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 			}
 			chains[r.chain] = ch
 		}
@@ -316,7 +344,7 @@ func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
 		// No such chain: the table is ours but incomplete; rebuild it.
 		return nil, true, nil
 	}
-	for _, name := range []string{NftEgressChain, NftUntrackChain, NftReplyChain} {
+	for _, name := range []string{NftEgressChain, NftUntrackChain, NftReplyChain, NftNoRedirectChain} {
 		if more, err := c.GetRules(table, &nftables.Chain{Name: name, Table: table}); err == nil {
 			rules = append(rules, more...)
 		}

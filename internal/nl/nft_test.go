@@ -48,3 +48,18 @@ func TestIsolationRulesGateways(t *testing.T) {
 		}
 	}
 }
+
+// A network with a host port keeps ICMPv6 redirects from its pods (the
+// output chain, by device); one without gets no such rule.
+func TestIsolationRulesNoRedirect(t *testing.T) {
+	rules := isolationRules([]BridgeEgress{{Name: "skg100", Egress: "snat", HostPort: "skn100"}, {Name: "skb200", Egress: "routed"}})
+	var got []string
+	for _, r := range rules {
+		if r.chain == NftNoRedirectChain {
+			got = append(got, r.data)
+		}
+	}
+	if want := []string{"noredirect:skg100"}; !slices.Equal(got, want) {
+		t.Errorf("output rules %q, want %q", got, want)
+	}
+}

@@ -34,6 +34,12 @@ import (
 // planner makes it a host member: a node without pods must reach pods
 // too) has the host port without a gateway: its routes to the remote
 // endpoints, and no table, rule or peers (nothing is routed back out).
+// A node's host address (agentdp.HostAddrs: IPv6, the underlay being
+// IPv4) goes on skn<VNI> too; remote endpoints' IPv6 addresses are
+// routed from it (without one, from no address: for what the node
+// forwards), and the other nodes' host addresses are routed in the
+// network's table like their underlay addresses, to the same MACs, with
+// an IPv6 rule iif skg<VNI>.
 
 // hostPorts gives each network of the plan whose egress routes out a
 // host port pair (on an IPv4 underlay), whether or not it has a gateway
@@ -51,9 +57,13 @@ func (d *Datapath) hostPorts(p plan.Plan, _ map[string]flower.Gateway, byName ma
 		hp, peer := agentdp.HostPortName(n.VNI), agentdp.HostPeerName(n.VNI)
 		mac := agentdp.HostMAC(n.VNI, p.UnderlayIP)
 		want[hp] = true
+		addrs := []netip.Prefix{netip.PrefixFrom(p.UnderlayIP, 32)}
+		if own, _ := agentdp.HostAddrs(n, p.UnderlayIP); own.IsValid() {
+			addrs = append(addrs, netip.PrefixFrom(own, 128))
+		}
 		err := d.ensurePair(vethPair{name: hp, peer: peer, mac: mac,
 			alias: aliasPrefix + "host:" + n.Name, peerAlias: aliasPrefix + "host-port:" + n.Name,
-			addrs: []netip.Prefix{netip.PrefixFrom(p.UnderlayIP, 32)}}, n, byName)
+			addrs: addrs}, n, byName)
 		if err == nil && byName[hp].MAC != mac {
 			d.write()
 			err = d.k.SetMAC(byName[hp].Index, mac)
@@ -89,11 +99,12 @@ func isHostPort(name string) bool {
 }
 
 // hostRouting makes the node's routing match the host ports hps (by
-// network; links byName): remote endpoints' IPv4 addresses through the
-// host port from the underlay address, with permanent neighbours; the
-// other nodes' host ports in the network's table out of its gateway,
-// with permanent neighbours; the rule that makes what comes in from the
-// gateway look that table up. Skiff's other routes and rules go, and
+// network; links byName): remote endpoints' addresses through the
+// host port from the node's address of their family, with permanent
+// neighbours; the other nodes' host ports (VTEPs and host addresses)
+// in the network's table out of its gateway, with permanent
+// neighbours; the rules (one per family) that make what comes in from
+// the gateway look that table up. Skiff's other routes and rules go, and
 // the permanent neighbours of gateways (gws) without a host port.
 func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps map[string]flower.HostPort, byName map[string]nl.Link) error {
 	st := agentdp.NewHostRouting()
@@ -121,6 +132,7 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 			errs = append(errs, fmt.Errorf("offload datapath: host port of %s: its gateway %s is not there", name, GatewayName(n.VNI)))
 			continue
 		}
+		own, peerAddrs := agentdp.HostAddrs(n, p.UnderlayIP)
 		remote := map[netip.Addr]string{}
 		for _, r := range p.Remote {
 			if r.Network != name {
@@ -129,12 +141,17 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 			for _, ip := range r.IPs {
 				a := ip.Addr()
 				remote[a] = r.MAC
-				if a.Is4() {
+				switch {
+				case a.Is4():
 					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 32), LinkIndex: port.Index, Src: p.UnderlayIP}] = true
-				} else {
-					// No IPv6 of the node's own to answer to (the
-					// underlay is IPv4): for what the node forwards
-					// (a Service's DNAT keeps the client's address).
+				case own.IsValid():
+					// From the node's host address (IPv6): the
+					// pod answers it through the overlay.
+					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 128), LinkIndex: port.Index, Src: own}] = true
+				default:
+					// No IPv6 of the node's own to answer to: for
+					// what the node forwards (a Service's DNAT
+					// keeps the client's address).
 					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 128), LinkIndex: port.Index}] = true
 				}
 			}
@@ -145,14 +162,30 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 		if !hasGW {
 			continue // no endpoint here: nothing routed back out
 		}
+		// The other nodes' VTEPs and host addresses, to their host
+		// port MACs (the gateway port's rules encapsulate by MAC to
+		// the VTEP), and a rule for each family routed.
 		table := agentdp.HostTable(n.VNI)
-		for v := range hp.Peers {
-			st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(v, 32), LinkIndex: gw.Index, Table: table}] = true
+		peers := maps.Clone(hp.Peers)
+		for v, a := range peerAddrs {
+			if mac, ok := hp.Peers[v]; ok {
+				peers[a] = mac
+			}
 		}
-		if err := agentdp.SyncPermanentNeighs(d.k, gw.Index, hp.Peers); err != nil {
+		families := map[bool]bool{false: true} // by IPv6
+		if own.IsValid() {
+			families[own.Is6()] = true
+		}
+		for a := range peers {
+			st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: gw.Index, Table: table}] = true
+			families[a.Is6()] = true
+		}
+		if err := agentdp.SyncPermanentNeighs(d.k, gw.Index, peers); err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: neighbours of %s: %w", gw.Name, err))
 		}
-		st.Rules[nl.HostRule{IIF: gw.Name, Table: table, Priority: agentdp.HostRulePriority}] = true
+		for v6 := range families {
+			st.Rules[nl.HostRule{IIF: gw.Name, Table: table, Priority: agentdp.HostRulePriority, IPv6: v6}] = true
+		}
 	}
 	if err := agentdp.SyncHostRouting(d.k, st); err != nil {
 		errs = append(errs, fmt.Errorf("offload datapath: host port routes: %w", err))

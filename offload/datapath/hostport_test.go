@@ -50,28 +50,7 @@ func TestHostPortRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dp.Close()
-	pass := func() map[string]flower.HostPort {
-		t.Helper()
-		byName, err := dp.links()
-		if err != nil {
-			t.Fatal(err)
-		}
-		gws, err := dp.gateways(p, reps, byName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hps, err := dp.hostPorts(p, gws, byName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if byName, err = dp.links(); err != nil {
-			t.Fatal(err)
-		}
-		if err := dp.hostRouting(p, gws, hps, byName); err != nil {
-			t.Fatal(err)
-		}
-		return hps
-	}
+	pass := func() map[string]flower.HostPort { return hostPortPass(t, dp, p, reps) }
 	hps := pass()
 	want := map[string]flower.HostPort{"pods": {Port: "sknp100", MAC: "06:64:c0:00:02:01",
 		Peers: map[netip.Addr]string{peers[0]: "06:64:c0:00:02:02", peers[1]: "06:64:c0:00:02:03"}}}
@@ -167,6 +146,136 @@ func TestHostPortRouting(t *testing.T) {
 	for _, no := range []string{"skn100@", "sknp100@", "proto 83", "lladdr 06:64", "2001:db8::20"} {
 		if strings.Contains(got, no) {
 			t.Errorf("after egress none the node keeps %q:\n%s", no, got)
+		}
+	}
+}
+
+// hostPortPass makes the links, gateways, host ports and host routing
+// of p, as Apply does without the flower rules, and returns the host
+// ports.
+func hostPortPass(t *testing.T, dp *Datapath, p plan.Plan, reps map[string]string) map[string]flower.HostPort {
+	t.Helper()
+	byName, err := dp.links()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gws, err := dp.gateways(p, reps, byName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hps, err := dp.hostPorts(p, gws, byName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byName, err = dp.links(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.hostRouting(p, gws, hps, byName); err != nil {
+		t.Fatal(err)
+	}
+	return hps
+}
+
+// TestHostPortHostAddrs runs on the host kernel (root) and in the kernel
+// VM: with host addresses (IPv6, the underlay IPv4), the node's own is
+// on skn100 beside the underlay address, a remote endpoint's IPv6
+// address is routed through skn100 from it, another node's host address
+// is routed in the network's table out of skg100 to that node's host
+// port MAC (its VTEP's: the flower peers stay keyed by VTEP), with an
+// IPv6 rule iif skg100 beside the IPv4 one; a host address inside the
+// network's subnets, or of a node without a host port here, is not
+// routed. A second pass writes nothing; without host addresses exactly
+// what they added goes (the remote IPv6 route stays, without source).
+func TestHostPortHostAddrs(t *testing.T) {
+	testns.Require(t)
+	node := "skhpanode"
+	guest.AddNetns(t, node)
+	self, other, third := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3")
+	p := plan.New("n1")
+	p.UnderlayIP = self
+	n := plan.Network{Name: "pods", VNI: 100, MTU: 1450, Egress: plan.EgressSNAT, FloodVTEPs: []netip.Addr{other, third},
+		HostPortVTEPs: []netip.Addr{self, other, third},
+		Subnets: []plan.Subnet{
+			{Name: "v4", Network: "pods", CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")},
+			{Name: "v6", Network: "pods", CIDR: netip.MustParsePrefix("2001:db8:100::/64"), Gateway: netip.MustParseAddr("2001:db8:100::1")}},
+		HostAddrs: []plan.HostAddr{{VTEP: self, IP: netip.MustParseAddr("2001:db8:ff::1")}, {VTEP: other, IP: netip.MustParseAddr("2001:db8:ff::2")},
+			{VTEP: third, IP: netip.MustParseAddr("2001:db8:100::3")}, {VTEP: netip.MustParseAddr("192.0.2.4"), IP: netip.MustParseAddr("2001:db8:ff::4")}}}
+	p.Networks[n.Name] = n
+	p.Local["ep"] = plan.Endpoint{Name: "ep", Network: "pods", MAC: "02:00:00:00:01:00", VFIndex: -1}
+	reps := map[string]string{"ep": "unused"}
+	p.Remote["r"] = plan.Remote{Name: "r", Network: "pods", Node: "n2", VTEP: other, MAC: "02:00:00:00:00:02",
+		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24"), netip.MustParsePrefix("2001:db8:100::7/64")}}
+	dp, err := New(Options{NetNS: nsPath(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	state := func() string {
+		return strings.Join([]string{
+			ipIn(t, node, "addr", "show", "dev", "skn100", "scope", "global"),
+			ipIn(t, node, "-4", "route", "show", "table", "all", "proto", "83"),
+			ipIn(t, node, "-6", "route", "show", "table", "all", "proto", "83"),
+			ipIn(t, node, "-4", "rule", "show", "pref", "2500"),
+			ipIn(t, node, "-6", "rule", "show", "pref", "2500"),
+			ipIn(t, node, "neigh", "show", "nud", "permanent"),
+		}, "\n")
+	}
+	hps := hostPortPass(t, dp, p, reps)
+	if got, want := hps["pods"].Peers, map[netip.Addr]string{other: "06:64:c0:00:02:02", third: "06:64:c0:00:02:03"}; !maps.Equal(got, want) {
+		t.Errorf("flower peers %v, want %v (by VTEP)", got, want)
+	}
+	got := state()
+	// HostTable(100) = 0x53000064.
+	has(t, got, "with host addresses",
+		"inet 192.0.2.1/32",
+		"inet6 2001:db8:ff::1/128",
+		"198.51.100.7 dev skn100 scope link src 192.0.2.1",
+		"2001:db8:100::7 dev skn100 src 2001:db8:ff::1 ",
+		"192.0.2.2 dev skg100 table 1392509028 scope link",
+		"2001:db8:ff::2 dev skg100 table 1392509028 ",
+		"from all iif skg100 lookup 1392509028 proto 83",
+		"2001:db8:100::7 dev skn100 lladdr 02:00:00:00:00:02 PERMANENT",
+		"192.0.2.2 dev skg100 lladdr 06:64:c0:00:02:02 PERMANENT",
+		"2001:db8:ff::2 dev skg100 lladdr 06:64:c0:00:02:02 PERMANENT")
+	if c := strings.Count(got, "iif skg100"); c != 2 {
+		t.Errorf("%d rules iif skg100, want one per family:\n%s", c, got)
+	}
+	hasNot(t, got, "inside the subnet, or of a node without a host port", "2001:db8:100::3", "2001:db8:ff::4")
+	w, lw := dp.k.Writes(), dp.linkW
+	hostPortPass(t, dp, p, reps)
+	if dw, dl := dp.k.Writes()-w, dp.linkW-lw; dw != 0 || dl != 0 {
+		t.Errorf("the same plan again made %d netlink writes (%d counted as link writes), want none", dw, dl)
+	}
+
+	n.HostAddrs = nil
+	p.Networks[n.Name] = n
+	hostPortPass(t, dp, p, reps)
+	got = state()
+	hasNot(t, got, "without host addresses", "2001:db8:ff:", "src 2001")
+	if c := strings.Count(got, "iif skg100"); c != 1 {
+		t.Errorf("without host addresses, %d rules iif skg100, want the IPv4 one:\n%s", c, got)
+	}
+	has(t, got, "without host addresses", "inet 192.0.2.1/32", "198.51.100.7 dev skn100 scope link src 192.0.2.1", "2001:db8:100::7 dev skn100 metric",
+		"192.0.2.2 dev skg100 table 1392509028 scope link", "192.0.2.2 dev skg100 lladdr 06:64:c0:00:02:02 PERMANENT",
+		"2001:db8:100::7 dev skn100 lladdr 02:00:00:00:00:02 PERMANENT")
+}
+
+// has checks that got (the node's state) holds each of want; hasNot,
+// none of no. when says in which case.
+func has(t *testing.T, got, when string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("%s: the node lacks %q:\n%s", when, w, got)
+		}
+	}
+}
+
+func hasNot(t *testing.T, got, when string, no ...string) {
+	t.Helper()
+	for _, w := range no {
+		if strings.Contains(got, w) {
+			t.Errorf("%s: the node has %q:\n%s", when, w, got)
 		}
 	}
 }

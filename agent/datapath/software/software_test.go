@@ -228,7 +228,8 @@ neigh skb200 203.0.113.7 02:00:00:00:00:02`
 	// The host port of a network whose egress is not none: the pair,
 	// the node's address and MAC (from 192.0.2.1), the other nodes'
 	// host port MACs over VXLAN, remote endpoints routed through it from
-	// the node's address, other nodes routed from the bridge.
+	// the node's address, other nodes routed from the bridge, no ICMPv6
+	// redirect out of the bridge.
 	const redHost = `
 addr skn200 192.0.2.1/32
 fdb sknp200 06:c8:c0:00:02:01 master skb200 static
@@ -250,6 +251,8 @@ nft iifname "skn200" oifname "skg*" oifname != "skb200" oifname != "skn200" drop
 nft type filter hook prerouting priority raw; policy accept;
 nft iifname "skb200" @ll,0,48 0x6c8c0000201 notrack
 nft iifname "skb200" @ll,48,48 0x6c8c0000201 notrack
+nft type filter hook output priority filter; policy accept;
+nft oifname "skb200" icmpv6 type nd-redirect drop
 route 192.0.2.2 dev skb200 table 1392509128 scope link
 route 192.0.2.3 dev skb200 table 1392509128 scope link
 route 203.0.113.7 dev skn200 scope link src 192.0.2.1

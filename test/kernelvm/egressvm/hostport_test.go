@@ -27,21 +27,27 @@ import (
 //     a reply over the underlay would be dropped);
 //   - the tenant network (egress none) has no host port on any node,
 //     and no node reaches a tenant pod on another node (its pods still
-//     reach each other).
+//     reach each other);
+//   - over IPv6, from the nodes' host addresses (hostAddrs).
+//
+// Both networks are dual-stack; each node has a host address
+// (2001:db8:ff::N, skiff-agent --host-ip).
 func TestOffloadHostPort(t *testing.T) {
 	guest.Require(t)
 	nodes := []guest.RigNode{
-		{Name: "n1", Mode: "offload", IP: "192.0.2.1", Pods: []string{"a", "t1"}},
-		{Name: "n2", Mode: "offload", IP: "192.0.2.2", Pods: []string{"b", "t2"}},
-		{Name: "n3", Mode: "software", IP: "192.0.2.3", Pods: []string{"c"}},
-		{Name: "n4", Mode: "offload", IP: "192.0.2.4", Pods: []string{"t4"}},
+		{Name: "n1", Mode: "offload", IP: "192.0.2.1", HostIP: "2001:db8:ff::1", Pods: []string{"a", "t1"}},
+		{Name: "n2", Mode: "offload", IP: "192.0.2.2", HostIP: "2001:db8:ff::2", Pods: []string{"b", "t2"}},
+		{Name: "n3", Mode: "software", IP: "192.0.2.3", HostIP: "2001:db8:ff::3", Pods: []string{"c"}},
+		{Name: "n4", Mode: "offload", IP: "192.0.2.4", HostIP: "2001:db8:ff::4", Pods: []string{"t4"}},
 	}
 	r := guest.StartRig(t, "skhp", 7401, 81, nodes)
 	ctl := r.Ctl
 	ctl.Must("network", "create", "pods", "--vni", "100", "--egress", "snat")
 	ctl.Must("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
+	ctl.Must("subnet", "create", "pods-v6", "--network", "pods", "--cidr", "2001:db8:100::/64")
 	ctl.Must("network", "create", "tenant", "--vni", "200")
 	ctl.Must("subnet", "create", "tenant-v4", "--network", "tenant", "--cidr", "198.51.100.128/25")
+	ctl.Must("subnet", "create", "tenant-v6", "--network", "tenant", "--cidr", "2001:db8:200::/64")
 
 	network := map[string]string{"a": "pods", "b": "pods", "c": "pods", "t1": "tenant", "t2": "tenant", "t4": "tenant"}
 	ips, home := map[string]string{}, map[string]string{}
@@ -69,30 +75,9 @@ func TestOffloadHostPort(t *testing.T) {
 
 	// Every node reaches every pods pod: ping, then TCP, seen from the
 	// node's underlay address when the pod is on another node.
-	guest.WaitFor(t, "every node pings every pod of network pods", 60*time.Second, func() (bool, string) {
-		var failed []string
-		for _, n := range nodes {
-			for _, p := range []string{"a", "b", "c"} {
-				if !ping("skhp"+n.Name, ips[p]) {
-					failed = append(failed, n.Name+"->"+p)
-				}
-			}
-		}
-		return len(failed) == 0, fmt.Sprintf("no answer %v\n%s", failed, diag())
-	})
-	for _, n := range nodes {
-		for _, p := range []string{"a", "b", "c"} {
-			seen, err := guest.SourceSeen("/run/netns/skhp"+n.Name, "/run/netns/skhpp"+p, ips[p])
-			switch {
-			case err != nil:
-				t.Errorf("%s (%s) -> pod %s on %s: TCP: %v\n%s", n.Name, n.Mode, p, home[p], err, diag())
-			case home[p] != n.Name && seen != n.IP:
-				t.Errorf("%s (%s) -> pod %s on %s: seen from %s, want the node's underlay address %s", n.Name, n.Mode, p, home[p], seen, n.IP)
-			default:
-				t.Logf("%s (%s) -> pod %s on %s: TCP, seen from %s", n.Name, n.Mode, p, home[p], seen)
-			}
-		}
-	}
+	pods := []string{"a", "b", "c"}
+	nodesPingPods(t, "", nodes, pods, ips, ping, diag)
+	nodesReachPods(t, nodes, pods, home, ips, func(n guest.RigNode) string { return n.IP }, diag)
 
 	// egress none: no host port, no node reaches another node's tenant
 	// pod, whose network still works.
@@ -112,4 +97,5 @@ func TestOffloadHostPort(t *testing.T) {
 	if !ping("skhppt2", ips["t1"]) {
 		t.Errorf("the tenant pods no longer reach each other\n%s", diag())
 	}
+	hostAddrs(t, nodes, home, ping, diag)
 }

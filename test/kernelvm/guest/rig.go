@@ -13,11 +13,12 @@ import (
 
 // RigNode is a node of a Rig: its name, datapath mode ("offload": a
 // netdevsim eswitch in switchdev mode, pods standing in for its VFs; or
-// "software"), underlay address, and pods (in VF order on an offload
+// "software"), underlay address, optional host address (the other
+// family's, skiff-agent --host-ip), and pods (in VF order on an offload
 // node).
 type RigNode struct {
-	Name, Mode, IP string
-	Pods           []string
+	Name, Mode, IP, HostIP string
+	Pods                   []string
 }
 
 // Rig is the real controller and one agent per node, each node a
@@ -53,8 +54,10 @@ func (r *Rig) Outside(t *testing.T, name, addr string) string {
 // its namespace with eth0 on the bridge holding its address, strict
 // reverse-path filtering there (as on a real node: a pod's reply that
 // takes the underlay instead of the overlay back to a host port is
-// dropped), for an offload node an eswitch (netdevsim id eswitchID+i),
-// and its agent; it waits until every node has registered. Everything
+// dropped), its host address if it has one (a /128 on eth0, without
+// DAD: the underlay routes nothing of that family between the nodes),
+// for an offload node an eswitch (netdevsim id eswitchID+i), and its
+// agent; it waits until every node has registered. Everything
 // goes when the test ends.
 func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode) *Rig {
 	t.Helper()
@@ -73,8 +76,13 @@ func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode)
 			r.pfs[n.Name] = SwitchdevEswitch(t, ns, eswitchID+i, len(n.Pods))
 		}
 		r.socks[n.Name] = filepath.Join(r.Dir, n.Name+".sock")
-		StartIn(t, ns, "skiff-agent", "--controller", ctlAddr, "--node", n.Name, "--underlay-ip", n.IP,
-			"--state-dir", filepath.Join(r.Dir, n.Name+".state"), "--socket", r.socks[n.Name], "--mode", n.Mode)
+		args := []string{"--controller", ctlAddr, "--node", n.Name, "--underlay-ip", n.IP,
+			"--state-dir", filepath.Join(r.Dir, n.Name+".state"), "--socket", r.socks[n.Name], "--mode", n.Mode}
+		if n.HostIP != "" {
+			In(t, ns, IP, "addr", "add", n.HostIP+"/128", "dev", "eth0", "nodad")
+			args = append(args, "--host-ip", n.HostIP)
+		}
+		StartIn(t, ns, "skiff-agent", args...)
 	}
 	WaitFor(t, "every node registered", 60*time.Second, func() (bool, string) {
 		out, err := r.Ctl.Run("get", "nodes", "-o", "json")
