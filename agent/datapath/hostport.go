@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -57,6 +58,42 @@ func HostAddrs(n plan.Network, under netip.Addr) (own netip.Addr, peers map[neti
 		}
 	}
 	return own, peers
+}
+
+// PeerAddrs returns what a node routes into a network to the other
+// nodes' host ports, with those ports' MACs: each peer's VTEP (peers:
+// VTEP to MAC) and its host address (hostAddrs, by VTEP; HostAddrs),
+// to the same MAC. Host addresses of VTEPs not in peers are left out.
+func PeerAddrs(peers map[netip.Addr]string, hostAddrs map[netip.Addr]netip.Addr) map[netip.Addr]string {
+	out := maps.Clone(peers)
+	if out == nil {
+		out = map[netip.Addr]string{}
+	}
+	for v, a := range hostAddrs {
+		if mac, ok := peers[v]; ok {
+			out[a] = mac
+		}
+	}
+	return out
+}
+
+// RoutePeers adds to st what routes a network's traffic from dev to the
+// other nodes' host ports: each address of addrs (PeerAddrs) out of dev
+// in table, and a rule iif dev into table for each family routed (those
+// of addrs, of the node's underlay address under and of its host
+// address own, if valid).
+func (st HostRouting) RoutePeers(dev nl.Link, table int, addrs map[netip.Addr]string, under, own netip.Addr) {
+	families := map[bool]bool{under.Is6(): true} // by IPv6
+	if own.IsValid() {
+		families[own.Is6()] = true
+	}
+	for a := range addrs {
+		st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: dev.Index, Table: table}] = true
+		families[a.Is6()] = true
+	}
+	for v6 := range families {
+		st.Rules[nl.HostRule{IIF: dev.Name, Table: table, Priority: HostRulePriority, IPv6: v6}] = true
+	}
 }
 
 // HostRouting is what the host ports of a plan want of the node's

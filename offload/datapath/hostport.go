@@ -165,26 +165,10 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 		// The other nodes' VTEPs and host addresses, to their host
 		// port MACs (the gateway port's rules encapsulate by MAC to
 		// the VTEP), and a rule for each family routed.
-		table := agentdp.HostTable(n.VNI)
-		peers := maps.Clone(hp.Peers)
-		for v, a := range peerAddrs {
-			if mac, ok := hp.Peers[v]; ok {
-				peers[a] = mac
-			}
-		}
-		families := map[bool]bool{false: true} // by IPv6
-		if own.IsValid() {
-			families[own.Is6()] = true
-		}
-		for a := range peers {
-			st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: gw.Index, Table: table}] = true
-			families[a.Is6()] = true
-		}
+		peers := agentdp.PeerAddrs(hp.Peers, peerAddrs)
+		st.RoutePeers(gw, agentdp.HostTable(n.VNI), peers, p.UnderlayIP, own)
 		if err := agentdp.SyncPermanentNeighs(d.k, gw.Index, peers); err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: neighbours of %s: %w", gw.Name, err))
-		}
-		for v6 := range families {
-			st.Rules[nl.HostRule{IIF: gw.Name, Table: table, Priority: agentdp.HostRulePriority, IPv6: v6}] = true
 		}
 	}
 	if err := agentdp.SyncHostRouting(d.k, st); err != nil {

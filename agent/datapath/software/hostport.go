@@ -73,14 +73,8 @@ func hostRemote(p plan.Plan, n plan.Network) map[netip.Addr]string {
 // VTEP (hostRemote) and its host address of the other family, if it
 // registered one (datapath.HostAddrs).
 func hostRemoteAddrs(p plan.Plan, n plan.Network) map[netip.Addr]string {
-	out := hostRemote(p, n)
-	_, peers := datapath.HostAddrs(n, p.UnderlayIP)
-	for v, a := range peers {
-		if mac, ok := out[v]; ok {
-			out[a] = mac
-		}
-	}
-	return out
+	_, hostAddrs := datapath.HostAddrs(n, p.UnderlayIP)
+	return datapath.PeerAddrs(hostRemote(p, n), hostAddrs)
 }
 
 // hostPort makes a network's host port match the plan: the pair, its
@@ -181,18 +175,7 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 	add(datapath.SyncPermanentNeighs(d.k, hp.Index, want))
 	// Other nodes (their VTEPs and host addresses), for what is routed
 	// in from the bridge: a rule per family routed.
-	table := HostTable(n.VNI)
-	families := map[bool]bool{p.UnderlayIP.Is6(): true}
-	for a := range hostRemoteAddrs(p, n) {
-		st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: br.Index, Table: table}] = true
-		families[a.Is6()] = true
-	}
-	if own.IsValid() {
-		families[own.Is6()] = true
-	}
-	for v6 := range families {
-		st.Rules[nl.HostRule{IIF: br.Name, Table: table, Priority: datapath.HostRulePriority, IPv6: v6}] = true
-	}
+	st.RoutePeers(br, HostTable(n.VNI), hostRemoteAddrs(p, n), p.UnderlayIP, own)
 	return errors.Join(errs...)
 }
 
