@@ -35,7 +35,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/agent/dhcp"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/agent/planfile"
@@ -77,7 +77,7 @@ type Config struct {
 	// this host's VFs' representors (required there, refused elsewhere).
 	DPU string
 	// VFTable, in modes dpu and dpu-host, replaces sysfs discovery of
-	// VFs and representors by a file (agent/datapath/vftable): for
+	// VFs and representors by a file (datapath/vftable): for
 	// benches without SR-IOV. The caller reads it.
 	VFTable     string
 	MetricsAddr string // empty: no metrics server

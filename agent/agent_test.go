@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/agent/datapath"
-	"github.com/skiff-sdn/skiff/agent/datapath/fake"
+	"github.com/skiff-sdn/skiff/datapath"
+	"github.com/skiff-sdn/skiff/datapath/fake"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/nl"
 )

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/datapath"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/agent/datapath/fake"
+	"github.com/skiff-sdn/skiff/datapath/fake"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )

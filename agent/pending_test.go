@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/agent/datapath/fake"
+	"github.com/skiff-sdn/skiff/datapath/fake"
 )
 
 // waitFor polls cond (the fake controller records no events to wait on).

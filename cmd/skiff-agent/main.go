@@ -72,7 +72,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/skiff-agent", "where the last plan is kept")
 	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto (offload when a switchdev eswitch exists, else software), software, offload, dpu (on a DPU: its host's VF representors) or dpu-host (a DPU's host: VFs into pods; needs --dpu)")
 	f.StringVar(&cfg.DPU, "dpu", "", "mode dpu-host: the node name of this host's DPU (its agent runs --mode dpu)")
-	f.StringVar(&cfg.VFTable, "vf-table", "", "modes dpu and dpu-host on a bench without SR-IOV: a JSON file naming, per VF (pf, index), its netdev (dpu-host) or its representor (dpu; on a test rig also the wire standing in for the VF) instead of sysfs discovery (agent/datapath/vftable)")
+	f.StringVar(&cfg.VFTable, "vf-table", "", "modes dpu and dpu-host on a bench without SR-IOV: a JSON file naming, per VF (pf, index), its netdev (dpu-host) or its representor (dpu; on a test rig also the wire standing in for the VF) instead of sysfs discovery (datapath/vftable)")
 	f.DurationVar(&cfg.StatsInterval, "stats-interval", 10*time.Second, "how often counters are sent to the controller")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "address of /metrics and the probes /livez, /readyz and /healthz (empty: off)")
 	f.StringVar(&cfg.TLSCA, "tls-ca", "", "CA of the controller's certificate")

@@ -9,14 +9,14 @@ import (
 	"strings"
 
 	"github.com/skiff-sdn/skiff/agent"
-	"github.com/skiff-sdn/skiff/agent/datapath"
-	"github.com/skiff-sdn/skiff/agent/datapath/dpu"
-	"github.com/skiff-sdn/skiff/agent/datapath/dpuhost"
-	"github.com/skiff-sdn/skiff/agent/datapath/software"
-	"github.com/skiff-sdn/skiff/agent/datapath/vftable"
+	"github.com/skiff-sdn/skiff/datapath"
+	"github.com/skiff-sdn/skiff/datapath/dpu"
+	"github.com/skiff-sdn/skiff/datapath/dpuhost"
+	"github.com/skiff-sdn/skiff/datapath/software"
+	"github.com/skiff-sdn/skiff/datapath/vftable"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	offloaddp "github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )
@@ -85,10 +85,10 @@ func setupDPU(cfg agent.Config, mode string, caps *skiffv1.NodeCapabilities, dis
 	var err error
 	if slices.Contains(caps.GetModes(), agent.ModeOffload) {
 		log.Info("dpu: switchdev eswitch found: the host's endpoints get flower rules on their representors")
-		inner, err = offloaddp.New(offloaddp.Options{Logger: log, Eswitch: disc, SysRoot: cfg.SysRoot, TunnelHardware: true,
-			Representor: func(e plan.Endpoint) (offloaddp.Port, bool) {
+		inner, err = offload.New(offload.Options{Logger: log, Eswitch: disc, SysRoot: cfg.SysRoot, TunnelHardware: true,
+			Representor: func(e plan.Endpoint) (offload.Port, bool) {
 				rep, wire := dpu.Port(wires, e)
-				return offloaddp.Port{Rep: rep, Target: wire}, true
+				return offload.Port{Rep: rep, Target: wire}, true
 			}})
 	} else {
 		log.Info("dpu: no switchdev eswitch: the host's endpoints are bridged in software")
@@ -109,7 +109,7 @@ func setupDPU(cfg agent.Config, mode string, caps *skiffv1.NodeCapabilities, dis
 func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, log *slog.Logger) (datapath.Datapath, error) {
 	switch mode {
 	case agent.ModeOffload:
-		return offloaddp.New(offloaddp.Options{Logger: log, Eswitch: disc, SysRoot: sysRoot, TunnelHardware: true})
+		return offload.New(offload.Options{Logger: log, Eswitch: disc, SysRoot: sysRoot, TunnelHardware: true})
 	case agent.ModeSoftware:
 		k, err := nl.Open(nl.Options{})
 		if err != nil {

@@ -142,7 +142,7 @@ type vteps struct {
 }
 
 // hasHostPorts reports whether a node's datapath gives its networks host
-// ports (agent/datapath/software, offload/datapath; a DPU runs one of
+// ports (datapath/software, datapath/offload; a DPU runs one of
 // them). A dpu-host's networks are its DPU's, and a node that named no
 // mode is not routed into.
 func hasHostPorts(n plan.Node) bool {

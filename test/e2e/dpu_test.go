@@ -18,7 +18,7 @@ import (
 // software. The host's VFs are stood in by veth pairs: vfN in the host's
 // namespace (the dpu-host agent moves it into the pod), repN in the DPU's
 // (the "representor", adopted by the DPU agent); both agents find them
-// through a --vf-table file (agent/datapath/vftable) instead of sysfs.
+// through a --vf-table file (datapath/vftable) instead of sysfs.
 const dpuHostPF = "0000:03:00.0"
 
 // vfPCI is VF i's (made-up) PCI address: functions 0-7 of devices 1, 2...

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -33,7 +33,7 @@ func TestDPU(t *testing.T) {
 	ipA, took := r.add(a)
 	t.Logf("CNI ADD of a VF pod on the dpu-host node (DPU connected, offload datapath): %v", took.Round(time.Millisecond))
 	epA := cni.EndpointName(a.id, "eth0")
-	repA := agentdp.HostIfName(epA)
+	repA := datapath.HostIfName(epA)
 
 	// The VF is in the pod; the DPU adopted VF 0's representor and put
 	// the pod's encap and decap rules on it and on its VXLAN device.

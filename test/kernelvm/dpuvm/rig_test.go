@@ -17,7 +17,7 @@
 //     from a VF, so the offload datapath moves the wire's frames into the
 //     representor's ingress, and sends the endpoint's frames to the wire;
 //     a BlueField does this in silicon across PCIe). Both agents find
-//     them through --vf-table files (agent/datapath/vftable), the DPU's
+//     them through --vf-table files (datapath/vftable), the DPU's
 //     naming the netdevsim representor of each VF and its wire; o3's
 //     VF pods are veths standing in for its netdevsim VFs, as in
 //     offloadvm;

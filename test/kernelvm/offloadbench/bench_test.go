@@ -26,7 +26,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
@@ -73,12 +73,12 @@ func scalePlanOf(n int) plan.Plan {
 // scaleNode makes namespace ns a node with one local endpoint (a veth
 // standing in for its representor, skpbench) and 10,000 remote endpoints,
 // and returns its plan and datapath (closed at the test's end).
-func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *datapath.Datapath) {
+func scaleNode(t *testing.T, ns string, log *slog.Logger) (plan.Plan, *offload.Datapath) {
 	return scaleNodeOf(t, ns, log, endpoints)
 }
 
 // scaleNodeOf is scaleNode with n remote endpoints.
-func scaleNodeOf(t *testing.T, ns string, log *slog.Logger, n int) (plan.Plan, *datapath.Datapath) {
+func scaleNodeOf(t *testing.T, ns string, log *slog.Logger, n int) (plan.Plan, *offload.Datapath) {
 	guest.AddNetns(t, ns)
 	run := func(args ...string) { guest.In(t, ns, args...) }
 	run(guest.IP, "link", "add", "skbu0", "type", "dummy")
@@ -87,8 +87,8 @@ func scaleNodeOf(t *testing.T, ns string, log *slog.Logger, n int) (plan.Plan, *
 	run(guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
 	run(guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
 	run(guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
-	dp, err := datapath.New(datapath.Options{Logger: log, NetNS: nsPath(ns),
-		Representor: func(plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: "skpbench"}, true }})
+	dp, err := offload.New(offload.Options{Logger: log, NetNS: nsPath(ns),
+		Representor: func(plan.Endpoint) (offload.Port, bool) { return offload.Port{Rep: "skpbench"}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestWriteModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			took := time.Since(start)
-			total := countIn(t, "skbench1", "skpbench") + countIn(t, "skbench1", datapath.VXLANName)
+			total := countIn(t, "skbench1", "skpbench") + countIn(t, "skbench1", offload.VXLANName)
 			if want := 2*endpoints + 5 + 1 + 3 + 1; total != want {
 				t.Fatalf("%d rules, want %d", total, want)
 			}
@@ -167,7 +167,7 @@ func TestWriteModes(t *testing.T) {
 		const ns = "skbench2"
 		guest.AddNetns(t, ns)
 		guest.In(t, ns, guest.IP, "link", "add", "skbtc", "type", "veth", "peer", "name", "skbtcpeer")
-		guest.In(t, ns, guest.IP, "link", "add", datapath.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
+		guest.In(t, ns, guest.IP, "link", "add", offload.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
 		file, nrules := batchFile(t, scalePlan(), "skbtc")
 		start := time.Now()
 		guest.In(t, ns, guest.TC, "-batch", file)
@@ -187,7 +187,7 @@ func TestWriteModes(t *testing.T) {
 // returns its path and how many filters it adds.
 func batchFile(t *testing.T, p plan.Plan, dev string) (string, int) {
 	t.Helper()
-	rules, pol := compile(t, p, flower.Input{Reps: map[string]string{"pod": dev}, VXLAN: datapath.VXLANName})
+	rules, pol := compile(t, p, flower.Input{Reps: map[string]string{"pod": dev}, VXLAN: offload.VXLANName})
 	var b strings.Builder
 	b.WriteString("qdisc add dev " + dev + " clsact\n")
 	nrules := 0
@@ -233,9 +233,9 @@ func TestScale(t *testing.T) {
 		t.Fatalf("representor holds %d rules, want %d", repRules, want)
 	}
 	// Decap, ARP and flood for the local endpoint, and chain 0's.
-	vxRules := count(t, datapath.VXLANName)
+	vxRules := count(t, offload.VXLANName)
 	if want := 3 + 1; vxRules != want {
-		t.Fatalf("%s holds %d rules, want %d", datapath.VXLANName, vxRules, want)
+		t.Fatalf("%s holds %d rules, want %d", offload.VXLANName, vxRules, want)
 	}
 	total := repRules + vxRules
 	t.Logf("FIGURE install: %d rules (%d writes incl. device and qdiscs) for %d remote endpoints in %v: %.0f rules/s",
@@ -459,7 +459,7 @@ func TestScale(t *testing.T) {
 // r(n) added, r00042 moved to a VTEP new to the node, r00007 deleted;
 // each timed (figures prefix+"endpoint_add" and so on), with the parts
 // of its Apply.
-func firstChanges(t *testing.T, dp *datapath.Datapath, p *plan.Plan, prefix string, total int) {
+func firstChanges(t *testing.T, dp *offload.Datapath, p *plan.Plan, prefix string, total int) {
 	t.Helper()
 	added := remote(len(p.Remote))
 	for _, step := range []struct {

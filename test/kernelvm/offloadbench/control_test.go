@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
@@ -38,7 +38,7 @@ func TestFirstChangeElsewhere(t *testing.T) {
 	if err := sdp.Apply(sp); err != nil {
 		t.Fatal(err)
 	}
-	firstChanges(t, sdp, &sp, "warmup_", countIn(t, "skbenchw", "skpbench")+countIn(t, "skbenchw", datapath.VXLANName))
+	firstChanges(t, sdp, &sp, "warmup_", countIn(t, "skbenchw", "skpbench")+countIn(t, "skbenchw", offload.VXLANName))
 
 	p, dp := scaleNode(t, "skbenchc", log)
 	if err := dp.Apply(p); err != nil {
@@ -52,7 +52,7 @@ func TestFirstChangeElsewhere(t *testing.T) {
 		}
 	}
 	dp.Rules()
-	firstChanges(t, dp, &p, "control_", countIn(t, "skbenchc", "skpbench")+countIn(t, "skbenchc", datapath.VXLANName))
+	firstChanges(t, dp, &p, "control_", countIn(t, "skbenchc", "skpbench")+countIn(t, "skbenchc", offload.VXLANName))
 }
 
 // childEnv marks the process TestFirstChangeElsewhere runs its control in.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 )
 
 // started is about when this process started: the change steps log
@@ -31,9 +31,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// phaseFigures prints the parts of dp's last Apply (datapath.Phases) as
+// phaseFigures prints the parts of dp's last Apply (offload.Phases) as
 // NAME_phase_PART_ms figures and returns them on one line.
-func phaseFigures(name string, dp *datapath.Datapath) string {
+func phaseFigures(name string, dp *offload.Datapath) string {
 	var b strings.Builder
 	for _, ph := range dp.Phases() {
 		figure(name+"_phase_"+ph.Name+"_ms", ph.Took)
@@ -51,7 +51,7 @@ type parts struct {
 	times map[string][]time.Duration
 }
 
-func (pt phaseTimes) add(name string, dp *datapath.Datapath) {
+func (pt phaseTimes) add(name string, dp *offload.Datapath) {
 	ps := pt[name]
 	if ps == nil {
 		ps = &parts{times: map[string][]time.Duration{}}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
@@ -62,7 +62,7 @@ const (
 
 // gwPort is the eswitch side of the network's gateway, which the
 // datapath makes (a veth pair).
-var gwPort = datapath.GatewayPortName(vni)
+var gwPort = offload.GatewayPortName(vni)
 
 // rep is the representor (host side of the pod's veth) of endpoint e.
 func rep(e string) string { return "skpb" + e }
@@ -76,7 +76,7 @@ type node struct {
 	ns   string
 	pods map[string]string // endpoint -> pod namespace
 	p    plan.Plan
-	dp   *datapath.Datapath
+	dp   *offload.Datapath
 	srv  *servers
 }
 
@@ -104,8 +104,8 @@ func newNode(t *testing.T, ns string, log *slog.Logger) *node {
 			IPs: []netip.Prefix{netip.MustParsePrefix(podIP[e] + "/24")}, VFIndex: -1}
 	}
 	var err error
-	n.dp, err = datapath.New(datapath.Options{Logger: log, NetNS: nsPath(ns),
-		Representor: func(e plan.Endpoint) (datapath.Port, bool) { return datapath.Port{Rep: rep(e.Name)}, true }})
+	n.dp, err = offload.New(offload.Options{Logger: log, NetNS: nsPath(ns),
+		Representor: func(e plan.Endpoint) (offload.Port, bool) { return offload.Port{Rep: rep(e.Name)}, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func sum(m map[string]int) int {
 // unicast and ARP to the other pod and to the gateway, and one flood
 // filter; on the VXLAN device decap and ARP for each pod and one flood;
 // on the gateway's port unicast and ARP to each pod and one flood.
-var forwarding = map[string]int{rep("a"): 5, rep("b"): 5, datapath.VXLANName: 5, gwPort: 5}
+var forwarding = map[string]int{rep("a"): 5, rep("b"): 5, offload.VXLANName: 5, gwPort: 5}
 
 // policyFilters is the policy pipeline for b isolated for ingress with
 // one rule allowing a group of members (a among them) on ports.
@@ -164,13 +164,13 @@ func policyFilters(members, ports int) map[string]int {
 		rep("b"): 3 + 3 + 1,
 		// From the tunnel and from the gateway: any member (the VNI
 		// matched on the VXLAN device).
-		datapath.VXLANName: 2 + 3 + members*ports + 2,
+		offload.VXLANName: 2 + 3 + members*ports + 2,
 		gwPort:             2 + 3 + members*ports + 2,
 	}
 }
 
 // devicesWithGroup are the devices holding b's rule for every member.
-var devicesWithGroup = []string{datapath.VXLANName, gwPort}
+var devicesWithGroup = []string{offload.VXLANName, gwPort}
 
 func TestPolicy(t *testing.T) {
 	guest.Require(t)
@@ -449,7 +449,7 @@ func dumpVX(t *testing.T, n *node, members int) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	idx, err := strconv.Atoi(strings.TrimSpace(guest.In(t, n.ns, "/bin/cat", "/sys/class/net/"+datapath.VXLANName+"/ifindex")))
+	idx, err := strconv.Atoi(strings.TrimSpace(guest.In(t, n.ns, "/bin/cat", "/sys/class/net/"+offload.VXLANName+"/ifindex")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,5 +458,5 @@ func dumpVX(t *testing.T, n *node, members int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("FIGURE members=%d one dump of %s (%d filters, every chain, decoded): %v", members, datapath.VXLANName, len(fs), time.Since(start).Round(time.Millisecond))
+	t.Logf("FIGURE members=%d one dump of %s (%d filters, every chain, decoded): %v", members, offload.VXLANName, len(fs), time.Since(start).Round(time.Millisecond))
 }

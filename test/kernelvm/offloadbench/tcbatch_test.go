@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
@@ -161,12 +161,12 @@ func reference(t *testing.T, p plan.Plan, want map[string]int) float64 {
 		guest.In(t, ns, guest.IP, "link", "add", rep(e), "type", "veth", "peer", "name", rep(e)+"p")
 		guest.In(t, ns, guest.IP, "link", "set", rep(e), "up")
 	}
-	guest.In(t, ns, guest.IP, "link", "add", datapath.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
-	guest.In(t, ns, guest.IP, "link", "set", datapath.VXLANName, "up")
-	guest.In(t, ns, guest.IP, "link", "add", gwPort, "type", "veth", "peer", "name", datapath.GatewayName(vni))
+	guest.In(t, ns, guest.IP, "link", "add", offload.VXLANName, "type", "vxlan", "external", "nolearning", "dstport", strconv.Itoa(flower.VXLANPort))
+	guest.In(t, ns, guest.IP, "link", "set", offload.VXLANName, "up")
+	guest.In(t, ns, guest.IP, "link", "add", gwPort, "type", "veth", "peer", "name", offload.GatewayName(vni))
 	guest.In(t, ns, guest.IP, "link", "set", gwPort, "up")
-	in := flower.Input{Reps: map[string]string{"a": rep("a"), "b": rep("b")}, VXLAN: datapath.VXLANName,
-		Gateways: map[string]flower.Gateway{"blue": {Port: gwPort, MAC: agentdp.GatewayMAC(vni), IPs: []netip.Addr{netip.MustParseAddr(gatewayIP)}}}}
+	in := flower.Input{Reps: map[string]string{"a": rep("a"), "b": rep("b")}, VXLAN: offload.VXLANName,
+		Gateways: map[string]flower.Gateway{"blue": {Port: gwPort, MAC: datapath.GatewayMAC(vni), IPs: []netip.Addr{netip.MustParseAddr(gatewayIP)}}}}
 	start := time.Now()
 	rules, pol := compile(t, p, in)
 	t.Logf("FIGURE compiling the plan (forwarding and policy, %d filters), as every Apply does: %v", len(rules)+len(pol), time.Since(start).Round(time.Millisecond))

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/skiff-sdn/skiff/offload/datapath"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 )
 
 // writeWatch samples a datapath's policy writes while it applies: when
@@ -23,7 +23,7 @@ type writeSample struct {
 	writes int
 }
 
-func watchWrites(dp *datapath.Datapath) *writeWatch {
+func watchWrites(dp *offload.Datapath) *writeWatch {
 	w := &writeWatch{done: make(chan struct{}), over: make(chan struct{}), start: time.Now(), w0: dp.PolicyWrites()}
 	go func() {
 		defer close(w.over)

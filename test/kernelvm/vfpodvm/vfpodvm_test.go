@@ -14,7 +14,7 @@ import (
 
 	api "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	agentdp "github.com/skiff-sdn/skiff/agent/datapath"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
@@ -52,7 +52,7 @@ func (r *rig) traffic(t *testing.T) {
 
 	a := pod{id: "ctr-a", netns: podNS(t, "skvfpa"), ifName: "eth0", sock: r.sock1, args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=vf-a;K8S_POD_UID=u1"}
 	epA := cni.EndpointName(a.id, a.ifName)
-	r.wire(t, 0, 120, agentdp.HostIfName(epA))
+	r.wire(t, 0, 120, datapath.HostIfName(epA))
 	resA, took := r.add(a)
 	t.Logf("VF pod ADD (kubelet's pod resources asked) took %v", took)
 	ipA := strings.Split(resA.IPs[0].Address, "/")[0]
