@@ -35,10 +35,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/agent/dhcp"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/agent/planfile"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/dialer"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/fake"
-	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
 

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/agent/dhcp"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )

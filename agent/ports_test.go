@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skiff-sdn/skiff/datapath/fake"
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/datapath/fake"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 

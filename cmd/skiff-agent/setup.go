@@ -12,11 +12,11 @@ import (
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/dpu"
 	"github.com/skiff-sdn/skiff/datapath/dpuhost"
+	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/datapath/software"
 	"github.com/skiff-sdn/skiff/datapath/vftable"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 )

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/cni"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 

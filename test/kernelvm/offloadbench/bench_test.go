@@ -24,9 +24,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/datapath/offload"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )

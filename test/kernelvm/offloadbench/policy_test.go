@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/datapath/offload"
+	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
@@ -165,7 +165,7 @@ func policyFilters(members, ports int) map[string]int {
 		// From the tunnel and from the gateway: any member (the VNI
 		// matched on the VXLAN device).
 		offload.VXLANName: 2 + 3 + members*ports + 2,
-		gwPort:             2 + 3 + members*ports + 2,
+		gwPort:            2 + 3 + members*ports + 2,
 	}
 }
 

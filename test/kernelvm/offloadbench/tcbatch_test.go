@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/datapath"
-	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/datapath/offload"
+	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )

@@ -14,8 +14,8 @@ import (
 
 	api "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/cni"
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
