@@ -1,379 +1,327 @@
 package nl
 
 import (
-	"encoding/binary"
 	"fmt"
-	"net"
+	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
-// Firewall owns Skiff's nftables table ("inet skiff"). Nothing else in
-// nftables is read or changed.
-type Firewall struct {
-	ns   netns.NsHandle
-	path string // of the namespace; "" for the caller's
-	// mu guards the write counts, which metrics read while the
-	// datapath writes.
-	mu     sync.Mutex
-	writes int
-	policy PolicyWrites
-}
+// The nftables half of a namespace's handle: SetTable makes an inet
+// table hold a description (NftTable), nft_expr.go turns its rules into
+// expressions. Only the named table is read or changed.
 
-// NftTable and NftIsolationChain name what the Firewall owns.
-const (
-	NftTable          = "skiff"
-	NftIsolationChain = "isolate"
-)
-
-// OpenFirewall returns the firewall of a namespace (empty: the caller's).
-func OpenFirewall(o Options) (*Firewall, error) {
-	f := &Firewall{ns: -1, path: o.NetNS}
-	if o.NetNS != "" {
-		h, err := netns.GetFromPath(o.NetNS)
-		if err != nil {
-			return nil, fmt.Errorf("nl: firewall namespace %s: %w", o.NetNS, err)
-		}
-		f.ns = h
-	}
-	return f, nil
-}
-
-func (f *Firewall) conn() (*nftables.Conn, error) {
-	if f.ns >= 0 {
-		return nftables.New(nftables.WithNetNSFd(int(f.ns)))
+func (k *real) nft() (*nftables.Conn, error) {
+	if k.ns >= 0 {
+		return nftables.New(nftables.WithNetNSFd(int(k.ns)))
 	}
 	return nftables.New()
 }
 
-// Writes returns how many transactions changed the table.
-func (f *Firewall) Writes() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.writes
-}
+// userData is what a rule of SetTable carries: the digest of what it
+// says, then its tag.
+func userData(r NftRule) string { return r.Digest() + ":" + r.Tag }
 
-func ifname(s string) []byte {
-	b := make([]byte, unix.IFNAMSIZ)
-	copy(b, s)
-	return b
-}
-
-// BridgeEgress is the device through which a network on this node
-// meets the node's stack, its network's egress ("none" (or ""), "snat"
-// or "routed") and the node's host port on that network ("" when it has
-// none): the host port counts as the network's own, like the device.
-// Name is the network's bridge (skb<VNI>) on a software node, its
-// gateway (skg<VNI>, the node's end of the gateway's veth pair) on an
-// offload node.
-type BridgeEgress struct {
-	Name, Egress string
-	HostPort     string
-	// HostMAC is the host port's MAC: frames from and to it are not
-	// tracked by conntrack on their way through the bridge (see
-	// SetIsolation).
-	HostMAC string
-	// ReplyMark, when not 0, is or'ed into the mark of what leaves
-	// through Name on a connection conntrack holds established or
-	// related (chain NftReplyChain): an offload node's gateway port
-	// lets such packets past the network's zone (offload/flower
-	// ReplyMark).
-	ReplyMark uint32
-}
-
-// NftEgressChain is the nat chain of the networks whose egress is snat,
-// NftUntrackChain the raw chain of the host ports' frames,
-// NftNoRedirectChain the output chain that keeps ICMPv6 redirects from
-// the pods of networks with a host port, NftReplyChain the postrouting
-// chain of the reply mark.
-const (
-	NftEgressChain     = "egress"
-	NftUntrackChain    = "untrack"
-	NftNoRedirectChain = "noredirect"
-	// NftReplyChain marks what leaves a device on a connection the node
-	// let through (BridgeEgress.ReplyMark), at postrouting.
-	NftReplyChain = "replies"
-)
-
-// Prefixes of the devices routed traffic may use to enter or leave a
-// network: its bridge and the node's host port (software nodes), its
-// gateway (offload nodes).
-var skiffL3Prefixes = []string{"skb", "skn", "skg"}
-
-// notSkiff matches an interface (key) that is none of Skiff's network
-// devices: outside the overlay.
-func notSkiff(key expr.MetaKey) []expr.Any {
-	var out []expr.Any
-	for _, p := range skiffL3Prefixes {
-		out = append(out, ifPrefix(key, p, true)...)
+// tagOf is the tag of a rule's user data ("" for a rule SetTable did not
+// write).
+func tagOf(ud []byte) (string, bool) {
+	s := string(ud)
+	if len(s) < 17 || s[16] != ':' {
+		return "", false
 	}
-	return out
+	return s[17:], true
 }
 
-type nftRule struct {
-	data  string // the rule's user data: what it is
-	chain string // NftIsolationChain, NftEgressChain or NftUntrackChain
-	exprs []expr.Any
+var hooks = map[string]*nftables.ChainHook{
+	HookPrerouting: nftables.ChainHookPrerouting, HookInput: nftables.ChainHookInput, HookForward: nftables.ChainHookForward,
+	HookOutput: nftables.ChainHookOutput, HookPostrouting: nftables.ChainHookPostrouting,
 }
 
-func ifEq(key expr.MetaKey, name string) []expr.Any {
-	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(name)}}
-}
-
-func ifNe(key expr.MetaKey, name string) []expr.Any {
-	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ifname(name)}}
-}
-
-// ifPrefix matches (or, with neq, does not match) a name prefix: the
-// comparison covers only the prefix's bytes.
-func ifPrefix(key expr.MetaKey, prefix string, neq bool) []expr.Any {
-	op := expr.CmpOpEq
-	if neq {
-		op = expr.CmpOpNeq
+// chainOf is the library's chain of c in table.
+func chainOf(table *nftables.Table, c NftChain) (*nftables.Chain, error) {
+	ch := &nftables.Chain{Name: c.Name, Table: table}
+	if c.Hook == "" {
+		return ch, nil
 	}
-	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: []byte(prefix)}}
+	hook, ok := hooks[c.Hook]
+	if !ok {
+		return nil, fmt.Errorf("chain %s: unknown hook %q", c.Name, c.Hook)
+	}
+	switch c.Type {
+	case ChainFilter, ChainNAT:
+	default:
+		return nil, fmt.Errorf("chain %s: unknown type %q", c.Name, c.Type)
+	}
+	policy := nftables.ChainPolicyAccept
+	if c.Drop {
+		policy = nftables.ChainPolicyDrop
+	}
+	ch.Hooknum, ch.Type, ch.Priority, ch.Policy = hook, nftables.ChainType(c.Type), nftables.ChainPriorityRef(nftables.ChainPriority(c.Priority)), &policy
+	return ch, nil
 }
 
-func isolationRules(bridges []BridgeEgress) []nftRule {
-	var out []nftRule
-	cat := func(parts ...[]expr.Any) []expr.Any {
-		var x []expr.Any
-		for _, p := range parts {
-			x = append(x, p...)
-		}
-		return x
+// sameChain reports whether the kernel's chain h is c's declaration.
+func sameChain(h *nftables.Chain, c NftChain) bool {
+	if (h.Hooknum == nil) != (c.Hook == "") {
+		return false
 	}
-	drop := []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}
-	for _, b := range bridges {
-		own := []string{b.Name}
-		if b.HostPort != "" {
-			own = append(own, b.HostPort)
-		}
-		var notOwn []expr.Any
-		for _, o := range own {
-			notOwn = append(notOwn, ifNe(expr.MetaKeyOIFNAME, o)...)
-		}
-		for _, from := range own {
-			// Into another network's bridge or host port.
-			for _, p := range skiffL3Prefixes {
-				out = append(out, nftRule{data: "x:" + from + ">" + p + "!" + strings.Join(own, ","),
-					exprs: cat(ifEq(expr.MetaKeyIIFNAME, from), ifPrefix(expr.MetaKeyOIFNAME, p, false), notOwn, drop)})
-			}
-		}
-		if mac, err := net.ParseMAC(b.HostMAC); err == nil && b.HostPort != "" {
-			// A packet routed out of the host port comes back into the
-			// bridge through its peer, and a pod's reply to the host
-			// goes through the bridge before the host port: with
-			// br_netfilter, conntrack would see each twice, and the
-			// second entry of a translated connection (a Service's
-			// DNAT, a NodePort's masquerade) clashes with the first
-			// and is dropped. Their bridge pass is not tracked; the
-			// routed pass is.
-			for _, x := range []struct {
-				dir    string
-				offset uint32
-			}{{"dst", 0}, {"src", 6}} {
-				out = append(out, nftRule{data: "untrack:" + x.dir + ":" + b.Name + ":" + b.HostMAC, chain: NftUntrackChain,
-					exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name), []expr.Any{
-						&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: x.offset, Len: 6},
-						&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: mac},
-						&expr.Notrack{}})})
-			}
-		}
-		if b.ReplyMark != 0 {
-			out = append(out, nftRule{data: fmt.Sprintf("reply:%s:%#x", b.Name, b.ReplyMark), chain: NftReplyChain,
-				exprs: cat(ifEq(expr.MetaKeyOIFNAME, b.Name), []expr.Any{
-					&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-					&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-						Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), Xor: make([]byte, 4)},
-					&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-					// mark | ReplyMark: (mark & ^ReplyMark) ^ ReplyMark.
-					&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-					&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-						Mask: binary.NativeEndian.AppendUint32(nil, ^b.ReplyMark), Xor: binary.NativeEndian.AppendUint32(nil, b.ReplyMark)},
-					&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1},
-				})})
-		}
-		if b.HostPort != "" {
-			// The node routes what a pod sends to another node's host
-			// port (its VTEP or host address) back out of the device
-			// it came in by, and IPv6 then redirects the pod to that
-			// host port's MAC (the destination is on-link; a TCP
-			// socket takes the advice without checking its first
-			// hop): the pod would send to it past the node's stack
-			// (its egress policy), and on an offload node to a MAC
-			// its representor has no rule for. The gateway stays the
-			// pods' first hop. (IPv4 redirects name the node's
-			// underlay address, which is not on the pods' link, and
-			// are ignored.)
-			out = append(out, nftRule{data: "noredirect:" + b.Name, chain: NftNoRedirectChain, exprs: cat(ifEq(expr.MetaKeyOIFNAME, b.Name), []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{137}}, // nd-redirect
-			}, drop)})
-		}
-		switch b.Egress {
-		case "", "none":
-			// Out of the overlay, and into it from outside.
-			out = append(out,
-				nftRule{data: "none:" + b.Name, exprs: cat(ifEq(expr.MetaKeyIIFNAME, b.Name), notSkiff(expr.MetaKeyOIFNAME), drop)},
-				nftRule{data: "in:" + b.Name, exprs: cat(notSkiff(expr.MetaKeyIIFNAME), ifEq(expr.MetaKeyOIFNAME, b.Name), drop)})
-		case "snat":
-			for _, from := range own {
-				out = append(out, nftRule{data: "snat:" + from, chain: NftEgressChain, exprs: cat(ifEq(expr.MetaKeyIIFNAME, from),
-					notSkiff(expr.MetaKeyOIFNAME), []expr.Any{&expr.Masq{}})})
-			}
-		}
+	if c.Hook == "" {
+		return true
 	}
-	return out
+	want := nftables.ChainPolicyAccept
+	if c.Drop {
+		want = nftables.ChainPolicyDrop
+	}
+	policy := nftables.ChainPolicyAccept // the kernel's default
+	if h.Policy != nil {
+		policy = *h.Policy
+	}
+	return *h.Hooknum == *hooks[c.Hook] && h.Priority != nil && int(*h.Priority) == c.Priority &&
+		string(h.Type) == c.Type && policy == want
 }
 
-// SetIsolation makes the forward path drop what is routed from one of the
-// given devices (bridges or gateways, and host ports) into another
-// network's device ("skb", "skn" and "skg" prefixes): tenant networks
-// stay apart even on a node that forwards. Bridged traffic inside one
-// network is untouched. A device's egress decides what it may route out
-// of the overlay (to any interface that is not a Skiff bridge, host port
-// or gateway): nothing for "none"
-// (dropped, and nothing is routed into it from outside either),
-// everything for "routed", and everything masqueraded to the outgoing
-// interface's address for "snat" (a nat chain at postrouting). ICMPv6
-// redirects leaving a device with a host port are dropped (an output
-// chain): the gateway stays its pods' first hop. It writes
-// nothing when the rules already match, and otherwise replaces them in one
-// atomic transaction. An empty list removes the table. Not safe for
-// concurrent use with itself.
-func (f *Firewall) SetIsolation(bridges []BridgeEgress) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, err := f.conn()
+// held is what the kernel holds of a table.
+type held struct {
+	exists bool
+	same   bool // chains, rules and sets as the description says
+	sets   map[string]*nftables.Set
+}
+
+// read compares the kernel's table with t.
+func read(c *nftables.Conn, t NftTable) (held, error) {
+	var h held
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return fmt.Errorf("nl: nftables: %w", err)
+		return h, fmt.Errorf("list tables: %w", err)
 	}
-	rules := isolationRules(bridges)
-	var want []string
-	for _, r := range rules {
-		want = append(want, r.data)
+	h.exists = slices.ContainsFunc(tables, func(x *nftables.Table) bool { return x.Name == t.Name })
+	if !h.exists {
+		return h, nil
 	}
-	slices.Sort(want)
-	have, exists, err := f.current(c)
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: t.Name}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return err
+		return h, fmt.Errorf("list chains: %w", err)
 	}
-	if exists && slices.Equal(have, want) {
-		return nil
+	have := map[string]*nftables.Chain{}
+	for _, ch := range chains {
+		if ch.Table.Name == t.Name {
+			have[ch.Name] = ch
+		}
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: NftTable}
-	if len(want) == 0 {
-		if !exists {
-			return nil
+	if len(have) != len(t.Chains) {
+		return h, nil
+	}
+	for _, want := range t.Chains {
+		ch, ok := have[want.Name]
+		if !ok || !sameChain(ch, want) {
+			return h, nil
+		}
+		rules, err := c.GetRules(table, ch)
+		if err != nil {
+			return h, fmt.Errorf("rules of %s: %w", want.Name, err)
+		}
+		if len(rules) != len(want.Rules) {
+			return h, nil
+		}
+		for i, r := range rules {
+			if string(r.UserData) != userData(want.Rules[i]) {
+				return h, nil
+			}
+		}
+	}
+	sets, err := c.GetSets(table)
+	if err != nil {
+		return h, fmt.Errorf("list sets: %w", err)
+	}
+	if len(sets) != len(t.Sets) {
+		return h, nil
+	}
+	h.sets = map[string]*nftables.Set{}
+	for _, s := range sets {
+		h.sets[s.Name] = s
+	}
+	for _, want := range t.Sets {
+		s, ok := h.sets[want.Name]
+		if !ok || s.KeyType != keyType(want.IPv6) {
+			return h, nil
+		}
+	}
+	h.same = true
+	return h, nil
+}
+
+func keyType(v6 bool) nftables.SetDatatype {
+	if v6 {
+		return nftables.TypeIP6Addr
+	}
+	return nftables.TypeIPAddr
+}
+
+func (k *real) SetTable(t NftTable) (NftChange, error) {
+	c, err := k.nft()
+	if err != nil {
+		return NftChange{}, fmt.Errorf("nl: nftables: %w", err)
+	}
+	h, err := read(c, t)
+	if err != nil {
+		return NftChange{}, fmt.Errorf("nl: nftables: table %s: %w", t.Name, err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: t.Name}
+	if len(t.Chains) == 0 {
+		if !h.exists {
+			return NftChange{}, nil
 		}
 		c.DelTable(table)
-		f.writes++
+		k.w()
 		if err := c.Flush(); err != nil {
-			return fmt.Errorf("nl: nftables: remove table %s: %w", NftTable, err)
+			return NftChange{}, fmt.Errorf("nl: nftables: remove table %s: %w", t.Name, err)
 		}
-		return nil
+		return NftChange{Rewritten: true}, nil
 	}
-	// Add then delete then add again: creating the table is idempotent and
-	// deleting it drops the old chains and rules, all in one transaction.
+	if h.same {
+		n, err := syncElements(c, t, h.sets)
+		if err != nil {
+			return NftChange{}, fmt.Errorf("nl: nftables: table %s: %w", t.Name, err)
+		}
+		if n > 0 {
+			k.w()
+		}
+		return NftChange{Elements: n}, nil
+	}
+	// Add, delete and add again: creating the table is idempotent and
+	// deleting it drops the old chains, rules and sets, all in one
+	// transaction.
 	c.AddTable(table)
-	if exists {
+	if h.exists {
 		c.DelTable(table)
 		c.AddTable(table)
 	}
-	accept := nftables.ChainPolicyAccept
-	chain := c.AddChain(&nftables.Chain{Name: NftIsolationChain, Table: table, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	chains := map[string]*nftables.Chain{"": chain}
-	for _, r := range rules {
-		ch := chains[r.chain]
-		if ch == nil {
-			switch r.chain {
-			case NftEgressChain:
-				ch = c.AddChain(&nftables.Chain{Name: NftEgressChain, Table: table, Type: nftables.ChainTypeNAT,
-					Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-			case NftUntrackChain:
-				ch = c.AddChain(&nftables.Chain{Name: NftUntrackChain, Table: table, Type: nftables.ChainTypeFilter,
-					Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
-			case NftReplyChain:
-				ch = c.AddChain(&nftables.Chain{Name: NftReplyChain, Table: table, Type: nftables.ChainTypeFilter,
-					Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityMangle})
-			case NftNoRedirectChain:
-				ch = c.AddChain(&nftables.Chain{Name: NftNoRedirectChain, Table: table, Type: nftables.ChainTypeFilter,
-					Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-			}
-			chains[r.chain] = ch
-		}
-		c.AddRule(&nftables.Rule{Table: table, Chain: ch, UserData: []byte(r.data), Exprs: r.exprs})
+	if err := build(c, table, t); err != nil {
+		return NftChange{}, fmt.Errorf("nl: nftables: table %s: %w", t.Name, err)
 	}
-	f.writes++
+	k.w()
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nl: nftables: isolation and egress rules: %w", err)
+		return NftChange{}, fmt.Errorf("nl: nftables: table %s: %w", t.Name, err)
+	}
+	return NftChange{Rewritten: true}, nil
+}
+
+// build queues t's sets, chains and rules into table.
+func build(c *nftables.Conn, table *nftables.Table, t NftTable) error {
+	sets := map[string]*nftables.Set{}
+	for _, s := range t.Sets {
+		set := &nftables.Set{Table: table, Name: s.Name, KeyType: keyType(s.IPv6)}
+		if err := c.AddSet(set, nil); err != nil {
+			return fmt.Errorf("set %s: %w", s.Name, err)
+		}
+		if err := chunked(elements(s), func(es []nftables.SetElement) error { return c.SetAddElements(set, es) }); err != nil {
+			return fmt.Errorf("set %s: %w", s.Name, err)
+		}
+		sets[s.Name] = set
+	}
+	chains := map[string]*nftables.Chain{}
+	for _, ch := range t.Chains {
+		x, err := chainOf(table, ch)
+		if err != nil {
+			return err
+		}
+		chains[ch.Name] = c.AddChain(x)
+	}
+	for _, ch := range t.Chains {
+		for i, r := range ch.Rules {
+			exprs, err := exprsOf(r, sets, chains)
+			if err != nil {
+				return fmt.Errorf("chain %s rule %d (%s): %w", ch.Name, i, r, err)
+			}
+			ud := userData(r)
+			if len(ud) > 256 {
+				return fmt.Errorf("chain %s rule %d: tag %q is longer than nftables keeps", ch.Name, i, r.Tag)
+			}
+			c.AddRule(&nftables.Rule{Table: table, Chain: chains[ch.Name], UserData: []byte(ud), Exprs: exprs})
+		}
 	}
 	return nil
 }
 
-// current returns the user data of the isolation and egress chains'
-// rules, sorted.
-func (f *Firewall) current(c *nftables.Conn) ([]string, bool, error) {
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, false, fmt.Errorf("nl: nftables: list tables: %w", err)
-	}
-	var table *nftables.Table
-	for _, t := range tables {
-		if t.Name == NftTable {
-			table = t
+func elements(s NftSet) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, a := range s.Elems {
+		if a.Is6() == s.IPv6 {
+			out = append(out, nftables.SetElement{Key: a.AsSlice()})
 		}
 	}
-	if table == nil {
-		return nil, false, nil
-	}
-	rules, err := c.GetRules(table, &nftables.Chain{Name: NftIsolationChain, Table: table})
-	if err != nil {
-		// No such chain: the table is ours but incomplete; rebuild it.
-		return nil, true, nil
-	}
-	for _, name := range []string{NftEgressChain, NftUntrackChain, NftReplyChain, NftNoRedirectChain} {
-		if more, err := c.GetRules(table, &nftables.Chain{Name: name, Table: table}); err == nil {
-			rules = append(rules, more...)
+	return out
+}
+
+// setChunk is how many elements go in one netlink message: the element
+// list is one attribute, whose length field has 16 bits, so a large set
+// sent whole is cut short without an error. The messages of a batch still
+// apply atomically.
+const setChunk = 1000
+
+func chunked(es []nftables.SetElement, f func([]nftables.SetElement) error) error {
+	for len(es) > 0 {
+		n := min(len(es), setChunk)
+		if err := f(es[:n]); err != nil {
+			return err
 		}
+		es = es[n:]
 	}
-	var out []string
-	for _, r := range rules {
-		out = append(out, string(r.UserData))
-	}
-	slices.Sort(out)
-	return out, true, nil
+	return nil
 }
 
-// Close releases the namespace handle.
-func (f *Firewall) Close() {
-	if f.ns >= 0 {
-		f.ns.Close()
+// syncElements adds and deletes the set elements that differ from t's,
+// in one transaction, and returns how many it changed.
+func syncElements(c *nftables.Conn, t NftTable, have map[string]*nftables.Set) (int, error) {
+	n := 0
+	for _, s := range t.Sets {
+		set := have[s.Name]
+		cur, err := c.GetSetElements(set)
+		if err != nil {
+			return 0, fmt.Errorf("set %s elements: %w", s.Name, err)
+		}
+		in := map[netip.Addr]bool{}
+		for _, e := range cur {
+			if a, ok := netip.AddrFromSlice(e.Key); ok {
+				in[a] = true
+			}
+		}
+		want := map[netip.Addr]bool{}
+		var add, del []nftables.SetElement
+		for _, e := range elements(s) {
+			a, _ := netip.AddrFromSlice(e.Key)
+			want[a] = true
+			if !in[a] {
+				add = append(add, e)
+			}
+		}
+		for a := range in {
+			if !want[a] {
+				del = append(del, nftables.SetElement{Key: a.AsSlice()})
+			}
+		}
+		if err := chunked(add, func(es []nftables.SetElement) error { return c.SetAddElements(set, es) }); err != nil {
+			return 0, fmt.Errorf("set %s: %w", s.Name, err)
+		}
+		if err := chunked(del, func(es []nftables.SetElement) error { return c.SetDeleteElements(set, es) }); err != nil {
+			return 0, fmt.Errorf("set %s: %w", s.Name, err)
+		}
+		n += len(add) + len(del)
 	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := c.Flush(); err != nil {
+		return 0, fmt.Errorf("set elements: %w", err)
+	}
+	return n, nil
 }
 
-// InetTables lists the names of the inet-family nftables tables of the
-// namespace at path ("" for the caller's), Skiff's or not: a read for
-// tests and diagnostics.
-func InetTables(path string) ([]string, error) {
-	f, err := OpenFirewall(Options{NetNS: path})
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	c, err := f.conn()
+func (k *real) Tables() ([]string, error) {
+	c, err := k.nft()
 	if err != nil {
 		return nil, fmt.Errorf("nl: nftables: %w", err)
 	}
@@ -388,43 +336,35 @@ func InetTables(path string) ([]string, error) {
 	return names, nil
 }
 
-// EnableIPv4Forwarding sets net.ipv4.ip_forward to 1 in the firewall's
-// namespace, reporting whether it was 0. Idempotent. It never sets it back
-// to 0: a Kubernetes node's Services and the kubelet need forwarding too.
-func (f *Firewall) EnableIPv4Forwarding() (changed bool, err error) {
-	return f.enableSysctl("net/ipv4/ip_forward")
-}
-
-// EnableIPv6Forwarding sets net.ipv6.conf.all.forwarding to 1 in the
-// firewall's namespace (which sets every interface's forwarding),
-// reporting whether it was 0. Idempotent; never set back to 0. With
-// forwarding on, an interface whose accept_ra is 1 no longer takes
-// router advertisements (the kernel's rule for routers): a node whose
-// own IPv6 address or default route comes from SLAAC needs accept_ra=2
-// on that interface, which is the node's to set.
-func (f *Firewall) EnableIPv6Forwarding() (changed bool, err error) {
-	return f.enableSysctl("net/ipv6/conf/all/forwarding")
-}
-
-// enableSysctl sets a boolean sysctl to 1 in the firewall's namespace,
-// reporting whether it was not 1.
-func (f *Firewall) enableSysctl(name string) (changed bool, err error) {
-	set := func() error {
-		v, err := sysctl.Sysctl(name)
-		if err != nil || strings.TrimSpace(v) == "1" {
-			return err
-		}
-		changed = true
-		_, err = sysctl.Sysctl(name, "1")
-		return err
-	}
-	if f.path == "" {
-		err = set()
-	} else {
-		err = ns.WithNetNSPath(f.path, func(ns.NetNS) error { return set() })
-	}
+func (k *real) TableCounters(name string) ([]NftCounter, error) {
+	c, err := k.nft()
 	if err != nil {
-		return false, fmt.Errorf("nl: %s: %w", strings.ReplaceAll(name, "/", "."), err)
+		return nil, fmt.Errorf("nl: nftables: %w", err)
 	}
-	return changed, nil
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("nl: nftables: list chains: %w", err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	var out []NftCounter
+	for _, ch := range chains {
+		if ch.Table.Name != name {
+			continue
+		}
+		rules, err := c.GetRules(table, ch)
+		if err != nil {
+			return nil, fmt.Errorf("nl: nftables: rules of %s %s: %w", name, ch.Name, err)
+		}
+		for _, r := range rules {
+			tag, ok := tagOf(r.UserData)
+			if !ok {
+				continue
+			}
+			if p, b, ok := counted(r.Exprs); ok {
+				out = append(out, NftCounter{Chain: ch.Name, Tag: tag, Packets: p, Bytes: b})
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b NftCounter) int { return strings.Compare(a.Chain, b.Chain) })
+	return out, nil
 }

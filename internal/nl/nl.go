@@ -1,17 +1,24 @@
-// Package nl is the one place in Skiff that speaks netlink. It offers the
-// few kernel operations the datapaths need, in plain types, behind the
-// Kernel interface so that everything above it can be tested against a
-// fake; the real implementation works in one network namespace.
+// Package nl is the one place in Skiff that does kernel I/O: netlink
+// (links, addresses, routes, rules, neighbours, FDB, devlink, SR-IOV), tc
+// (through internal/nl/tc), nftables and sysctls, behind one interface
+// per network namespace (Kernel) so that everything above it can be
+// tested against a fake (internal/nl/nltest). It applies and reads back
+// what the datapaths describe, in plain types, and holds no Skiff policy:
+// which devices, rules and tables are Skiff's, and what they hold, is
+// the datapaths' to say.
 //
-//	k, err := nl.Open(nl.Options{})         // the current namespace
+//	k, err := nl.Open("")                       // this namespace; or "/run/netns/NAME"
+//	defer k.Close()
 //	links, err := k.Links()
-//	err = k.AddBridge(nl.Bridge{Name: "skb100", MTU: 1450, Alias: "skiff:net=blue"})
+//	err = k.AddBridge(nl.Bridge{Name: "skb100", MTU: 1450, Alias: "skiff:bridge:blue"})
+//	change, err := k.SetTable(nl.NftTable{Name: "skiff", Chains: ...})
 //
 // Writes are counted (Writes), so tests can prove that a reconcile of a
 // kernel that already matches changes nothing.
 package nl
 
 import (
+	"net"
 	"net/netip"
 )
 
@@ -19,7 +26,7 @@ import (
 type Link struct {
 	Index  int
 	Name   string
-	Kind   string // bridge, vxlan, veth, device, ...
+	Kind   string // bridge, vxlan, veth, tuntap, device, ...
 	Alias  string
 	MTU    int
 	Up     bool
@@ -36,13 +43,14 @@ type Link struct {
 	External bool
 }
 
+// TapKind is the Kind of tap and tun links in Links.
+const TapKind = "tuntap"
+
 // PortFlags are bridge-port settings.
 type PortFlags struct {
 	Learning      bool
 	NeighSuppress bool
-	// Hairpin sends a frame back out of the port it came in on, which
-	// a pod reaching itself through a Service needs when the bridge's
-	// traffic passes netfilter (br_netfilter DNAT bridges it back).
+	// Hairpin sends a frame back out of the port it came in on.
 	Hairpin bool
 }
 
@@ -69,17 +77,20 @@ type Neigh struct {
 	IP        netip.Addr
 	MAC       string
 	Permanent bool
+	// Usable (in listings) is an entry packets can use now: reachable,
+	// stale, delay, probe, permanent or noarp.
+	Usable bool
 }
 
-// Bridge describes a bridge to create.
+// Bridge describes a bridge to create (VLAN filtering off).
 type Bridge struct {
 	Name  string
 	MTU   int
 	Alias string
 }
 
-// VXLAN describes a VXLAN device to create. An External one
-// (collect-metadata) carries every VNI; VNI and Local are not used.
+// VXLAN describes a VXLAN device to create, learning off. An External
+// one (collect-metadata) carries every VNI; VNI and Local are not used.
 type VXLAN struct {
 	Name     string
 	VNI      uint32
@@ -90,35 +101,92 @@ type VXLAN struct {
 	External bool
 }
 
-// Kernel is the netlink surface of the datapaths. Implementations are not
-// required to be safe for concurrent use.
-type Kernel interface {
-	Links() ([]Link, error)
-	AddBridge(b Bridge) error
-	AddVXLAN(v VXLAN) error
-	DeleteLink(index int) error
-	SetMaster(index, master int) error
-	SetUp(index int) error
-	SetMTU(index, mtu int) error
-	SetAlias(index int, alias string) error
-	PortFlags(index int) (PortFlags, error)
-	SetPortFlags(index int, f PortFlags) error
-	// FDB lists the bridge-family forwarding entries of a device.
-	FDB(index int) ([]FDB, error)
-	// AddFDB appends an entry (all-zero VXLAN entries may have several
-	// destinations); SetFDB creates or replaces the entry of that MAC.
-	AddFDB(e FDB) error
-	SetFDB(e FDB) error
-	DeleteFDB(e FDB) error
-	// Neighs lists the IPv4 and IPv6 neighbour entries of a device.
-	Neighs(index int) ([]Neigh, error)
-	SetNeigh(n Neigh) error
-	DeleteNeigh(n Neigh) error
-	// Addrs lists the addresses of a device (link-local ones excluded).
-	Addrs(index int) ([]netip.Prefix, error)
-	AddAddr(index int, a netip.Prefix) error
-	DeleteAddr(index int, a netip.Prefix) error
-	SetMAC(index int, mac string) error
-	// Writes returns how many changing calls were made.
-	Writes() int
+// Pair describes a veth pair with both ends in one namespace.
+type Pair struct {
+	Name, Peer string
+	MTU        int
+	MAC        string // of Name; empty: the kernel's choice
+	// Alias and PeerAlias mark the ends ("": not marked).
+	Alias, PeerAlias string
+}
+
+// Veth describes a veth pair whose peer is made in another namespace.
+type Veth struct {
+	Name     string // this namespace's end
+	Alias    string // marks this end
+	MTU      int
+	PeerName string // the peer's name in its namespace
+}
+
+// Tap describes a persistent tap device a hypervisor attaches a VM to.
+type Tap struct {
+	Name  string
+	Alias string
+	MTU   int
+	// Owner and Group may attach to the tap besides root (0: root only).
+	Owner, Group uint32
+}
+
+// Counters are an interface's counters.
+type Counters struct {
+	RxPackets, RxBytes, RxDropped uint64
+	TxPackets, TxBytes, TxDropped uint64
+}
+
+// RouteProtocol marks the routes and rules Skiff owns (rtm_protocol;
+// "proto 83" in ip route). Routes of other protocols are never read or
+// changed by Routes and Rules.
+const RouteProtocol = 83
+
+// Route is an IPv4 or IPv6 route to Dst through a link: on link (scope
+// link) when Gw is not valid, via Gw otherwise.
+type Route struct {
+	Dst       netip.Prefix
+	Gw        netip.Addr
+	LinkIndex int
+	Src       netip.Addr // invalid: the kernel's choice
+	Table     int        // 0: main
+	// Protocol is the route's rtm_protocol: RouteProtocol for Skiff's
+	// own; 0 writes the kernel's default (boot).
+	Protocol int
+}
+
+// Rule is a policy routing rule of protocol RouteProtocol: packets that
+// came in on IIF look up Table first.
+type Rule struct {
+	IIF      string
+	Table    int
+	Priority int
+	IPv6     bool // an IPv6 rule; else IPv4
+}
+
+// NextHop is where the kernel sends packets for an address.
+type NextHop struct {
+	LinkIndex int
+	Gateway   netip.Addr // invalid when the address is on link
+	Local     bool       // the address is this host's own (RTN_LOCAL)
+}
+
+// VF is what a PF reports for one of its virtual functions
+// (IFLA_VF_INFO), with the kernel's names.
+type VF struct {
+	ID                   int
+	Mac                  net.HardwareAddr
+	Vlan, Qos            int
+	Spoofchk             bool
+	Trust                uint32 // 1: trusted
+	LinkState            uint32 // unix.IFLA_VF_LINK_STATE_*
+	MinTxRate, MaxTxRate uint32 // Mbit/s
+}
+
+// Event is a kernel change seen by Watch.
+type Event struct {
+	Kind    string // link, neigh or addr
+	Index   int    // link index
+	Name    string // link name, when known
+	Deleted bool
+	Addr    netip.Addr // addr events
+	// Static is set on neigh events of static or permanent entries;
+	// dynamic entries come and go by themselves.
+	Static bool
 }

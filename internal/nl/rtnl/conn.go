@@ -26,7 +26,7 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/containernetworking/plugins/pkg/ns"
 )
 
 // Header is a netlink message header (struct nlmsghdr).
@@ -93,11 +93,18 @@ type Conn struct {
 // caller's) and joins the given multicast groups (RTNLGRP_*).
 func Dial(netns string, groups ...uint32) (*Conn, error) {
 	var fd int
-	err := nl.InNetNS(netns, func() error {
+	open := func() error {
 		var err error
 		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
 		return err
-	})
+	}
+	// A socket belongs to the namespace of the thread that opens it.
+	var err error
+	if netns == "" {
+		err = open()
+	} else {
+		err = ns.WithNetNSPath(netns, func(ns.NetNS) error { return open() })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("rtnl: socket: %w", err)
 	}
