@@ -141,11 +141,11 @@ type Kernel interface {
 type nlKernel struct{}
 
 func (nlKernel) Links() ([]nl.Link, error) {
-	k, err := nl.Open(nl.Options{})
+	k, err := nl.Open("")
 	if err != nil {
 		return nil, err
 	}
-	defer nl.Close(k)
+	defer k.Close()
 	return k.Links()
 }
 

@@ -281,11 +281,11 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if !found {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("check: endpoint %s is not on this node's network %s", name, conf.Network), "")
 	}
-	k, err := nl.Open(nl.Options{NetNS: args.Netns})
+	k, err := nl.Open(args.Netns)
 	if err != nil {
 		return types.NewError(types.ErrInternal, "check: "+err.Error(), "")
 	}
-	defer nl.Close(k)
+	defer k.Close()
 	have, err := nl.Inspect(k, args.IfName)
 	if err != nil {
 		return types.NewError(types.ErrInternal, "check: "+err.Error(), "")

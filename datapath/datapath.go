@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
@@ -147,16 +146,6 @@ type PolicyCounter struct {
 	Rule      int
 	Packets   uint64
 	Bytes     uint64
-}
-
-// PolicyCounterOf converts a counter of the kernel's policy (nftables or
-// tc, as internal/nl reads them).
-func PolicyCounterOf(c nl.PolicyCounter) PolicyCounter {
-	dir := Ingress
-	if c.Direction == nl.PolicyEgress {
-		dir = Egress
-	}
-	return PolicyCounter{Endpoint: c.Endpoint, Direction: dir, Rule: c.Rule, Packets: c.Packets, Bytes: c.Bytes}
 }
 
 // Policy directions.

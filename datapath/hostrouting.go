@@ -88,24 +88,41 @@ func (st HostRouting) RoutePeers(dev nl.Link, table int, addrs map[netip.Addr]st
 		families[own.Is6()] = true
 	}
 	for a := range addrs {
-		st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: dev.Index, Table: table}] = true
+		st.AddRoute(netip.PrefixFrom(a, a.BitLen()), dev.Index, netip.Addr{}, table)
 		families[a.Is6()] = true
 	}
 	for v6 := range families {
-		st.Rules[nl.HostRule{IIF: dev.Name, Table: table, Priority: HostRulePriority, IPv6: v6}] = true
+		st.Rules[nl.Rule{IIF: dev.Name, Table: table, Priority: HostRulePriority, IPv6: v6}] = true
 	}
 }
 
 // HostRouting is what the host ports of a plan want of the node's
 // routing: Skiff's routes (RouteProtocol) and rules (HostRulePriority).
 type HostRouting struct {
-	Routes map[nl.HostRoute]bool
-	Rules  map[nl.HostRule]bool
+	Routes map[nl.Route]bool
+	Rules  map[nl.Rule]bool
+}
+
+// AddRoute wants a route of Skiff's (nl.RouteProtocol) to dst through
+// link, from src (invalid: the kernel's choice), in table (0: main).
+func (st HostRouting) AddRoute(dst netip.Prefix, link int, src netip.Addr, table int) {
+	st.Routes[nl.Route{Dst: dst, LinkIndex: link, Src: src, Table: table, Protocol: nl.RouteProtocol}] = true
 }
 
 // NewHostRouting returns an empty HostRouting.
 func NewHostRouting() HostRouting {
-	return HostRouting{Routes: map[nl.HostRoute]bool{}, Rules: map[nl.HostRule]bool{}}
+	return HostRouting{Routes: map[nl.Route]bool{}, Rules: map[nl.Rule]bool{}}
+}
+
+// Routing is what SyncHostRouting needs of a namespace; an nl.Kernel
+// has it.
+type Routing interface {
+	Routes() ([]nl.Route, error)
+	ReplaceRoute(r nl.Route) error
+	DeleteRoute(r nl.Route) error
+	Rules(priority int) ([]nl.Rule, error)
+	AddRule(r nl.Rule) error
+	DeleteRule(r nl.Rule) error
 }
 
 // SyncHostRouting makes Skiff's routes and rules those of st: the
@@ -114,7 +131,7 @@ func NewHostRouting() HostRouting {
 // replaced in place and is not deleted). Idempotent; writes nothing
 // when the kernel matches; every failure is returned, joined. Not safe
 // for concurrent use on one h.
-func SyncHostRouting(h nl.HostNet, st HostRouting) error {
+func SyncHostRouting(h Routing, st HostRouting) error {
 	have, err := h.Routes()
 	if err != nil {
 		return err

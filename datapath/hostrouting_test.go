@@ -9,18 +9,16 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
-// recordHost is an nl.HostNet whose routes and rules are maps, recording
+// recordHost is a Routing whose routes and rules are maps, recording
 // every write in order.
 type recordHost struct {
-	routes map[nl.HostRoute]bool
-	rules  map[nl.HostRule]bool
+	routes map[nl.Route]bool
+	rules  map[nl.Rule]bool
 	ops    []string
 }
 
-func (h *recordHost) AddPair(nl.Pair) error { return nil }
-
-func (h *recordHost) Routes() ([]nl.HostRoute, error) {
-	var out []nl.HostRoute
+func (h *recordHost) Routes() ([]nl.Route, error) {
+	var out []nl.Route
 	for r := range h.routes {
 		out = append(out, r)
 	}
@@ -29,7 +27,7 @@ func (h *recordHost) Routes() ([]nl.HostRoute, error) {
 
 // ReplaceRoute replaces the route to the same prefix in the same table,
 // as the kernel does.
-func (h *recordHost) ReplaceRoute(r nl.HostRoute) error {
+func (h *recordHost) ReplaceRoute(r nl.Route) error {
 	for o := range h.routes {
 		if o.Dst == r.Dst && o.Table == r.Table {
 			delete(h.routes, o)
@@ -42,27 +40,27 @@ func (h *recordHost) ReplaceRoute(r nl.HostRoute) error {
 
 // DeleteRoute deletes only an exact match, as the kernel does for a
 // route given with its source and device.
-func (h *recordHost) DeleteRoute(r nl.HostRoute) error {
+func (h *recordHost) DeleteRoute(r nl.Route) error {
 	delete(h.routes, r)
 	h.ops = append(h.ops, "delete route "+r.Dst.String()+" src "+r.Src.String())
 	return nil
 }
 
-func (h *recordHost) Rules(int) ([]nl.HostRule, error) {
-	var out []nl.HostRule
+func (h *recordHost) Rules(int) ([]nl.Rule, error) {
+	var out []nl.Rule
 	for r := range h.rules {
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-func (h *recordHost) AddRule(r nl.HostRule) error {
+func (h *recordHost) AddRule(r nl.Rule) error {
 	h.rules[r] = true
 	h.ops = append(h.ops, "add rule "+r.IIF)
 	return nil
 }
 
-func (h *recordHost) DeleteRule(r nl.HostRule) error {
+func (h *recordHost) DeleteRule(r nl.Rule) error {
 	delete(h.rules, r)
 	h.ops = append(h.ops, "delete rule "+r.IIF)
 	return nil
@@ -74,32 +72,32 @@ func (h *recordHost) DeleteRule(r nl.HostRule) error {
 func TestSyncHostRouting(t *testing.T) {
 	p := netip.MustParsePrefix
 	a := netip.MustParseAddr
-	r1 := nl.HostRoute{Dst: p("198.51.100.2/32"), LinkIndex: 7, Src: a("192.0.2.1"), Table: HostTable(100)}
-	r2 := nl.HostRoute{Dst: p("198.51.100.3/32"), LinkIndex: 7, Src: a("192.0.2.1"), Table: HostTable(100)}
+	r1 := nl.Route{Dst: p("198.51.100.2/32"), LinkIndex: 7, Src: a("192.0.2.1"), Table: HostTable(100)}
+	r2 := nl.Route{Dst: p("198.51.100.3/32"), LinkIndex: 7, Src: a("192.0.2.1"), Table: HostTable(100)}
 	r1src := r1
 	r1src.Src = a("192.0.2.9")
-	g100 := nl.HostRule{IIF: "skg100", Table: HostTable(100), Priority: HostRulePriority}
-	g200 := nl.HostRule{IIF: "skg200", Table: HostTable(200), Priority: HostRulePriority}
+	g100 := nl.Rule{IIF: "skg100", Table: HostTable(100), Priority: HostRulePriority}
+	g200 := nl.Rule{IIF: "skg200", Table: HostTable(200), Priority: HostRulePriority}
 	for _, tc := range []struct {
 		name       string
-		haveRoutes []nl.HostRoute
-		haveRules  []nl.HostRule
+		haveRoutes []nl.Route
+		haveRules  []nl.Rule
 		want       HostRouting
 		ops        []string
 	}{
 		{"empty to empty", nil, nil, NewHostRouting(), nil},
-		{"add", nil, nil, routing([]nl.HostRoute{r1}, []nl.HostRule{g100}),
+		{"add", nil, nil, routing([]nl.Route{r1}, []nl.Rule{g100}),
 			[]string{"replace route 198.51.100.2/32 src 192.0.2.1", "add rule skg100"}},
-		{"unchanged", []nl.HostRoute{r1}, []nl.HostRule{g100}, routing([]nl.HostRoute{r1}, []nl.HostRule{g100}), nil},
-		{"swap: add before delete", []nl.HostRoute{r1}, []nl.HostRule{g100}, routing([]nl.HostRoute{r2}, []nl.HostRule{g200}),
+		{"unchanged", []nl.Route{r1}, []nl.Rule{g100}, routing([]nl.Route{r1}, []nl.Rule{g100}), nil},
+		{"swap: add before delete", []nl.Route{r1}, []nl.Rule{g100}, routing([]nl.Route{r2}, []nl.Rule{g200}),
 			[]string{"replace route 198.51.100.3/32 src 192.0.2.1", "add rule skg200", "delete route 198.51.100.2/32 src 192.0.2.1", "delete rule skg100"}},
-		{"source changed: replaced, not deleted", []nl.HostRoute{r1}, nil, routing([]nl.HostRoute{r1src}, nil),
+		{"source changed: replaced, not deleted", []nl.Route{r1}, nil, routing([]nl.Route{r1src}, nil),
 			[]string{"replace route 198.51.100.2/32 src 192.0.2.9"}},
-		{"all gone", []nl.HostRoute{r1, r2}, []nl.HostRule{g100}, NewHostRouting(),
+		{"all gone", []nl.Route{r1, r2}, []nl.Rule{g100}, NewHostRouting(),
 			[]string{"delete route 198.51.100.2/32 src 192.0.2.1", "delete route 198.51.100.3/32 src 192.0.2.1", "delete rule skg100"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &recordHost{routes: map[nl.HostRoute]bool{}, rules: map[nl.HostRule]bool{}}
+			h := &recordHost{routes: map[nl.Route]bool{}, rules: map[nl.Rule]bool{}}
 			for _, r := range tc.haveRoutes {
 				h.routes[r] = true
 			}
@@ -125,7 +123,7 @@ func TestSyncHostRouting(t *testing.T) {
 	}
 }
 
-func routing(routes []nl.HostRoute, rules []nl.HostRule) HostRouting {
+func routing(routes []nl.Route, rules []nl.Rule) HostRouting {
 	st := NewHostRouting()
 	for _, r := range routes {
 		st.Routes[r] = true

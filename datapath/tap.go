@@ -2,40 +2,69 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
-// PlumbTap makes the tap of a VM port for the kernel datapaths: named
-// HostIfName and marked with HostIfAlias in the namespace at ns ("" for
-// the caller's), with the network's MTU, up. A hypervisor attaches the
-// guest to it by name. Idempotent (a tap a hypervisor holds is kept); on
-// error nothing it made stays.
-func PlumbTap(ns string, req PlumbRequest) (Plumbed, error) {
+// PlumbTap makes the tap of a VM port for the kernel datapaths, in k:
+// named HostIfName and marked with HostIfAlias, with the network's MTU,
+// up. A hypervisor attaches the guest to it by name. It is idempotent: a
+// tap that is already there is kept (a hypervisor may hold it) and only
+// its MTU and state are made to match. A link of that name without the
+// endpoint's alias is someone else's, and one that is not a tap is not
+// this endpoint's: both are refused. On error nothing it made stays.
+func PlumbTap(k nl.Kernel, req PlumbRequest) (Plumbed, error) {
 	e := req.Endpoint
 	out := Plumbed{HostIf: HostIfName(e.Name), MTU: EndpointMTU(req.Network, req.MTU), Gateways: Gateways(e, req.Network)}
-	if err := nl.PlumbTap(ns, nl.Tap{Name: out.HostIf, Alias: HostIfAlias(e.Name), MTU: out.MTU}); err != nil {
+	alias := HostIfAlias(e.Name)
+	l, err := k.LinkByName(out.HostIf)
+	created := false
+	switch {
+	case errors.Is(err, nl.ErrNoLink):
+		if err := k.AddTap(nl.Tap{Name: out.HostIf, Alias: alias, MTU: out.MTU}); err != nil {
+			return Plumbed{}, err
+		}
+		created = true
+		if l, err = k.LinkByName(out.HostIf); err != nil {
+			return Plumbed{}, errors.Join(err, nl.DeleteByName(k, out.HostIf))
+		}
+	case err != nil:
 		return Plumbed{}, err
+	case l.Alias != alias:
+		return Plumbed{}, fmt.Errorf("%s exists and is not this endpoint's (alias %q); leaving it alone", out.HostIf, l.Alias)
+	case l.Kind != nl.TapKind:
+		return Plumbed{}, fmt.Errorf("%s is a %s, not a tap; leaving it alone", out.HostIf, l.Kind)
+	}
+	fail := func(err error) (Plumbed, error) {
+		if created {
+			err = errors.Join(err, nl.DeleteByName(k, out.HostIf))
+		}
+		return Plumbed{}, err
+	}
+	if out.MTU > 0 && l.MTU != out.MTU {
+		if err := k.SetMTU(l.Index, out.MTU); err != nil {
+			return fail(err)
+		}
+	}
+	if !l.Up {
+		if err := k.SetUp(l.Index); err != nil {
+			return fail(err)
+		}
 	}
 	return out, nil
 }
 
-// UnplumbTap deletes a VM port's tap, in the namespace at ns ("" for the
-// caller's); a hypervisor still attached loses its link. A tap that is not
-// there is not an error.
-func UnplumbTap(ns, endpoint string) error {
-	k, err := nl.Open(nl.Options{NetNS: ns})
-	if err != nil {
-		return err
-	}
-	defer nl.Close(k)
+// UnplumbTap deletes a VM port's tap; a hypervisor still attached loses
+// its link. A tap that is not there is not an error.
+func UnplumbTap(k nl.Kernel, endpoint string) error {
 	return nl.DeleteByName(k, HostIfName(endpoint))
 }
 
-// StaleTaps returns the indexes of the VM port taps among links whose
-// endpoint keep does not know: Skiff's taps (named by HostIfName, marked
-// with HostIfAlias) left by a port deleted while the agent was down.
+// StaleTaps returns the VM port taps among links whose endpoint keep
+// does not know: Skiff's taps (named by HostIfName, marked with
+// HostIfAlias) left by a port deleted while the agent was down.
 func StaleTaps(links []nl.Link, keep func(endpoint string) bool) []nl.Link {
 	var out []nl.Link
 	for _, l := range links {
@@ -48,14 +77,9 @@ func StaleTaps(links []nl.Link, keep func(endpoint string) bool) []nl.Link {
 	return out
 }
 
-// DeleteStaleTaps deletes the stale taps (StaleTaps) of namespace ns
-// ("" for the caller's) and returns their names.
-func DeleteStaleTaps(ns string, keep func(endpoint string) bool) ([]string, error) {
-	k, err := nl.Open(nl.Options{NetNS: ns})
-	if err != nil {
-		return nil, err
-	}
-	defer nl.Close(k)
+// DeleteStaleTaps deletes the stale taps (StaleTaps) of k and returns
+// their names.
+func DeleteStaleTaps(k nl.Kernel, keep func(endpoint string) bool) ([]string, error) {
 	links, err := k.Links()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
@@ -8,36 +10,61 @@ import (
 )
 
 // PlumbVeth makes the veth pair of a local endpoint for the kernel
-// datapaths: its host side named HostIfName and marked with HostIfAlias in
-// the namespace at ns ("" for the caller's), its peer in req.NetNS as
-// req.IfName with the endpoint's MAC, MTU, addresses and default routes.
-// Idempotent; on error nothing it made stays.
-func PlumbVeth(ns string, req PlumbRequest) (Plumbed, error) {
+// datapaths: its host side in host, named HostIfName and marked with
+// HostIfAlias, its peer in req.NetNS (opened with open) as req.IfName
+// with the endpoint's MAC, MTU, addresses and default routes. It is
+// idempotent: a pair that is already there keeps its interfaces and only
+// has its configuration made to match. A link of that name without the
+// endpoint's alias is someone else's and is refused. On error nothing it
+// made stays.
+func PlumbVeth(host nl.Kernel, open nl.OpenFunc, req PlumbRequest) (Plumbed, error) {
 	e := req.Endpoint
 	out := Plumbed{HostIf: HostIfName(e.Name), MTU: EndpointMTU(req.Network, req.MTU), Gateways: Gateways(e, req.Network)}
-	k, err := nl.Open(nl.Options{NetNS: ns})
+	alias := HostIfAlias(e.Name)
+	pod, err := open(req.NetNS)
 	if err != nil {
 		return Plumbed{}, err
 	}
-	defer nl.Close(k)
-	err = nl.PlumbVeth(k, nl.Veth{Name: out.HostIf, Alias: HostIfAlias(e.Name), MTU: out.MTU, PeerName: req.IfName, PeerNS: req.NetNS},
-		nl.Iface{MAC: e.MAC, MTU: out.MTU, Addrs: e.IPs, Gateway: out.Gateways})
-	if err != nil {
+	defer pod.Close()
+	var routes []nl.LinkRoute
+	for _, gw := range out.Gateways {
+		routes = append(routes, nl.LinkRoute{Gw: gw})
+	}
+	cfg := nl.LinkConfig{MAC: e.MAC, MTU: out.MTU, Addrs: e.IPs, Routes: routes}
+	l, err := host.LinkByName(out.HostIf)
+	switch {
+	case errors.Is(err, nl.ErrNoLink):
+	case err != nil:
 		return Plumbed{}, err
+	case l.Alias != alias:
+		return Plumbed{}, fmt.Errorf("%s exists and is not this endpoint's (alias %q); leaving it alone", out.HostIf, l.Alias)
+	default:
+		_, err := pod.LinkByName(req.IfName)
+		if err == nil {
+			return out, nl.Configure(pod, req.IfName, cfg)
+		}
+		if !errors.Is(err, nl.ErrNoLink) {
+			return Plumbed{}, err
+		}
+		// Half a pair (its peer's namespace is gone): start again.
+		if err := host.DeleteLink(l.Index); err != nil {
+			return Plumbed{}, fmt.Errorf("delete stale %s: %w", out.HostIf, err)
+		}
+	}
+	if err := host.AddVeth(nl.Veth{Name: out.HostIf, Alias: alias, MTU: out.MTU, PeerName: req.IfName}, pod); err != nil {
+		return Plumbed{}, err
+	}
+	if err := nl.Configure(pod, req.IfName, cfg); err != nil {
+		return Plumbed{}, errors.Join(err, nl.DeleteByName(host, out.HostIf))
 	}
 	return out, nil
 }
 
-// UnplumbVeth deletes an endpoint's veth pair by its host side, in the
-// namespace at ns ("" for the caller's). A pair that is not there is not
-// an error.
-func UnplumbVeth(ns, endpoint string) error {
-	k, err := nl.Open(nl.Options{NetNS: ns})
-	if err != nil {
-		return err
-	}
-	defer nl.Close(k)
-	return nl.DeleteByName(k, HostIfName(endpoint))
+// UnplumbVeth deletes an endpoint's veth pair by its host side (the peer
+// goes with it, wherever it is). A pair that is not there is not an
+// error.
+func UnplumbVeth(host nl.Kernel, endpoint string) error {
+	return nl.DeleteByName(host, HostIfName(endpoint))
 }
 
 // EndpointMTU is the MTU of an endpoint's interface: the network's, or

@@ -97,7 +97,7 @@ func setupDPU(cfg agent.Config, mode string, caps *skiffv1.NodeCapabilities, dis
 	if err != nil {
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
 	}
-	k, err := nl.Open(nl.Options{})
+	k, err := nl.Open("")
 	if err != nil {
 		inner.Close()
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
@@ -111,13 +111,13 @@ func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, log *sl
 	case agent.ModeOffload:
 		return offload.New(offload.Options{Logger: log, Eswitch: disc, SysRoot: sysRoot, TunnelHardware: true})
 	case agent.ModeSoftware:
-		k, err := nl.Open(nl.Options{})
+		k, err := nl.Open("")
 		if err != nil {
 			return nil, err
 		}
 		fw, err := nl.OpenFirewall(nl.Options{})
 		if err != nil {
-			nl.Close(k)
+			k.Close()
 			return nil, err
 		}
 		return software.New(k, fw, log), nil

@@ -22,11 +22,11 @@ func TestAdoptAndRelease(t *testing.T) {
 	testns.Require(t)
 	ns := testns.New(t)
 	testns.Run(t, ns, "ip", "link", "add", "rep0", "type", "veth", "peer", "name", "vfx")
-	k, err := nl.Open(nl.Options{NetNS: testns.Path(ns)})
+	k, err := nl.Open(testns.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nl.Close(k)
+	defer k.Close()
 	log := slog.New(slog.DiscardHandler)
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "rep0"}}}
 	d := New(Options{Node: "d1", Inner: software.New(k, nil, log), Kernel: k, Representors: tab, NetNS: testns.Path(ns), Logger: log})

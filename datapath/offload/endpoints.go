@@ -93,11 +93,11 @@ func (d *Datapath) Ready(endpoint string) (bool, string) {
 func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
 	out := datapath.Counters{Endpoints: map[string]datapath.EndpointCounters{}, Networks: map[string]datapath.IfCounters{},
 		PolicyWrites: map[string]int{"filter": d.PolicyWrites()}}
-	k, err := nl.Open(nl.Options{NetNS: d.nsPath()})
+	k, err := nl.Open(d.nsPath())
 	if err != nil {
 		return out, err
 	}
-	defer nl.Close(k)
+	defer k.Close()
 	stats, err := k.(nl.VethAPI).Stats()
 	if err != nil {
 		return out, err

@@ -80,23 +80,11 @@ func hostRemoteAddrs(p plan.Plan, n plan.Network) map[netip.Addr]string {
 // hostPort makes a network's host port match the plan: the pair, its
 // MAC, address, bridge port settings and static entries, and the routes
 // and rule it wants (added to st).
-func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl.Link, byName map[string]nl.Link, mtu int, st *datapath.HostRouting) error {
+func (d *Datapath) hostPort(p plan.Plan, n plan.Network, br nl.Link, byName map[string]nl.Link, mtu int, st *datapath.HostRouting) error {
 	name, peer, mac := HostPortName(n.VNI), HostPeerName(n.VNI), HostMAC(n.VNI, p.UnderlayIP)
+	alias := aliasPrefix + "host:" + n.Name
 	hp, err := d.ensureLink(byName, name, func(l nl.Link) bool { return l.Kind == "veth" }, func() error {
-		if err := h.AddPair(nl.Pair{Name: name, Peer: peer, MTU: mtu, MAC: mac}); err != nil {
-			return err
-		}
-		links, err := d.k.Links()
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for _, l := range links {
-			if l.Name == name || l.Name == peer {
-				errs = append(errs, d.k.SetAlias(l.Index, aliasPrefix+"host:"+n.Name))
-			}
-		}
-		return errors.Join(errs...)
+		return d.k.AddPair(nl.Pair{Name: name, Peer: peer, MTU: mtu, MAC: mac, Alias: alias, PeerAlias: alias})
 	})
 	if err != nil {
 		return err
@@ -168,7 +156,7 @@ func (d *Datapath) hostPort(h nl.HostNet, p plan.Plan, n plan.Network, br, vx nl
 		for _, ip := range r.IPs {
 			if a := ip.Addr(); src(a).IsValid() {
 				want[a] = r.MAC
-				st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, a.BitLen()), LinkIndex: hp.Index, Src: src(a)}] = true
+				st.AddRoute(netip.PrefixFrom(a, a.BitLen()), hp.Index, src(a), 0)
 			}
 		}
 	}

@@ -3,11 +3,12 @@ package software
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skiff-sdn/skiff/datapath"
-	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
@@ -29,10 +30,10 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 	switch e.Kind {
 	case plan.KindVeth:
 		d.gate.Plumbing(e.Name)
-		return datapath.PlumbVeth("", req)
+		return datapath.PlumbVeth(d.k, d.open, req)
 	case plan.KindTap:
 		d.gate.Plumbing(e.Name)
-		return datapath.PlumbTap("", req)
+		return datapath.PlumbTap(d.k, req)
 	}
 	return datapath.Plumbed{}, fmt.Errorf("software datapath: endpoint %s of kind %q: %w (it plumbs veth pairs and taps; VFs need a node with a switchdev eswitch)", e.Name, e.Kind, datapath.ErrKind)
 }
@@ -42,9 +43,9 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 // link).
 func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error {
 	if req.Endpoint.Kind == plan.KindTap {
-		return datapath.UnplumbTap("", req.Endpoint.Name)
+		return datapath.UnplumbTap(d.k, req.Endpoint.Name)
 	}
-	return datapath.UnplumbVeth("", req.Endpoint.Name)
+	return datapath.UnplumbVeth(d.k, req.Endpoint.Name)
 }
 
 // Ready implements datapath.Datapath: the endpoint's host side is a port
@@ -70,7 +71,7 @@ func (d *Datapath) Ready(endpoint string) (bool, string) {
 // from the endpoint (what the host side sends, the endpoint received),
 // each network's VXLAN device, and the policy table's rule counters.
 func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
-	stats, err := d.k.(nl.VethAPI).Stats()
+	stats, err := d.k.Stats()
 	if err != nil {
 		return datapath.Counters{}, err
 	}
@@ -87,18 +88,15 @@ func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
 			out.Networks[name] = datapath.IfCounters(s)
 		}
 	}
-	if d.fw != nil {
-		w := d.fw.PolicyWrites()
-		out.PolicyWrites = map[string]int{"table": w.Tables, "element": w.Elements}
-		if len(p.Policies) > 0 {
-			cs, err := d.fw.PolicyCounters()
-			if err != nil {
-				return out, fmt.Errorf("software datapath: policy counters: %w", err)
-			}
-			for _, c := range cs {
-				out.Policy = append(out.Policy, datapath.PolicyCounterOf(c))
-			}
+	d.mu.Lock()
+	out.PolicyWrites = maps.Clone(d.policy)
+	d.mu.Unlock()
+	if len(p.Policies) > 0 {
+		cs, err := d.k.TableCounters(firewall.PolicyTable)
+		if err != nil {
+			return out, fmt.Errorf("software datapath: policy counters: %w", err)
 		}
+		out.Policy = firewall.PolicyCounters(cs)
 	}
 	return out, nil
 }
@@ -110,11 +108,6 @@ func (d *Datapath) Writes() int { return d.k.Writes() }
 func (d *Datapath) Collectors() []prometheus.Collector { return nil }
 
 // Close implements datapath.Datapath.
-func (d *Datapath) Close() {
-	if d.fw != nil {
-		d.fw.Close()
-	}
-	nl.Close(d.k)
-}
+func (d *Datapath) Close() { d.k.Close() }
 
 var _ datapath.Datapath = (*Datapath)(nil)

@@ -8,9 +8,9 @@
 // Every link it creates is named with the "sk" prefix and carries an alias
 // starting with "skiff:"; links without both are never touched.
 //
-//	k, _ := nl.Open(nl.Options{})
-//	dp := software.New(k, log)
-//	err := dp.Apply(p)
+//	k, _ := nl.Open("")                     // the node's namespace
+//	dp := software.New(software.Options{Kernel: k, Logger: log})
+//	err := dp.Apply(p)                      // idempotent: nothing written when the kernel matches
 package software
 
 import (
@@ -24,6 +24,7 @@ import (
 	"sync"
 
 	"github.com/skiff-sdn/skiff/datapath"
+	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
@@ -47,22 +48,38 @@ func Owned(l nl.Link) bool {
 	return strings.HasPrefix(l.Name, "sk") && strings.HasPrefix(l.Alias, aliasPrefix)
 }
 
+// Options configure a Datapath.
+type Options struct {
+	// Kernel is the node's namespace (required); the datapath closes
+	// it with Close.
+	Kernel nl.Kernel
+	// Open opens pods' namespaces (Plumb); nl.Open when nil.
+	Open   nl.OpenFunc
+	Logger *slog.Logger
+}
+
 // Datapath is the software datapath.
 type Datapath struct {
-	k   nl.Kernel
-	fw  *nl.Firewall
-	log *slog.Logger
+	k    nl.Kernel
+	open nl.OpenFunc
+	log  *slog.Logger
 
 	gate     datapath.PlumbGate
 	mu       sync.Mutex
 	attached map[string]string // local endpoint -> "" when attached, else why not
 	mtuTold  map[string]int    // network -> the MTU mtuAdvice was logged for
+	policy   map[string]int    // policy table writes by kind ("table", "element")
 }
 
-// New returns a software datapath on k. fw keeps tenant networks isolated
-// on a node that forwards and enforces policy; nil leaves nftables alone.
-func New(k nl.Kernel, fw *nl.Firewall, log *slog.Logger) *Datapath {
-	return &Datapath{k: k, fw: fw, log: log, attached: map[string]string{}, mtuTold: map[string]int{}}
+// New returns a software datapath on o.Kernel.
+func New(o Options) *Datapath {
+	if o.Open == nil {
+		o.Open = nl.Open
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Datapath{k: o.Kernel, open: o.Open, log: o.Logger, attached: map[string]string{}, mtuTold: map[string]int{}, policy: map[string]int{"table": 0, "element": 0}}
 }
 
 // Apply implements datapath.Datapath.
@@ -91,55 +108,37 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	var errs []error
 	want := map[string]bool{}
-	var bridges []nl.BridgeEgress
-	h, _ := d.k.(nl.HostNet)
+	var bridges []firewall.Device
 	st := datapath.NewHostRouting()
 	for _, n := range p.Networks {
 		br, vx := BridgeName(n.VNI), VXLANName(n.VNI)
 		want[br], want[vx] = true, true
-		b := nl.BridgeEgress{Name: br, Egress: n.Egress}
-		if h != nil && hostPorts(p, n) {
+		b := firewall.Device{Name: br, Egress: n.Egress}
+		if hostPorts(p, n) {
 			b.HostPort, b.HostMAC = HostPortName(n.VNI), HostMAC(n.VNI, p.UnderlayIP)
 			want[b.HostPort], want[HostPeerName(n.VNI)] = true, true
 		}
 		bridges = append(bridges, b)
-		if err := d.network(p, n, byName, att, h, &st); err != nil {
+		if err := d.network(p, n, byName, att, &st); err != nil {
 			errs = append(errs, fmt.Errorf("network %s (vni %d): %w", n.Name, n.VNI, err))
 		}
 	}
-	if h != nil {
-		if err := datapath.SyncHostRouting(h, st); err != nil {
-			errs = append(errs, err)
-		}
+	if err := datapath.SyncHostRouting(d.k, st); err != nil {
+		errs = append(errs, err)
 	}
-	if d.fw != nil {
-		if err := d.fw.SetIsolation(bridges); err != nil {
-			errs = append(errs, err)
-		}
-		if slices.ContainsFunc(slices.Collect(maps.Values(p.Networks)), datapath.RoutesOut) {
-			// Traffic leaving the overlay is routed by the node.
-			if changed, err := d.fw.EnableIPv4Forwarding(); err != nil {
-				errs = append(errs, err)
-			} else if changed {
-				d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
-			}
-			if slices.ContainsFunc(slices.Collect(maps.Values(p.Networks)), datapath.RoutesIPv6) {
-				if changed, err := d.fw.EnableIPv6Forwarding(); err != nil {
-					errs = append(errs, err)
-				} else if changed {
-					d.log.Warn("enabled IPv6 forwarding (net.ipv6.conf.all.forwarding=1): a network on this node with egress snat or routed has an IPv6 subnet; interfaces with accept_ra=1 no longer take router advertisements (set accept_ra=2 where the node relies on them)")
-				}
-			}
-			// Services: kube-proxy's DNAT of a pod's packet to a pod
-			// of the same network is answered over the bridge, where
-			// only br_netfilter's conntrack undoes it.
-			if err := d.fw.EnableBridgeNetfilter(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := d.policy(p); err != nil {
-			errs = append(errs, err)
-		}
+	if _, err := d.k.SetTable(firewall.Isolation(bridges)); err != nil {
+		errs = append(errs, err)
+	}
+	if slices.ContainsFunc(slices.Collect(maps.Values(p.Networks)), datapath.RoutesOut) {
+		// Traffic leaving the overlay is routed by the node.
+		errs = append(errs, firewall.EnableForwarding(d.k, d.log, slices.ContainsFunc(slices.Collect(maps.Values(p.Networks)), datapath.RoutesIPv6)))
+		// Services: kube-proxy's DNAT of a pod's packet to a pod of
+		// the same network is answered over the bridge, where only
+		// br_netfilter's conntrack undoes it.
+		errs = append(errs, firewall.EnableBridgeNetfilter(d.k))
+	}
+	if err := d.enforce(p); err != nil {
+		errs = append(errs, err)
 	}
 	// Delete last: taps of VM ports no plan holds (deleted while the
 	// agent was down), then Skiff's bridges and VXLAN devices no plan
@@ -206,7 +205,7 @@ func (d *Datapath) ensureLink(byName map[string]nl.Link, name string, ok func(nl
 	return l, nil
 }
 
-func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link, att map[string]string, h nl.HostNet, st *datapath.HostRouting) error {
+func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Link, att map[string]string, st *datapath.HostRouting) error {
 	for name, e := range p.Local {
 		if e.Network == n.Name {
 			if _, ok := byName[datapath.HostIfName(name)]; ok {
@@ -295,8 +294,8 @@ func (d *Datapath) network(p plan.Plan, n plan.Network, byName map[string]nl.Lin
 			att[e.Name] = ""
 		}
 	}
-	if h != nil && hostPorts(p, n) {
-		add(d.hostPort(h, p, n, br, vx, byName, mtu, st))
+	if hostPorts(p, n) {
+		add(d.hostPort(p, n, br, byName, mtu, st))
 	}
 	add(d.fdb(p, n, vx))
 	add(d.neighs(p, n, br))
@@ -438,12 +437,12 @@ func (d *Datapath) neighs(p plan.Plan, n plan.Network, br nl.Link) error {
 	return datapath.SyncPermanentNeighs(d.k, br.Index, want)
 }
 
-// policy enforces the plan's compiled policies in nftables: local
+// enforce enforces the plan's compiled policies in nftables: local
 // endpoints are known by their network's bridge and their addresses.
-func (d *Datapath) policy(p plan.Plan) error {
-	cfg := nl.PolicyConfig{Sets: map[string][]netip.Addr{}}
+func (d *Datapath) enforce(p plan.Plan) error {
+	pol := firewall.Policy{Groups: map[string][]netip.Addr{}}
 	for name, g := range p.Groups {
-		cfg.Sets[name] = g.Members
+		pol.Groups[name] = g.Members
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.Policies)) {
 		ep := p.Policies[name]
@@ -455,17 +454,21 @@ func (d *Datapath) policy(p plan.Plan) error {
 		if !ok {
 			continue
 		}
-		x := nl.EndpointPolicy{Name: name, Bridge: BridgeName(n.VNI), IngressIsolated: ep.IngressIsolated, EgressIsolated: ep.EgressIsolated,
-			Ingress: datapath.NftPolicyRules(ep.Ingress), Egress: datapath.NftPolicyRules(ep.Egress)}
+		x := firewall.Endpoint{Name: name, Device: BridgeName(n.VNI), IngressIsolated: ep.IngressIsolated, EgressIsolated: ep.EgressIsolated,
+			Ingress: firewall.Rules(ep.Ingress), Egress: firewall.Rules(ep.Egress)}
 		for _, ip := range e.IPs {
 			x.IPs = append(x.IPs, ip.Addr())
 		}
-		cfg.Endpoints = append(cfg.Endpoints, x)
+		pol.Endpoints = append(pol.Endpoints, x)
 	}
-	if len(cfg.Endpoints) > 0 {
-		if err := d.fw.EnableBridgeNetfilter(); err != nil {
+	if len(pol.Endpoints) > 0 {
+		if err := firewall.EnableBridgeNetfilter(d.k); err != nil {
 			return err
 		}
 	}
-	return d.fw.SetPolicy(cfg)
+	change, err := d.k.SetTable(pol.Table())
+	d.mu.Lock()
+	firewall.CountWrites(d.policy, change)
+	d.mu.Unlock()
+	return err
 }

@@ -2,7 +2,6 @@ package software
 
 import (
 	"context"
-	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -20,11 +19,11 @@ import (
 func TestTapPorts(t *testing.T) {
 	ns := testns.New(t)
 	path := testns.Path(ns)
-	k, err := nl.Open(nl.Options{NetNS: path})
+	k, err := nl.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := New(k, nil, slog.New(slog.DiscardHandler))
+	dp := New(Options{Kernel: k})
 	vm := plan.Endpoint{Name: "vm1-0", Network: "blue", Node: "n1", Kind: plan.KindTap, MAC: "02:00:00:00:00:07", VFIndex: -1,
 		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24")}, Owner: "vm:vm1"}
 	p := planWith([]plan.Network{blue})

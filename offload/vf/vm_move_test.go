@@ -79,12 +79,12 @@ func (r *vfRig) checkInPod(t *testing.T, i int, ns string, round int) {
 	if d.MTU != 1400 || !d.Up || d.MAC != podMAC(i, round).String() || !strings.Contains(d.Alias, "pci="+r.refs[i].PCI) {
 		t.Fatalf("round %d: VF %d in pod = %+v", round, i, d)
 	}
-	k, err := nl.Open(nl.Options{NetNS: ns})
+	k, err := nl.Open(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in, err := nl.Inspect(k, "net1")
-	nl.Close(k)
+	k.Close()
 	want := fmt.Sprintf("[192.0.2.%d/24 2001:db8::%d/64] [192.0.2.1]", 10+i, 10+i)
 	if got := fmt.Sprint(in.Addrs, in.Gateway); err != nil || got != want {
 		t.Fatalf("round %d: VF %d in pod: addresses and gateways %s, %v; want %s", round, i, got, err, want)
@@ -115,12 +115,12 @@ func (r *vfRig) checkHome(t *testing.T, round int) {
 		if d.Alias != "" || d.MTU != 1500 || d.Up {
 			t.Fatalf("round %d: VF %d at home = %+v", round, i, d)
 		}
-		k, err := nl.Open(nl.Options{})
+		k, err := nl.Open("")
 		if err != nil {
 			t.Fatal(err)
 		}
 		in, err := nl.Inspect(k, home)
-		nl.Close(k)
+		k.Close()
 		if err != nil || len(in.Addrs) != 0 || len(in.Gateway) != 0 {
 			t.Fatalf("round %d: %s at home kept addresses or routes: %+v %v", round, home, in, err)
 		}
