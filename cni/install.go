@@ -12,6 +12,8 @@ import (
 	"regexp"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 )
 
 // InstallOptions say where a node's container runtime looks for CNI
@@ -89,13 +91,28 @@ func (o InstallOptions) ConfList() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
+// writeFile is atomicfile.WriteWith; a test makes it fail.
+var writeFile = atomicfile.WriteWith
+
+// binName is the plugin binary's file name in BinDir.
+const binName = "skiff-cni"
+
+// How Install writes the binary and the configuration list: readable by
+// all, the binary executable, a missing directory made.
+var (
+	binOpts  = atomicfile.Options{Perm: 0o755, DirPerm: 0o755}
+	confOpts = atomicfile.Options{Perm: 0o644, DirPerm: 0o755}
+)
+
 // Install puts the plugin binary in BinDir and the configuration list in
 // ConfDir, each by writing a temporary file in the same directory, syncing
 // it and renaming it over the old one, so that a runtime never reads a
 // half-written file. The binary goes first: a configuration never names a
 // plugin that is not there. On error nothing new stays (a binary
-// installed by this call is removed again if the configuration cannot
-// be written). Idempotent: files that already match are not written.
+// installed by this call is removed again, or the older one put back, if
+// the configuration cannot be written), but for a configuration that got
+// in place and only its directory could not be synced: the binary it
+// names stays. Idempotent: files that already match are not written.
 func Install(o InstallOptions) error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("cni install: %w", err)
@@ -114,22 +131,27 @@ func Install(o InstallOptions) error {
 	if err != nil {
 		return fmt.Errorf("cni install: reading the plugin: %w", err)
 	}
-	binPath, confPath := filepath.Join(o.BinDir, "skiff-cni"), filepath.Join(o.ConfDir, o.File)
+	binPath, confPath := filepath.Join(o.BinDir, binName), filepath.Join(o.ConfDir, o.File)
 	old, hadOld := readIfExists(binPath)
-	if cur, ok := readIfExists(confPath); hadOld && ok && bytes.Equal(old, bin) && bytes.Equal(cur, conf) {
+	oldConf, hadConf := readIfExists(confPath)
+	if hadOld && hadConf && bytes.Equal(old, bin) && bytes.Equal(oldConf, conf) {
 		return nil // in place already: nothing written
 	}
-	if err := writeAtomic(binPath, bin, 0o755); err != nil {
+	if err := writeFile(o.BinDir, binName, bin, binOpts); err != nil {
 		return fmt.Errorf("cni install: %w", err)
 	}
-	if err := writeAtomic(confPath, conf, 0o644); err != nil {
+	if err := writeFile(o.ConfDir, o.File, conf, confOpts); err != nil {
+		err = fmt.Errorf("cni install: %w", err)
+		if cur, ok := readIfExists(confPath); ok && bytes.Equal(cur, conf) && !(hadConf && bytes.Equal(oldConf, conf)) {
+			return err // put in place by this call: it names this binary
+		}
 		var undo error
 		if hadOld {
-			undo = writeAtomic(binPath, old, 0o755)
+			undo = writeFile(o.BinDir, binName, old, binOpts)
 		} else {
 			undo = os.Remove(binPath)
 		}
-		return errors.Join(fmt.Errorf("cni install: %w", err), undo)
+		return errors.Join(err, undo)
 	}
 	return nil
 }
@@ -137,41 +159,6 @@ func Install(o InstallOptions) error {
 func readIfExists(path string) ([]byte, bool) {
 	b, err := os.ReadFile(path)
 	return b, err == nil
-}
-
-// writeAtomic replaces path with data: a temporary file in the same
-// directory, written, synced, renamed over path, and the directory
-// synced. Readers see the old file or the new one, never a part.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(mode)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if err := errors.Join(werr, f.Close()); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // installMain is `skiff-cni install [flags]`: what a node's setup (the
@@ -200,6 +187,6 @@ func installMain(args []string, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stderr, "skiff-cni install: %s and %s installed (network %q)\n",
-		filepath.Join(o.BinDir, "skiff-cni"), filepath.Join(o.ConfDir, o.File), o.Network)
+		filepath.Join(o.BinDir, binName), filepath.Join(o.ConfDir, o.File), o.Network)
 	return 0
 }

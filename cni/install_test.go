@@ -3,10 +3,13 @@ package cni
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 )
 
 func installOpts(t *testing.T) InstallOptions {
@@ -127,6 +130,44 @@ func TestInstallConfFailureLeavesNothing(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(o.BinDir, "skiff-cni")); string(b) != "v1" {
 		t.Errorf("the older binary was not put back: %q", b)
+	}
+}
+
+// TestInstallConfSyncFailureKeepsBinary: a configuration that got in
+// place and only its directory could not be synced keeps the binary it
+// names, a new one or one this install replaced; the error is returned.
+func TestInstallConfSyncFailureKeepsBinary(t *testing.T) {
+	syncFailed := errors.New("sync directory: input/output error")
+	writeFile = func(dir, name string, b []byte, o atomicfile.Options) error {
+		if err := atomicfile.WriteWith(dir, name, b, o); err != nil || filepath.Ext(name) != ".conflist" {
+			return err
+		}
+		return syncFailed
+	}
+	t.Cleanup(func() { writeFile = atomicfile.WriteWith })
+	o := installOpts(t)
+	want, err := os.ReadFile(o.Binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, older := range []string{"", "v1"} {
+		if older != "" {
+			if err := os.WriteFile(filepath.Join(o.BinDir, "skiff-cni"), []byte(older), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(filepath.Join(o.ConfDir, o.File)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := Install(o); !errors.Is(err, syncFailed) {
+			t.Fatalf("older binary %q: %v, want %v", older, err, syncFailed)
+		}
+		if _, err := os.Stat(filepath.Join(o.ConfDir, o.File)); err != nil {
+			t.Fatalf("older binary %q: the configuration: %v", older, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(o.BinDir, "skiff-cni")); !bytes.Equal(b, want) {
+			t.Errorf("older binary %q: the binary is %q, want the one the configuration was written for", older, b)
+		}
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 )
 
 // DefaultDevInfoDir is where the Network Plumbing WG device-info
@@ -57,42 +59,17 @@ func ReadDevInfo(path string) (DevInfo, error) {
 	return di, nil
 }
 
-// writeDevInfo writes a device's file whole or not at all (a temporary
-// file in the same directory, synced, renamed over), readable by root
-// only. The directory is made when missing.
+// writeDevInfo writes a device's file whole or not at all
+// (atomicfile), readable by root only. The directory is made, root's
+// only, when missing.
 func writeDevInfo(dir, resource string, d Device) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("deviceplugin: device-info dir: %w", err)
-	}
 	b, err := json.Marshal(devInfoOf(d))
 	if err != nil {
 		return err
 	}
-	path := DevInfoPath(dir, resource, d.ID)
-	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
+	name := filepath.Base(DevInfoPath(dir, resource, d.ID))
+	if err := atomicfile.WriteWith(dir, name, append(b, '\n'), atomicfile.Options{Perm: 0o600, DirPerm: 0o700}); err != nil {
 		return fmt.Errorf("deviceplugin: device-info: %w", err)
-	}
-	fail := func(err error) error {
-		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("deviceplugin: device-info %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		return fail(err)
-	}
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("deviceplugin: device-info %s: %w", path, err)
 	}
 	return nil
 }

@@ -167,6 +167,14 @@ func TestProtocol(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("device-info file:\n%s\nwant\n%s", b, want)
 	}
+	// Root's only, in a directory made root's only.
+	for p, want := range map[string]os.FileMode{filepath.Join(devInfo, "skiff.io-vf-0000:03:00.5-device.json"): 0o600, devInfo: os.ModeDir | 0o700} {
+		if fi, err := os.Stat(p); err != nil {
+			t.Error(err)
+		} else if fi.Mode() != want {
+			t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
+		}
+	}
 	// A request naming a device the pool lacks is refused whole: no file
 	// is written for the good device of it either.
 	good := DevInfoPath(devInfo, "skiff.io/vf", "0000:03:00.4")

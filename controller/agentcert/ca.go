@@ -34,6 +34,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 )
 
 // SignerName is the signer of agent certificates.
@@ -47,6 +49,13 @@ const (
 	ServerKey  = "server-key.pem"
 	NodeCert   = "node.pem"
 	NodeKey    = "node-key.pem"
+)
+
+// How the files are written: keys the owner's only, certificates
+// readable by all, in a directory made the owner's only when missing.
+var (
+	keyFile  = atomicfile.Options{Perm: 0o600, DirPerm: 0o700}
+	certFile = atomicfile.Options{Perm: 0o644, DirPerm: 0o700}
 )
 
 // CA is the controller's certificate authority.
@@ -90,16 +99,13 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 	}
 	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
 	// The key first: a directory with a certificate and no key is an
 	// error at the next start, a key alone is replaced.
-	if err := writeFile(filepath.Join(dir, CAKey), keyPEM, 0o600); err != nil {
-		return nil, err
+	if err := atomicfile.WriteWith(dir, CAKey, keyPEM, keyFile); err != nil {
+		return nil, fmt.Errorf("agentcert: %w", err)
 	}
-	if err := writeFile(filepath.Join(dir, CACert), certPEM, 0o644); err != nil {
-		return nil, err
+	if err := atomicfile.WriteWith(dir, CACert, certPEM, certFile); err != nil {
+		return nil, fmt.Errorf("agentcert: %w", err)
 	}
 	return parseCA(certPEM, keyPEM)
 }
@@ -175,35 +181,11 @@ func (ca *CA) WriteServerCert(dir string, names []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dir, ServerKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		return err
+	if err := atomicfile.WriteWith(dir, ServerKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), keyFile); err != nil {
+		return fmt.Errorf("agentcert: %w", err)
 	}
-	return writeFile(filepath.Join(dir, ServerCert), certPEM, 0o644)
-}
-
-// writeFile replaces path atomically (temporary file, sync, rename).
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(mode)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if err := errors.Join(werr, f.Close()); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("agentcert: writing %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("agentcert: writing %s: %w", path, err)
+	if err := atomicfile.WriteWith(dir, ServerCert, certPEM, certFile); err != nil {
+		return fmt.Errorf("agentcert: %w", err)
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	certclient "k8s.io/client-go/kubernetes/typed/certificates/v1"
+
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 )
 
 // RequestOptions say which node's certificate to get and where to keep it.
@@ -136,18 +138,18 @@ func Request(ctx context.Context, cs kubernetes.Interface, o RequestOptions) err
 	if err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(o.Dir, NodeKey), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		return err
+	if err := atomicfile.WriteWith(o.Dir, NodeKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), keyFile); err != nil {
+		return fmt.Errorf("agentcert: %w", err)
 	}
 	leaf, ca, err := splitChain(certPEM)
 	if err != nil {
 		return fmt.Errorf("agentcert: the certificate of %s: %w", csr.Name, err)
 	}
-	if err := writeFile(filepath.Join(o.Dir, CACert), ca, 0o644); err != nil {
-		return err
+	if err := atomicfile.WriteWith(o.Dir, CACert, ca, certFile); err != nil {
+		return fmt.Errorf("agentcert: %w", err)
 	}
-	if err := writeFile(filepath.Join(o.Dir, NodeCert), leaf, 0o644); err != nil {
-		return err
+	if err := atomicfile.WriteWith(o.Dir, NodeCert, leaf, certFile); err != nil {
+		return fmt.Errorf("agentcert: %w", err)
 	}
 	log.Info("agent certificate written", "node", o.Node, "dir", o.Dir)
 	return nil

@@ -234,23 +234,9 @@ func (p *Planner) syncPolicy(t touchSet) {
 // holds mu.
 func (p *Planner) policyDelta(node string, pl *plan.Plan, d *plan.Delta) {
 	np := p.compiled[node]
-	up, rm := diffItems(pl.Policies, np.policies, plan.EndpointPolicy.Equal)
+	up, rm := plan.DiffByName(pl.Policies, np.policies, plan.EndpointPolicy.Equal)
 	d.UpsertPolicies, d.RemovePolicies = up, rm
-	gup, grm := diffItems(pl.Groups, np.groups, plan.AddressGroup.Equal)
+	gup, grm := plan.DiffByName(pl.Groups, np.groups, plan.AddressGroup.Equal)
 	d.RemoveGroups = grm
 	d.UpsertGroups, d.ChangeGroups = plan.SplitGroups(pl.Groups, gup)
-}
-
-func diffItems[V any](have, want map[string]V, eq func(V, V) bool) (up []V, rm []string) {
-	for _, k := range slices.Sorted(maps.Keys(want)) {
-		if h, ok := have[k]; !ok || !eq(h, want[k]) {
-			up = append(up, want[k])
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(have)) {
-		if _, ok := want[k]; !ok {
-			rm = append(rm, k)
-		}
-	}
-	return up, rm
 }

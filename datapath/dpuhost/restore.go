@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/datapath"
+	"github.com/skiff-sdn/skiff/internal/atomicfile"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
@@ -65,7 +66,8 @@ func loadPlacements(path string) (map[string]placement, error) {
 }
 
 // placed records (or, for the zero placement, forgets) where endpoint's
-// VF is, and saves the state file (written aside, then renamed).
+// VF is, and saves the state file (atomicfile: a crash leaves the old
+// state or the new, whole and on disk).
 func (d *Datapath) placed(endpoint string, pl placement) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -84,14 +86,7 @@ func (d *Datapath) placed(endpoint string, pl placement) error {
 	if err != nil {
 		return fmt.Errorf("dpu-host datapath: state: %w", err)
 	}
-	tmp := d.state + ".tmp"
-	if err := os.MkdirAll(filepath.Dir(d.state), 0o700); err != nil {
-		return fmt.Errorf("dpu-host datapath: state: %w", err)
-	}
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("dpu-host datapath: state: %w", err)
-	}
-	if err := os.Rename(tmp, d.state); err != nil {
+	if err := atomicfile.WriteWith(filepath.Dir(d.state), filepath.Base(d.state), b, atomicfile.Options{Perm: 0o600, DirPerm: 0o700}); err != nil {
 		return fmt.Errorf("dpu-host datapath: state: %w", err)
 	}
 	return nil

@@ -2,6 +2,8 @@ package dpuhost
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -150,5 +152,52 @@ func TestNewRefusesBadState(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), f) {
 			t.Errorf("%s: %v, want %q and the file's name", name, err, c.want)
 		}
+	}
+}
+
+// A save torn by a crash (the host loses power while the state is being
+// written) leaves its temporary file in the directory, whole, in part or
+// empty, never renamed: the next agent reads the state saved before,
+// whole, and its saves go on beside what the crash left.
+func TestStateSurvivesTornSave(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	state := filepath.Join(dir, "dpuhost-vfs.json")
+	o := Options{VFs: &vftable.Table{}, StateFile: state}
+	a := placement{NetNS: "/var/run/netns/pod-a", IfName: "eth0", MTU: 1300, Home: "vf0"}
+	b := placement{NetNS: "/var/run/netns/pod-b", IfName: "net1", Home: "vf1"}
+	if err := mustNew(t, o).placed("pod-a", a); err != nil {
+		t.Fatal(err)
+	}
+	// The save of pod-b that the crash tore, its temporary files named
+	// as atomicfile names them.
+	next, err := json.Marshal(stateFile{Version: stateVersion, VFs: map[string]placement{"pod-a": a, "pod-b": b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, left := range [][]byte{next, next[:len(next)/2], nil} {
+		if err := os.WriteFile(filepath.Join(dir, "dpuhost-vfs.json."+strconv.Itoa(1000+i)), left, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := mustNew(t, o)
+	if got, err := loadPlacements(state); err != nil || !maps.Equal(got, map[string]placement{"pod-a": a}) {
+		t.Fatalf("state after the torn save: %v (%v), want pod-a's only", got, err)
+	}
+	if !d.WantsLink("vf0") || d.WantsLink("vf1") {
+		t.Error("WantsLink after the torn save: want vf0 only")
+	}
+	if err := d.placed("pod-b", b); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := loadPlacements(state); err != nil || !maps.Equal(got, map[string]placement{"pod-a": a, "pod-b": b}) {
+		t.Fatalf("state after the next save: %v (%v), want pod-a's and pod-b's", got, err)
+	}
+	if st, err := os.Stat(state); err != nil {
+		t.Error(err)
+	} else if st.Mode() != 0o600 {
+		t.Errorf("state file: mode %v, want 0600", st.Mode())
+	}
+	if d := mustNew(t, o); !d.WantsLink("vf0") || !d.WantsLink("vf1") {
+		t.Error("WantsLink of an agent started after the next save: want vf0 and vf1")
 	}
 }

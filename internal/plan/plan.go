@@ -347,42 +347,6 @@ func (d Delta) Size() int {
 		len(d.UpsertPolicies) + len(d.RemovePolicies) + len(d.UpsertGroups) + len(d.RemoveGroups) + len(d.ChangeGroups)
 }
 
-// Diff returns the delta that turns old into cur. Item lists are sorted by
-// name so that the result is deterministic. A group both hold changes by
-// its members (ChangeGroups) when that is smaller than the whole group.
-func Diff(old, cur Plan) Delta {
-	d := Delta{Node: cur.Node, From: old.Revision, Revision: cur.Revision}
-	if old.UnderlayIP != cur.UnderlayIP {
-		ip := cur.UnderlayIP
-		d.UnderlayIP = &ip
-	}
-	if !old.DPU.Equal(cur.DPU) {
-		st := cur.DPU
-		d.DPU = &st
-	}
-	d.UpsertNetworks, d.RemoveNetworks = diffMap(old.Networks, cur.Networks, Network.Equal)
-	d.UpsertLocal, d.RemoveLocal = diffMap(old.Local, cur.Local, Endpoint.Equal)
-	d.UpsertRemote, d.RemoveRemote = diffMap(old.Remote, cur.Remote, Remote.Equal)
-	d.UpsertPolicies, d.RemovePolicies = diffMap(old.Policies, cur.Policies, EndpointPolicy.Equal)
-	d.UpsertGroups, d.RemoveGroups = diffMap(old.Groups, cur.Groups, AddressGroup.Equal)
-	d.UpsertGroups, d.ChangeGroups = SplitGroups(old.Groups, d.UpsertGroups)
-	return d
-}
-
-func diffMap[V any](old, cur map[string]V, eq func(V, V) bool) (up []V, rm []string) {
-	for _, k := range slices.Sorted(maps.Keys(cur)) {
-		if o, ok := old[k]; !ok || !eq(o, cur[k]) {
-			up = append(up, cur[k])
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(old)) {
-		if _, ok := cur[k]; !ok {
-			rm = append(rm, k)
-		}
-	}
-	return up, rm
-}
-
 // Apply changes p in place by d. It fails, changing nothing, when d does not
 // start at p's revision or is for another node, or a member change of a
 // group does not apply (the group is not held, a removed member is not in
