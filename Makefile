@@ -72,7 +72,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./controller/...
 
 # The Kubernetes adapter's memory at 1,000 and 10,000 pods made in a real
-# kube-apiserver (test/k8s/kubemem; docs/benchmarks.md).
+# kube-apiserver (test/k8s/kubemem; docs/performance.md).
 bench-k8s: deps build k8s-setup
 	$(GO) test -count=1 -run '^$$' -bench AdapterMemory -benchtime 1x -timeout 30m ./test/k8s/kubemem
 

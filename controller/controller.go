@@ -42,7 +42,7 @@ const readBufferSize = 4 << 10
 
 // DefaultPlanInterval is Config.PlanInterval's default: at 100 changes/s
 // on a network every agent is on, about one message per agent every 100 ms
-// rather than one per change (docs/benchmarks.md, runs W5 and W5b: 50 ms left the
+// rather than one per change (docs/perf-log/scale.md, runs W5 and W5b: 50 ms left the
 // controller's CPU mostly in per-message costs).
 const DefaultPlanInterval = 100 * time.Millisecond
 
@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// gRPC's 32 KiB default, 5,000 agents held 160 MB of it, for
 		// requests that are mostly a few hundred bytes (reports, counters).
 		// TLS already buffers a whole record below it; larger messages
-		// take more reads, not more memory (docs/benchmarks.md, "Scale").
+		// take more reads, not more memory (docs/perf-log/scale.md, "Read buffer").
 		grpc.ReadBufferSize(readBufferSize))
 	gs := grpc.NewServer(opts...)
 	servers := api.New(st, pl, log, cfg.StatusTTL)

@@ -15,7 +15,7 @@ import (
 // its TTL) or the etcd client closes. With one lease per session, 5,000
 // agents cost 5,000 grants at a start, 5,000 keepalives, and 5,000
 // revocations together when a controller is restarted
-// (docs/benchmarks.md, "Scale", run D).
+// (docs/perf-log/scale.md, run D).
 type statusLeases struct {
 	mu sync.Mutex
 	m  map[int64]*statusLease // by TTL in seconds

@@ -51,7 +51,7 @@ func (c *slowConn) Write(b []byte) (int, error) {
 // not abandoned and redone. With a 5 s connect timeout every attempt was
 // dropped just before its answer and started over, each costing the
 // controller a handshake: 5,000 agents starting together made 31,000
-// failed attempts (docs/benchmarks.md, "Scale", run C).
+// failed attempts (docs/perf-log/scale.md, run C).
 func TestSlowServerConnects(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

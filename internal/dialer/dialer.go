@@ -133,7 +133,7 @@ const MaxBackoff = time.Second
 // answers every handshake late; with 5 s, attempts were dropped just
 // before their answer and started over, each costing the controller
 // another handshake: 5,000 agents failed 31,000 attempts
-// (docs/benchmarks.md, "Scale", run C). A replica that does not answer at
+// (docs/perf-log/scale.md, run C). A replica that does not answer at
 // all does not hold the agent that long: pick_first tries the next
 // address after 250 ms while the first attempt goes on.
 const ConnectTimeout = 20 * time.Second

@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// TestUnderlayBridgeKeepsItsAddress is the regression test of issue 13: on
-// a test underlay, a node that resolved the bridge's address stays able to
-// reach it after a port with a lower MAC joins. With a bridge that has no
-// address of its own the bridge takes the newcomer's MAC, and the node's
-// frames (to the old MAC, another port's) are dropped.
+// TestUnderlayBridgeKeepsItsAddress: on a test underlay, a node that
+// resolved the bridge's address stays able to reach it after a port with
+// a lower MAC joins. With a bridge that has no address of its own the
+// bridge takes the newcomer's MAC, and the node's frames (to the old MAC,
+// another port's) are dropped.
 func TestUnderlayBridgeKeepsItsAddress(t *testing.T) {
 	ul := New(t)
 	UnderlayBridge(t, ul, "ul0", "192.0.2.254/24")

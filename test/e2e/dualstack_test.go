@@ -267,8 +267,8 @@ func TestIPv6Underlay(t *testing.T) {
 		}
 		// The flood entry comes with the delta bringing the other
 		// node's pod, which n applies in its own time: pod-b's CNI ADD
-		// returning on n2 says nothing of n1 (a CI run checked n1
-		// before it had the entry).
+		// returning on n2 says nothing of n1, which may not have the
+		// entry yet.
 		eventually(t, func() error {
 			if out := c.fdb(n, 100); !strings.Contains(out, "00:00:00:00:00:00 "+vtep[other]) {
 				return fmt.Errorf("%s: no flood entry to %s's IPv6 VTEP %s:\n%s", n, other, vtep[other], out)

@@ -48,7 +48,7 @@ func (c *cluster) backAfter(t *testing.T, start time.Time) time.Duration {
 // controller returns, whether it died cleanly (its connections reset) or
 // vanished without a word (its packets dropped, as a lost host or a pod
 // whose network went first). The times are logged, not asserted (see
-// docs/benchmarks.md).
+// docs/perf-log/kubernetes.md).
 func TestAgentsBackAfterControllerRestart(t *testing.T) {
 	c := newCluster(t, "n1", "n2", "n3")
 	for name := range c.nodes {

@@ -14,7 +14,7 @@ import (
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
 
-// TestDPU runs issue 18's flows on one rig (a rig takes long to start
+// TestDPU runs DPU mode's flows on one rig (a rig takes long to start
 // under emulation): a host's pod reaches a pod on n2 through the DPU's
 // flower rules; with the DPU's agent stopped a CNI ADD on the host fails
 // at once naming the DPU while running pods keep forwarding; after a DPU

@@ -5,8 +5,8 @@
 // NetworkPolicy whose peer is a group of 1,000 and 10,000 addresses, and
 // what the policy costs real traffic (TestPolicy, policy_test.go). Both
 // compare with iproute2's tc -batch installing the same filters. They
-// assert what the rules are, never how fast; the figures are for
-// docs/benchmarks.md.
+// assert what the rules are, never how fast; the figures are in
+// docs/performance.md, every run in docs/perf-log/offload.md.
 //
 //	hack/kernelvm/run.sh -v -bins "" -timeout 20m ./test/kernelvm/offloadbench
 package offloadbench
@@ -104,12 +104,12 @@ var oneSocketRate = map[string]float64{}
 // it did not run).
 var unwatchedRate float64
 
-// TestWriteModes installs the node of TestScale with the writers of
-// before: waiting for each request's answer (serial), pipelined over one
-// socket with the watch reading the datapath's own notifications
-// (one_socket_read_own: main before issue 19's fourth step), and over
-// one socket with the kernel dropping them (one_socket); what
-// pipelining, the dropped notifications and the parallel sockets gain.
+// TestWriteModes installs the node of TestScale with simpler writers:
+// waiting for each request's answer (serial), pipelined over one socket
+// with the watch reading the datapath's own notifications
+// (one_socket_read_own), and over one socket with the kernel dropping
+// them (one_socket); what pipelining, the dropped notifications and the
+// parallel sockets gain.
 // It runs before TestScale; each namespace (datapath closed first) is
 // deleted when its subtest ends, freeing the filters. tc_batch_unwatched
 // is TestScale's reference in a namespace where nobody subscribes to tc

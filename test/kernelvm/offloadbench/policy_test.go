@@ -40,7 +40,8 @@ import (
 // to b on both nodes, interleaved. It asserts what the filters
 // are (exact counts per device, writes) and that the policy holds (a port
 // outside it is dropped, every connection counted by b's rule), never
-// how fast; the figures are for docs/benchmarks.md.
+// how fast; the figures are in docs/performance.md and
+// docs/perf-log/offload.md.
 
 const (
 	portStream  = 5201 // throughput; allowed
