@@ -150,7 +150,12 @@ func (nlKernel) Links() ([]nl.Link, error) {
 }
 
 func (nlKernel) Watch(ctx context.Context, fn func(nl.Event)) error {
-	return nl.Watch(ctx, nl.Options{}, fn)
+	k, err := nl.Open("")
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	return k.Watch(ctx, fn)
 }
 
 // Agent is a running agent.

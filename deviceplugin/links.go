@@ -15,15 +15,19 @@ import (
 func LinkHints(ctx context.Context, log *slog.Logger) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	go func() {
-		err := nl.Watch(ctx, nl.Options{}, func(e nl.Event) {
-			if e.Kind != "link" {
-				return
-			}
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		})
+		k, err := nl.Open("")
+		if err == nil {
+			defer k.Close()
+			err = k.Watch(ctx, func(e nl.Event) {
+				if e.Kind != "link" {
+					return
+				}
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			})
+		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("link watch ended; VF changes are found by the periodic rescan only", "err", err)
 		}

@@ -115,12 +115,7 @@ func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, log *sl
 		if err != nil {
 			return nil, err
 		}
-		fw, err := nl.OpenFirewall(nl.Options{})
-		if err != nil {
-			k.Close()
-			return nil, err
-		}
-		return software.New(k, fw, log), nil
+		return software.New(software.Options{Kernel: k, Logger: log}), nil
 	}
 	return nil, fmt.Errorf("mode %s has no datapath", mode)
 }

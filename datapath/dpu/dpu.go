@@ -38,26 +38,15 @@ type Representors interface {
 	Netdev(ctx context.Context, pf string, index int) (string, error)
 }
 
-// Links is what adopting representors needs of netlink: nl.Kernel for
-// listing and detaching, nl.Netdevs for renaming and marking.
-type Links interface {
-	Rename(ns, name, newName string) error
-	SetAlias(ns, name, alias string) error
-}
-
 // Options configure a Datapath.
 type Options struct {
 	// Node is this DPU's node name: local endpoints of other nodes are
 	// its host's.
 	Node         string
 	Inner        datapath.Datapath // required: the forwarding datapath
-	Kernel       nl.Kernel         // required: links of the DPU's namespace
-	Links        Links             // nl.Netdevs when nil
+	Kernel       nl.Kernel         // required: the DPU's namespace, where its representors are
 	Representors Representors      // required
-	// NetNS is the namespace Kernel works in, for Links (a path; "" is
-	// the caller's).
-	NetNS  string
-	Logger *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Datapath is the dpu datapath. Apply, Plumb and Unplumb follow
@@ -72,9 +61,6 @@ type Datapath struct {
 
 // New returns a dpu datapath around o.Inner.
 func New(o Options) *Datapath {
-	if o.Links == nil {
-		o.Links = nl.Netdevs{}
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -153,12 +139,13 @@ func (d *Datapath) adopt(e plan.Endpoint, byName map[string]nl.Link) (why string
 	if ep, _, marked := parseMark(l.Alias); marked && ep != e.Name {
 		return fmt.Sprintf("the representor %s of VF %d of PF %s serves endpoint %s", rep, e.VFIndex, e.PF, ep), nil
 	}
-	if err := d.o.Links.SetAlias(d.o.NetNS, rep, mark(e.Name, rep)); err != nil {
+	k := d.o.Kernel
+	if err := k.SetAlias(l.Index, mark(e.Name, rep)); err != nil {
 		return "", fmt.Errorf("dpu datapath: endpoint %s: mark representor %s: %w", e.Name, rep, err)
 	}
-	if err := d.o.Links.Rename(d.o.NetNS, rep, hn); err != nil {
+	if err := k.Rename(l.Index, hn); err != nil {
 		return "", errors.Join(fmt.Errorf("dpu datapath: endpoint %s: rename representor %s to %s: %w", e.Name, rep, hn, err),
-			d.o.Links.SetAlias(d.o.NetNS, rep, ""))
+			k.SetAlias(l.Index, ""))
 	}
 	d.o.Logger.Info("representor adopted", "endpoint", e.Name, "representor", rep, "as", hn, "host", e.Node)
 	return "", nil
@@ -172,12 +159,12 @@ func (d *Datapath) release(l nl.Link, home string) error {
 		}
 	}
 	if l.Name != home {
-		if err := d.o.Links.Rename(d.o.NetNS, l.Name, home); err != nil {
+		if err := d.o.Kernel.Rename(l.Index, home); err != nil {
 			return fmt.Errorf("dpu datapath: give %s its name %s back: %w", l.Name, home, err)
 		}
 	}
 	d.o.Logger.Info("representor given back", "representor", home)
-	return d.o.Links.SetAlias(d.o.NetNS, home, "")
+	return d.o.Kernel.SetAlias(l.Index, "")
 }
 
 // Refused says why a host's endpoint cannot be attached ("": it can),
@@ -218,8 +205,12 @@ func (d *Datapath) Writes() int { return d.o.Inner.Writes() }
 // Collectors implements datapath.Datapath.
 func (d *Datapath) Collectors() []prometheus.Collector { return d.o.Inner.Collectors() }
 
-// Close implements datapath.Datapath.
-func (d *Datapath) Close() { d.o.Inner.Close() }
+// Close implements datapath.Datapath: the wrapped datapath's and the
+// DPU namespace's handles.
+func (d *Datapath) Close() {
+	d.o.Inner.Close()
+	d.o.Kernel.Close()
+}
 
 // Wires names, on a test rig whose representors carry no frames
 // (netdevsim), the netdev standing in for a VF's side of the eswitch

@@ -29,7 +29,7 @@ func TestAdoptAndRelease(t *testing.T) {
 	defer k.Close()
 	log := slog.New(slog.DiscardHandler)
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "rep0"}}}
-	d := New(Options{Node: "d1", Inner: software.New(k, nil, log), Kernel: k, Representors: tab, NetNS: testns.Path(ns), Logger: log})
+	d := New(Options{Node: "d1", Inner: software.New(software.Options{Kernel: k, Logger: log}), Kernel: k, Representors: tab, Logger: log})
 	p := plan.New("d1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.11")
 	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1450}

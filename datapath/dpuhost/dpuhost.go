@@ -39,21 +39,12 @@ type VFs interface {
 	Netdev(ctx context.Context, pf string, index int) (string, error)
 }
 
-// Links is what moving VF netdevs needs of netlink (nl.Netdevs).
-type Links interface {
-	Get(ns, name string) (nl.Netdev, error)
-	List(ns string) ([]nl.Netdev, error)
-	SetAlias(ns, name, alias string) error
-	SetDown(ns, name string) error
-	Rename(ns, name, newName string) error
-	Move(fromNS, name, toNS string) error
-	Configure(ns, name string, c nl.LinkConfig) error
-}
-
 // Options configure a Datapath.
 type Options struct {
-	VFs   VFs   // required
-	Links Links // nl.Netdevs when nil
+	VFs VFs // required
+	// Open opens namespaces by path (pods', and HostNS); nl.Open when
+	// nil.
+	Open nl.OpenFunc
 	// HostNS is the namespace VFs live in when no pod holds them (a
 	// path; "" is the caller's, the host's on a node).
 	HostNS string
@@ -67,10 +58,10 @@ type Options struct {
 
 // Datapath is the dpu-host datapath. Safe for concurrent use.
 type Datapath struct {
-	vfs   VFs
-	links Links
-	host  string
-	log   *slog.Logger
+	vfs  VFs
+	open nl.OpenFunc
+	host nl.Kernel // HostNS
+	log  *slog.Logger
 
 	// moves serializes moving VFs (Plumb, Unplumb) with Apply's
 	// sweep, which must not take a VF mid-move for a stranded one.
@@ -86,9 +77,9 @@ type Datapath struct {
 // New returns a dpu-host datapath, with the placements of o.StateFile
 // when it is set (an error names the file and what is wrong in it).
 func New(o Options) (*Datapath, error) {
-	d := &Datapath{vfs: o.VFs, links: o.Links, host: o.HostNS, log: o.Logger, why: map[string]string{}, state: o.StateFile}
-	if d.links == nil {
-		d.links = nl.Netdevs{}
+	d := &Datapath{vfs: o.VFs, open: o.Open, log: o.Logger, why: map[string]string{}, state: o.StateFile}
+	if d.open == nil {
+		d.open = nl.Open
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -98,6 +89,9 @@ func New(o Options) (*Datapath, error) {
 		return nil, fmt.Errorf("dpu-host datapath: %w", err)
 	}
 	d.put = put
+	if d.host, err = d.open(o.HostNS); err != nil {
+		return nil, fmt.Errorf("dpu-host datapath: %w", err)
+	}
 	return d, nil
 }
 
@@ -146,7 +140,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 func (d *Datapath) giveBack() error {
 	d.moves.Lock()
 	defer d.moves.Unlock()
-	devs, err := d.links.List(d.host)
+	devs, err := d.host.Links()
 	if err != nil {
 		return fmt.Errorf("dpu-host datapath: %w", err)
 	}
@@ -158,12 +152,12 @@ func (d *Datapath) giveBack() error {
 		}
 		d.log.Info("giving back a VF whose pod's namespace is gone", "endpoint", ep, "vf", home, "as", l.Name)
 		if l.Name != home {
-			if err := d.count(d.links.Rename(d.host, l.Name, home)); err != nil {
+			if err := d.count(d.host.Rename(l.Index, home)); err != nil {
 				errs = append(errs, fmt.Errorf("dpu-host datapath: VF %s back to its name %s: %w", l.Name, home, err))
 				continue
 			}
 		}
-		errs = append(errs, d.count(d.links.SetAlias(d.host, home, "")))
+		errs = append(errs, d.count(d.host.SetAlias(l.Index, "")))
 	}
 	return errors.Join(errs...)
 }
@@ -209,10 +203,15 @@ func (d *Datapath) plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 	for _, g := range out.Gateways {
 		cfg.Routes = append(cfg.Routes, nl.LinkRoute{Gw: g})
 	}
-	if l, err := d.links.Get(req.NetNS, req.IfName); err == nil {
+	pod, err := d.open(req.NetNS)
+	if err != nil {
+		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: %w", e.Name, err)
+	}
+	defer pod.Close()
+	if l, err := pod.LinkByName(req.IfName); err == nil {
 		if ep, home, ok := parseMark(l.Alias); ok && ep == e.Name {
 			out.HostIf = home
-			return out, d.count(d.links.Configure(req.NetNS, req.IfName, cfg))
+			return out, d.count(nl.Configure(pod, req.IfName, cfg))
 		}
 		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: the pod already has an interface %s", e.Name, req.IfName)
 	}
@@ -221,7 +220,7 @@ func (d *Datapath) plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: %w", e.Name, err)
 	}
 	out.HostIf = home
-	l, err := d.links.Get(d.host, home)
+	l, err := d.host.LinkByName(home)
 	if err != nil {
 		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: VF %d of %s (netdev %s) is not in the host namespace: %w", e.Name, e.VFIndex, e.PF, home, err)
 	}
@@ -239,14 +238,23 @@ func (d *Datapath) plumb(ctx context.Context, req datapath.PlumbRequest) (datapa
 		}
 		return datapath.Plumbed{}, fmt.Errorf("dpu-host datapath: endpoint %s: VF %s into the pod: %w", e.Name, home, err)
 	}
+	in := func(k nl.Kernel, name string, f func(l nl.Link) error) func() error {
+		return func() error {
+			l, err := k.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			return f(l)
+		}
+	}
 	steps := []struct {
 		do, undo func() error
 	}{
-		{func() error { return d.links.SetDown(d.host, home) }, nil},
-		{func() error { return d.links.SetAlias(d.host, home, mark(e.Name, home)) }, func() error { return d.links.SetAlias(d.host, home, "") }},
-		{func() error { return d.links.Move(d.host, home, req.NetNS) }, func() error { return d.links.Move(req.NetNS, home, d.host) }},
-		{func() error { return d.links.Rename(req.NetNS, home, req.IfName) }, func() error { return d.links.Rename(req.NetNS, req.IfName, home) }},
-		{func() error { return d.links.Configure(req.NetNS, req.IfName, cfg) }, nil},
+		{func() error { return d.host.SetDown(l.Index) }, nil},
+		{func() error { return d.host.SetAlias(l.Index, mark(e.Name, home)) }, in(d.host, home, func(l nl.Link) error { return d.host.SetAlias(l.Index, "") })},
+		{func() error { return d.host.MoveLink(l.Index, pod) }, in(pod, home, func(l nl.Link) error { return pod.MoveLink(l.Index, d.host) })},
+		{in(pod, home, func(l nl.Link) error { return pod.Rename(l.Index, req.IfName) }), in(pod, req.IfName, func(l nl.Link) error { return pod.Rename(l.Index, home) })},
+		{func() error { return nl.Configure(pod, req.IfName, cfg) }, nil},
 	}
 	for _, s := range steps {
 		if err := d.count(s.do()); err != nil {
@@ -276,41 +284,63 @@ func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error
 func (d *Datapath) unplumb(req datapath.UnplumbRequest) error {
 	name := req.Endpoint.Name
 	if req.NetNS != "" {
-		devs, err := d.links.List(req.NetNS)
-		if err != nil && !errors.Is(err, nl.ErrNoNetNS) {
+		pod, err := d.open(req.NetNS)
+		switch {
+		case errors.Is(err, nl.ErrNoNetNS):
+		case err != nil:
 			return fmt.Errorf("dpu-host datapath: endpoint %s: %w", name, err)
-		}
-		for _, l := range devs {
-			ep, home, ok := parseMark(l.Alias)
-			if !ok || ep != name {
-				continue
+		default:
+			done, err := d.fromPod(pod, name)
+			pod.Close()
+			if done || err != nil {
+				return err
 			}
-			if err := d.count(d.links.Rename(req.NetNS, l.Name, home)); err != nil {
-				return fmt.Errorf("dpu-host datapath: endpoint %s: %w", name, err)
-			}
-			if err := d.count(d.links.Move(req.NetNS, home, d.host)); err != nil {
-				return fmt.Errorf("dpu-host datapath: endpoint %s: VF %s back home: %w", name, home, err)
-			}
-			return d.count(d.links.SetAlias(d.host, home, ""))
 		}
 	}
 	// Back in the host already (the kernel returns a VF whose namespace
 	// was destroyed): clear its mark.
-	devs, err := d.links.List(d.host)
+	devs, err := d.host.Links()
 	if err != nil {
 		return fmt.Errorf("dpu-host datapath: endpoint %s: %w", name, err)
 	}
 	for _, l := range devs {
 		if ep, home, ok := parseMark(l.Alias); ok && ep == name {
 			if l.Name != home {
-				if err := d.count(d.links.Rename(d.host, l.Name, home)); err != nil {
+				if err := d.count(d.host.Rename(l.Index, home)); err != nil {
 					return err
 				}
 			}
-			return d.count(d.links.SetAlias(d.host, home, ""))
+			return d.count(d.host.SetAlias(l.Index, ""))
 		}
 	}
 	return nil
+}
+
+// fromPod brings the endpoint's VF home from its pod, if the pod holds
+// it (done).
+func (d *Datapath) fromPod(pod nl.Kernel, name string) (done bool, err error) {
+	devs, err := pod.Links()
+	if err != nil {
+		return false, fmt.Errorf("dpu-host datapath: endpoint %s: %w", name, err)
+	}
+	for _, l := range devs {
+		ep, home, ok := parseMark(l.Alias)
+		if !ok || ep != name {
+			continue
+		}
+		if err := d.count(pod.Rename(l.Index, home)); err != nil {
+			return true, fmt.Errorf("dpu-host datapath: endpoint %s: %w", name, err)
+		}
+		if err := d.count(pod.MoveLink(l.Index, d.host)); err != nil {
+			return true, fmt.Errorf("dpu-host datapath: endpoint %s: VF %s back home: %w", name, home, err)
+		}
+		back, err := d.host.LinkByName(home)
+		if err != nil {
+			return true, fmt.Errorf("dpu-host datapath: endpoint %s: VF %s back home: %w", name, home, err)
+		}
+		return true, d.count(d.host.SetAlias(back.Index, ""))
+	}
+	return false, nil
 }
 
 func (d *Datapath) count(err error) error {
@@ -334,5 +364,5 @@ func (d *Datapath) Writes() int {
 // Collectors implements datapath.Datapath: none.
 func (d *Datapath) Collectors() []prometheus.Collector { return nil }
 
-// Close implements datapath.Datapath: nothing to release.
-func (d *Datapath) Close() {}
+// Close implements datapath.Datapath: the host namespace's handle.
+func (d *Datapath) Close() { d.host.Close() }

@@ -110,7 +110,7 @@ func (d *Datapath) restore(p plan.Plan) error {
 	for _, ep := range slices.Sorted(maps.Keys(put)) {
 		pl := put[ep]
 		e, inPlan := p.Local[ep]
-		_, err := d.links.Get(pl.NetNS, pl.IfName)
+		err := d.inPod(pl)
 		switch {
 		case err == nil:
 			continue
@@ -139,6 +139,19 @@ func (d *Datapath) restore(p plan.Plan) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// inPod says whether the pod of pl holds its interface: nil when it
+// does, an error wrapping nl.ErrNoNetNS when the pod's namespace is
+// gone, nl.ErrNoLink when the interface is not there.
+func (d *Datapath) inPod(pl placement) error {
+	pod, err := d.open(pl.NetNS)
+	if err != nil {
+		return err
+	}
+	defer pod.Close()
+	_, err = pod.LinkByName(pl.IfName)
+	return err
 }
 
 // WantsLink says whether a link of this name appearing in the host may be

@@ -172,7 +172,6 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// A representor (or the host side standing in for one) carries
 		// nothing while down.
 		if !l.Up {
-			d.write()
 			if err := d.k.SetUp(l.Index); err != nil {
 				errs = append(errs, fmt.Errorf("offload datapath: setting %s up: %w", r, err))
 			}
@@ -248,7 +247,6 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	// Delete last: the VXLAN device when no rule needs it.
 	if len(rules) == 0 && hasVX && owned(vx) {
 		d.log.Info("removing unneeded device", "link", VXLANName)
-		d.write()
 		if err := d.k.DeleteLink(vx.Index); err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", VXLANName, err))
 		}
@@ -348,7 +346,7 @@ func (d *Datapath) sweep(p plan.Plan, taps bool) []error {
 	var errs []error
 	// Taps of VM ports deleted while the agent was down.
 	if taps {
-		gone, err := datapath.DeleteStaleTaps(d.nsPath(), func(ep string) bool { _, ok := p.Local[ep]; return ok })
+		gone, err := datapath.DeleteStaleTaps(d.k, func(ep string) bool { _, ok := p.Local[ep]; return ok })
 		if len(gone) > 0 {
 			d.log.Info("removed taps of deleted VM ports", "taps", gone)
 		}

@@ -23,11 +23,8 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
@@ -67,6 +64,11 @@ type Options struct {
 	// offload/vf's (sysfs at SysRoot, this datapath's namespace as the
 	// host's) when nil.
 	Mover VFMover
+	// Kernel is the node's namespace; the one at NetNS (nl.Open) when
+	// nil. The datapath closes it with Close.
+	Kernel nl.Kernel
+	// Open opens other namespaces (pods'); nl.Open when nil.
+	Open nl.OpenFunc
 	// TunnelHardware asks for hardware on the VXLAN device's rules too
 	// (a NIC offloads decap from tunnel devices through indirect blocks).
 	TunnelHardware bool
@@ -86,20 +88,20 @@ type Port struct {
 type Datapath struct {
 	opts Options
 	log  *slog.Logger
-	k    nl.OffloadKernel
-	// fw holds the isolation and egress rules of the gateways (inet
-	// skiff), as on software nodes, and the egress policy the node's
-	// stack enforces (inet skiff-policy, see nodepolicy.go).
-	fw *nl.Firewall
+	// k is the node's namespace: links, routes, and in nftables the
+	// isolation and egress rules of the gateways (inet skiff), as on
+	// software nodes, and the egress policy the node's stack enforces
+	// (inet skiff-policy, see nodepolicy.go).
+	k nl.Kernel
 	// nft: what the last write of that policy left, under d.op.
 	nft  nftState
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
 	// Notifications of tc changes made by others.
-	watch *tc.Watch
+	watch tc.Watcher
 	// Link notifications (anyone's): none since the last listing
 	// (listed, kept by Apply) and that listing is still true.
-	linkEv   *rtnl.Changes
+	linkEv   nl.Changes
 	listed   map[string]nl.Link
 	listings int // link listings made, under d.op
 	// The listing after which the last sweep for stranded VFs found
@@ -134,10 +136,10 @@ type Datapath struct {
 	// devices hold forwarding rules does not change in between.
 	fwdDevs []flower.Rule
 	polAt   map[polPlace]int
-	linkW   int // link writes
-	probes  int // neighbour resolutions asked for
-	lookups int // VTEPs whose underlay next hop was looked up
-	drift   int // devices changed by someone else, seen
+	polW    map[string]int // node policy table writes by kind
+	probes  int            // neighbour resolutions asked for
+	lookups int            // VTEPs whose underlay next hop was looked up
+	drift   int            // devices changed by someone else, seen
 	last    lastApply
 	clock   phaseClock // the parts of the last Apply, under d.op
 }
@@ -147,9 +149,19 @@ func New(o Options) (*Datapath, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	k := o.Kernel
+	if k == nil {
+		var err error
+		if k, err = nl.Open(o.NetNS); err != nil {
+			return nil, fmt.Errorf("offload datapath: %w", err)
+		}
+	}
+	if o.Open == nil {
+		o.Open = nl.Open
+	}
 	disc := o.Eswitch
 	if disc == nil {
-		disc = eswitch.New(eswitch.Options{SysRoot: o.SysRoot, Logger: o.Logger})
+		disc = eswitch.New(eswitch.Options{SysRoot: o.SysRoot, Devlink: eswitch.NetlinkDevlink{Kernel: k}, Logger: o.Logger})
 	}
 	ports := &eswitchPorts{disc: disc}
 	if o.Representor == nil {
@@ -157,64 +169,46 @@ func New(o Options) (*Datapath, error) {
 	}
 	vfs := o.VFs
 	if vfs == nil {
-		vfs = newVFHost(o)
+		vfs = newVFHost(o, k)
 	}
 	mover := o.Mover
 	if mover == nil {
-		mover = vf.NewMover(vf.MoverOptions{SysRoot: o.SysRoot, HostNS: o.NetNS, Logger: o.Logger})
+		mover = vf.NewMover(vf.MoverOptions{SysRoot: o.SysRoot, Host: k, Open: o.Open, Logger: o.Logger})
 	}
-	k, err := nl.OpenOffload(nl.Options{NetNS: o.NetNS})
-	if err != nil {
+	closers := []func() error{k.Close}
+	fail := func(err error) (*Datapath, error) {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
 		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
-	prog, err := flower.Open(o.NetNS, o.Logger)
+	prog, err := flower.Open(k, o.Logger)
 	if err != nil {
-		k.Close()
-		return nil, fmt.Errorf("offload datapath: %w", err)
+		return fail(err)
 	}
-	pol, err := flower.OpenPolicyProgrammer(o.NetNS, o.Logger)
+	closers = append(closers, prog.Close)
+	pol, err := flower.OpenPolicyProgrammer(k, o.Logger)
 	if err != nil {
-		prog.Close()
-		k.Close()
-		return nil, fmt.Errorf("offload datapath: %w", err)
+		return fail(err)
 	}
+	closers = append(closers, pol.Close)
 	// Someone else's changes of tc (a filter deleted or altered by hand,
 	// a qdisc removed) make the programmers read those devices again.
-	watch, err := tc.NewWatch(o.NetNS)
+	watch, err := k.WatchTC()
 	if err != nil {
-		pol.Close()
-		prog.Close()
-		k.Close()
-		return nil, fmt.Errorf("offload datapath: %w", err)
+		return fail(err)
 	}
-	fw, err := nl.OpenFirewall(nl.Options{NetNS: o.NetNS})
+	closers = append(closers, watch.Close)
+	linkEv, err := k.LinkChanges()
 	if err != nil {
-		watch.Close()
-		pol.Close()
-		prog.Close()
-		k.Close()
-		return nil, fmt.Errorf("offload datapath: %w", err)
+		return fail(fmt.Errorf("link notifications: %w", err))
 	}
-	linkEv, err := rtnl.Subscribe(o.NetNS, unix.RTNLGRP_LINK)
-	if err != nil {
-		fw.Close()
-		watch.Close()
-		pol.Close()
-		prog.Close()
-		k.Close()
-		return nil, fmt.Errorf("offload datapath: link notifications: %w", err)
-	}
+	closers = append(closers, linkEv.Close)
 	if err := watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...); err != nil {
-		linkEv.Close()
-		fw.Close()
-		watch.Close()
-		pol.Close()
-		prog.Close()
-		k.Close()
-		return nil, fmt.Errorf("offload datapath: %w", err)
+		return fail(err)
 	}
-	return &Datapath{opts: o, log: o.Logger, k: k, fw: fw, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
-		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil}, nil
+	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
+		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil, polW: map[string]int{"table": 0, "element": 0}}, nil
 }
 
 // forget makes the programmers forget what someone else changed since
@@ -275,19 +269,17 @@ func (d *Datapath) Drift() int {
 // Close releases the netlink sockets; kernel objects stay.
 func (d *Datapath) Close() {
 	d.linkEv.Close()
-	d.fw.Close()
 	d.watch.Close()
 	d.pol.Close()
 	d.prog.Close()
 	d.k.Close()
 }
 
-// Writes is the number of netlink writes that changed configuration so
-// far (links, qdiscs, filters).
+// Writes is the number of kernel writes that changed configuration so
+// far (filters, and through the namespace's handle links, addresses,
+// routes, neighbours, nftables and sysctls).
 func (d *Datapath) Writes() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.prog.Writes() + d.pol.Writes() + d.linkW
+	return d.prog.Writes() + d.pol.Writes() + d.k.Writes()
 }
 
 // TCMessages is the number of tc netlink messages (filters and qdiscs:
@@ -328,18 +320,18 @@ func (d *Datapath) PolicyRules() []flower.PolicyState {
 // that opened a connection through the rule, or were dropped; with the
 // egress rules the node's stack enforces (nodepolicy.go) added to the
 // same rule's.
-func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
+func (d *Datapath) PolicyCounters() ([]datapath.PolicyCounter, error) {
 	type key struct {
 		ep, dir string
 		rule    int
 	}
-	sum := map[key]*nl.PolicyCounter{}
+	sum := map[key]*datapath.PolicyCounter{}
 	var keys []key
 	count := func(ep, dir string, rule int, packets, bytes uint64) {
 		k := key{ep, dir, rule}
 		c, ok := sum[k]
 		if !ok {
-			c = &nl.PolicyCounter{Endpoint: ep, Direction: dir, Rule: rule}
+			c = &datapath.PolicyCounter{Endpoint: ep, Direction: dir, Rule: rule}
 			sum[k] = c
 			keys = append(keys, k)
 		}
@@ -351,9 +343,9 @@ func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 		if r.Endpoint == "" || r.Direction == "" {
 			continue
 		}
-		dir := nl.PolicyIngress
+		dir := datapath.Ingress
 		if r.Direction == flower.Egress {
-			dir = nl.PolicyEgress
+			dir = datapath.Egress
 		}
 		count(r.Endpoint, dir, r.RuleIndex, s.Packets, s.Bytes)
 	}
@@ -372,7 +364,7 @@ func (d *Datapath) PolicyCounters() ([]nl.PolicyCounter, error) {
 		}
 		return a.rule - b.rule
 	})
-	out := make([]nl.PolicyCounter, len(keys))
+	out := make([]datapath.PolicyCounter, len(keys))
 	for i, k := range keys {
 		out[i] = *sum[k]
 	}

@@ -3,14 +3,11 @@ package offload
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
-	"os"
 	"slices"
-	"strings"
 
 	"github.com/skiff-sdn/skiff/datapath"
-	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 )
@@ -31,13 +28,13 @@ import (
 // keeps the client pod's address (the reply's reverse translation is
 // in the flower rules, flower.CtNAT).
 func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[string]flower.HostPort) error {
-	var devs []nl.BridgeEgress
+	var devs []firewall.Device
 	forward := map[string]bool{}
 	var v6 bool
 	for _, name := range slices.Sorted(maps.Keys(gws)) {
 		n := p.Networks[name]
 		gw := GatewayName(n.VNI)
-		b := nl.BridgeEgress{Name: gw, Egress: n.Egress}
+		b := firewall.Device{Name: gw, Egress: n.Egress}
 		if _, ok := hps[name]; ok {
 			// The host port counts as the network's own. Its frames
 			// never pass the gateway twice (the eswitch rules move
@@ -60,20 +57,15 @@ func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[st
 		v6 = v6 || datapath.RoutesIPv6(n)
 	}
 	var errs []error
-	if err := d.fw.SetIsolation(devs); err != nil {
+	if _, err := d.k.SetTable(firewall.Isolation(devs)); err != nil {
 		errs = append(errs, fmt.Errorf("offload datapath: egress rules: %w", err))
 		for gw := range forward {
 			forward[gw] = false
 		}
 	} else if slices.Contains(slices.Collect(maps.Values(forward)), true) {
 		// Replies come back through the underlay: the node routes.
-		if changed, err := d.fw.EnableIPv4Forwarding(); err != nil {
+		if err := firewall.EnableForwarding(d.k, d.log, v6); err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
-		} else if changed {
-			d.log.Info("enabled IPv4 forwarding (net.ipv4.ip_forward=1): a network on this node has egress snat or routed")
-		}
-		if v6 {
-			d.enableIPv6Forwarding(&errs)
 		}
 	}
 	// After ip_forward, which sets every interface's forwarding.
@@ -92,37 +84,5 @@ func (d *Datapath) egress(p plan.Plan, gws map[string]flower.Gateway, hps map[st
 // advertisements taken), and all.forwarding=1 sets every device's, a
 // none network's gateway included, which this sets back.
 func (d *Datapath) gatewayForwarding(gw string, on bool) error {
-	want := "0"
-	if on {
-		want = "1"
-	}
-	return nl.InNetNS(d.opts.NetNS, func() error {
-		for _, path := range []string{"/proc/sys/net/ipv4/conf/" + gw + "/forwarding", "/proc/sys/net/ipv6/conf/" + gw + "/forwarding"} {
-			b, err := os.ReadFile(path)
-			if errors.Is(err, fs.ErrNotExist) && strings.Contains(path, "ipv6") {
-				continue // IPv6 disabled on the node or the device
-			}
-			if err != nil {
-				return err
-			}
-			if strings.TrimSpace(string(b)) == want {
-				continue
-			}
-			d.write()
-			if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// enableIPv6Forwarding turns the node's IPv6 forwarding on, saying so
-// when it changed it.
-func (d *Datapath) enableIPv6Forwarding(errs *[]error) {
-	if changed, err := d.fw.EnableIPv6Forwarding(); err != nil {
-		*errs = append(*errs, fmt.Errorf("offload datapath: %w", err))
-	} else if changed {
-		d.log.Warn("enabled IPv6 forwarding (net.ipv6.conf.all.forwarding=1): a network on this node with egress snat or routed has an IPv6 subnet; interfaces with accept_ra=1 no longer take router advertisements (set accept_ra=2 where the node relies on them)")
-	}
+	return firewall.SetForwarding(d.k, gw, on)
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skiff-sdn/skiff/datapath"
-	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 )
@@ -35,7 +34,7 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 	switch e.Kind {
 	case plan.KindTap:
 		d.gate.Plumbing(e.Name)
-		return datapath.PlumbTap(d.nsPath(), req)
+		return datapath.PlumbTap(d.k, req)
 	case plan.KindVFIO:
 		return d.plumbVFIO(req)
 	case plan.KindVF:
@@ -45,26 +44,20 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 		return datapath.Plumbed{}, fmt.Errorf("offload datapath: endpoint %s of kind %q: %w", e.Name, e.Kind, datapath.ErrKind)
 	}
 	d.gate.Plumbing(e.Name)
-	return datapath.PlumbVeth(d.nsPath(), req)
+	return datapath.PlumbVeth(d.k, d.opts.Open, req)
 }
 
 // Unplumb implements datapath.Datapath.
 func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error {
 	switch req.Endpoint.Kind {
 	case plan.KindTap:
-		return datapath.UnplumbTap(d.nsPath(), req.Endpoint.Name)
+		return datapath.UnplumbTap(d.k, req.Endpoint.Name)
 	case plan.KindVFIO:
 		return d.unplumbVFIO(req.Endpoint)
 	case plan.KindVF:
 		return d.unplumbVF(req)
 	}
-	return datapath.UnplumbVeth(d.nsPath(), req.Endpoint.Name)
-}
-
-// nsPath names the datapath's namespace for internal/nl ("" for the
-// caller's).
-func (d *Datapath) nsPath() string {
-	return d.opts.NetNS
+	return datapath.UnplumbVeth(d.k, req.Endpoint.Name)
 }
 
 // Ready implements datapath.Datapath: the endpoint's decap rule was
@@ -93,12 +86,12 @@ func (d *Datapath) Ready(endpoint string) (bool, string) {
 func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
 	out := datapath.Counters{Endpoints: map[string]datapath.EndpointCounters{}, Networks: map[string]datapath.IfCounters{},
 		PolicyWrites: map[string]int{"filter": d.PolicyWrites()}}
-	k, err := nl.Open(d.nsPath())
-	if err != nil {
-		return out, err
+	d.mu.Lock()
+	for kind, n := range d.polW {
+		out.PolicyWrites[kind] = n
 	}
-	defer k.Close()
-	stats, err := k.(nl.VethAPI).Stats()
+	d.mu.Unlock()
+	stats, err := d.k.Stats()
 	if err != nil {
 		return out, err
 	}
@@ -143,9 +136,7 @@ func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
 		if err != nil {
 			return out, err
 		}
-		for _, c := range cs {
-			out.Policy = append(out.Policy, datapath.PolicyCounterOf(c))
-		}
+		out.Policy = cs
 	}
 	return out, nil
 }

@@ -65,7 +65,6 @@ func (d *Datapath) hostPorts(p plan.Plan, _ map[string]flower.Gateway, byName ma
 			alias: aliasPrefix + "host:" + n.Name, peerAlias: aliasPrefix + "host-port:" + n.Name,
 			addrs: addrs}, n, byName)
 		if err == nil && byName[hp].MAC != mac {
-			d.write()
 			err = d.k.SetMAC(byName[hp].Index, mac)
 		}
 		if err != nil {
@@ -83,7 +82,6 @@ func (d *Datapath) hostPorts(p plan.Plan, _ map[string]flower.Gateway, byName ma
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		if l := byName[name]; owned(l) && isHostPort(name) && !want[name] {
 			d.log.Info("removing unneeded host port", "link", name)
-			d.write()
 			if err := d.k.DeleteLink(l.Index); err != nil { // its peer goes with it
 				errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", name, err))
 			}
@@ -143,16 +141,16 @@ func (d *Datapath) hostRouting(p plan.Plan, gws map[string]flower.Gateway, hps m
 				remote[a] = r.MAC
 				switch {
 				case a.Is4():
-					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 32), LinkIndex: port.Index, Src: p.UnderlayIP}] = true
+					st.AddRoute(netip.PrefixFrom(a, 32), port.Index, p.UnderlayIP, 0)
 				case own.IsValid():
 					// From the node's host address (IPv6): the
 					// pod answers it through the overlay.
-					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 128), LinkIndex: port.Index, Src: own}] = true
+					st.AddRoute(netip.PrefixFrom(a, 128), port.Index, own, 0)
 				default:
 					// No IPv6 of the node's own to answer to: for
 					// what the node forwards (a Service's DNAT
 					// keeps the client's address).
-					st.Routes[nl.HostRoute{Dst: netip.PrefixFrom(a, 128), LinkIndex: port.Index}] = true
+					st.AddRoute(netip.PrefixFrom(a, 128), port.Index, netip.Addr{}, 0)
 				}
 			}
 		}

@@ -25,12 +25,6 @@ func mtu(p plan.Plan) int {
 	return m
 }
 
-func (d *Datapath) write() {
-	d.mu.Lock()
-	d.linkW++
-	d.mu.Unlock()
-}
-
 // ensureVXLAN makes the external-mode VXLAN device exist, up, with the
 // plan's largest MTU. A device of that name that is not Skiff's is an
 // error; a Skiff one with settings that cannot change in place is
@@ -42,7 +36,6 @@ func (d *Datapath) ensureVXLAN(cur nl.Link, exists bool, mtu int) (nl.Link, erro
 		}
 		if cur.Kind != "vxlan" || !cur.External || cur.Learning || cur.Port != flower.VXLANPort {
 			d.log.Info("recreating device whose settings cannot change in place", "link", VXLANName)
-			d.write()
 			if err := d.k.DeleteLink(cur.Index); err != nil {
 				return nl.Link{}, fmt.Errorf("deleting %s: %w", VXLANName, err)
 			}
@@ -50,9 +43,6 @@ func (d *Datapath) ensureVXLAN(cur nl.Link, exists bool, mtu int) (nl.Link, erro
 		}
 	}
 	if !exists {
-		// Created and marked (the alias): two writes.
-		d.write()
-		d.write()
 		if err := d.k.AddVXLAN(nl.VXLAN{Name: VXLANName, MTU: mtu, Port: flower.VXLANPort, Alias: vxlanAlias, External: true}); err != nil {
 			return nl.Link{}, fmt.Errorf("creating %s (external, port %d): %w", VXLANName, flower.VXLANPort, err)
 		}
@@ -65,13 +55,11 @@ func (d *Datapath) ensureVXLAN(cur nl.Link, exists bool, mtu int) (nl.Link, erro
 		}
 	}
 	if cur.MTU != mtu {
-		d.write()
 		if err := d.k.SetMTU(cur.Index, mtu); err != nil {
 			return nl.Link{}, fmt.Errorf("mtu of %s: %w", VXLANName, err)
 		}
 	}
 	if !cur.Up {
-		d.write()
 		if err := d.k.SetUp(cur.Index); err != nil {
 			return nl.Link{}, fmt.Errorf("setting %s up: %w", VXLANName, err)
 		}
@@ -140,7 +128,7 @@ func (d *Datapath) resolve(want map[netip.Addr]bool) error {
 		}
 		valid, ok := cache[link]
 		if !ok {
-			if valid, err = d.k.ResolvedNeighs(link); err != nil {
+			if valid, err = d.usableNeighs(link); err != nil {
 				errs = append(errs, fmt.Errorf("offload datapath: neighbours of link %d: %w", link, err))
 				continue
 			}
@@ -157,6 +145,22 @@ func (d *Datapath) resolve(want map[netip.Addr]bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// usableNeighs lists the IPv4 neighbours of a link that packets can use
+// now.
+func (d *Datapath) usableNeighs(link int) ([]netip.Addr, error) {
+	ns, err := d.k.Neighs(link)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, n := range ns {
+		if n.Usable && n.IP.Is4() {
+			out = append(out, n.IP)
+		}
+	}
+	return out, nil
 }
 
 // GatewayName and GatewayPortName name the veth pair of a network's
@@ -206,7 +210,6 @@ func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[stri
 	for name, l := range byName {
 		if owned(l) && strings.HasPrefix(name, "skg") && !want[name] {
 			d.log.Info("removing unneeded gateway", "link", name)
-			d.write()
 			if err := d.k.DeleteLink(l.Index); err != nil { // its peer goes with it
 				errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", name, err))
 			}
@@ -264,29 +267,22 @@ func (d *Datapath) ensurePair(x vethPair, n plan.Network, byName map[string]nl.L
 			if !owned(x.l) {
 				return fmt.Errorf("%s exists and is not Skiff's; leaving it alone", x.l.Name)
 			}
-			d.write()
 			if err := d.k.DeleteLink(x.l.Index); err != nil {
 				return err
 			}
 		}
-		d.write()
-		if err := d.k.AddPair(nl.Pair{Name: gw, Peer: port, MTU: mtu, MAC: x.mac}); err != nil {
+		if err := d.k.AddPair(nl.Pair{Name: gw, Peer: port, MTU: mtu, MAC: x.mac, Alias: x.alias, PeerAlias: x.peerAlias}); err != nil {
 			return fmt.Errorf("creating %s/%s: %w", gw, port, err)
 		}
 		now, err := d.links()
 		if err != nil {
 			return err
 		}
-		for name, alias := range map[string]string{gw: x.alias, port: x.peerAlias} {
+		for _, name := range []string{gw, port} {
 			made, ok := now[name]
 			if !ok {
 				return fmt.Errorf("%s was created but is not listed", name)
 			}
-			d.write()
-			if err := d.k.SetAlias(made.Index, alias); err != nil {
-				return err
-			}
-			made.Alias = alias
 			byName[name] = made
 		}
 		if x.created != nil {
@@ -297,7 +293,6 @@ func (d *Datapath) ensurePair(x vethPair, n plan.Network, byName map[string]nl.L
 	}
 	for _, name := range []string{gw, port} {
 		if lk := byName[name]; !lk.Up {
-			d.write()
 			if err := d.k.SetUp(lk.Index); err != nil {
 				return err
 			}
@@ -311,7 +306,6 @@ func (d *Datapath) ensurePair(x vethPair, n plan.Network, byName map[string]nl.L
 	for _, a := range have { // link-local addresses are not listed
 		seen[a] = true
 		if !slices.Contains(x.addrs, a) {
-			d.write()
 			if err := d.k.DeleteAddr(byName[gw].Index, a); err != nil {
 				return err
 			}
@@ -319,7 +313,6 @@ func (d *Datapath) ensurePair(x vethPair, n plan.Network, byName map[string]nl.L
 	}
 	for _, a := range x.addrs {
 		if !seen[a] {
-			d.write()
 			if err := d.k.AddAddr(byName[gw].Index, a); err != nil {
 				return fmt.Errorf("address %s on %s: %w", a, gw, err)
 			}

@@ -3,8 +3,8 @@ package offload
 // NetworkPolicy egress in the node's stack: what an egress-isolated
 // endpoint sends to its gateway's MAC on a network that routes out skips
 // its egress rules on its representor (flower.PrioGateway) and is
-// checked here instead, in the forward hook of internal/nl's policy
-// table (inet skiff-policy), after kube-proxy's DNAT (nat prerouting):
+// checked here instead, in the forward hook of the policy table (inet
+// skiff-policy, datapath/firewall), after kube-proxy's DNAT (nat prerouting):
 // the destination is the Service's backend, as Kubernetes specifies and
 // as on software nodes. The table is the software datapath's, each
 // endpoint named by its network's gateway skg<VNI> (where its routed
@@ -18,7 +18,7 @@ import (
 	"slices"
 
 	"github.com/skiff-sdn/skiff/datapath"
-	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 )
@@ -35,8 +35,8 @@ type nftState struct {
 // a representor whose network's gateway forwards (flower.NodeEgressMAC,
 // the same condition as the filter that lets its gateway traffic by),
 // and the address groups its rules name.
-func nodeEgress(p plan.Plan, in flower.Input) nl.PolicyConfig {
-	cfg := nl.PolicyConfig{Sets: map[string][]netip.Addr{}}
+func nodeEgress(p plan.Plan, in flower.Input) firewall.Policy {
+	cfg := firewall.Policy{Groups: map[string][]netip.Addr{}}
 	for _, name := range slices.Sorted(maps.Keys(p.Policies)) {
 		pol := p.Policies[name]
 		e, ok := p.Local[name]
@@ -47,14 +47,14 @@ func nodeEgress(p plan.Plan, in flower.Input) nl.PolicyConfig {
 		if !ok || flower.NodeEgressMAC(n, in.Gateways[e.Network]) == "" {
 			continue
 		}
-		x := nl.EndpointPolicy{Name: name, Bridge: GatewayName(n.VNI), EgressIsolated: true, Egress: datapath.NftPolicyRules(pol.Egress)}
+		x := firewall.Endpoint{Name: name, Device: GatewayName(n.VNI), EgressIsolated: true, Egress: firewall.Rules(pol.Egress)}
 		for _, ip := range e.IPs {
 			x.IPs = append(x.IPs, ip.Addr())
 		}
 		for _, r := range pol.Egress {
 			for _, peer := range r.Peers {
 				if peer.Group != "" {
-					cfg.Sets[peer.Group] = p.Groups[peer.Group].Members
+					cfg.Groups[peer.Group] = p.Groups[peer.Group].Members
 				}
 			}
 		}
@@ -66,11 +66,15 @@ func nodeEgress(p plan.Plan, in flower.Input) nl.PolicyConfig {
 // nodePolicy writes cfg (nodeEgress) to the node's stack: nothing when it
 // holds no endpoint and the last write (of this process) left none.
 // Callers hold d.op.
-func (d *Datapath) nodePolicy(cfg nl.PolicyConfig) error {
+func (d *Datapath) nodePolicy(cfg firewall.Policy) error {
 	if len(cfg.Endpoints) == 0 && d.nft.written && !d.nft.on {
 		return nil
 	}
-	if err := d.fw.SetPolicy(cfg); err != nil {
+	change, err := d.k.SetTable(cfg.Table())
+	d.mu.Lock()
+	firewall.CountWrites(d.polW, change)
+	d.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("offload datapath: egress policy in the node's stack: %w", err)
 	}
 	d.nft = nftState{written: true, on: len(cfg.Endpoints) > 0}
@@ -85,7 +89,7 @@ func (d *Datapath) nodePolicyGroup(p plan.Plan, in flower.Input, group string) e
 		return nil
 	}
 	cfg := nodeEgress(p, in)
-	if _, ok := cfg.Sets[group]; !ok {
+	if _, ok := cfg.Groups[group]; !ok {
 		return nil
 	}
 	return d.nodePolicy(cfg)
@@ -93,16 +97,16 @@ func (d *Datapath) nodePolicyGroup(p plan.Plan, in flower.Input, group string) e
 
 // nodePolicyCounters reads the counters of the node's egress rules (by
 // endpoint, direction and rule). Callers hold no lock.
-func (d *Datapath) nodePolicyCounters() ([]nl.PolicyCounter, error) {
+func (d *Datapath) nodePolicyCounters() ([]datapath.PolicyCounter, error) {
 	d.op.Lock()
 	on := d.nft.on
 	d.op.Unlock()
 	if !on {
 		return nil, nil
 	}
-	cs, err := d.fw.PolicyCounters()
+	cs, err := d.k.TableCounters(firewall.PolicyTable)
 	if err != nil {
 		return nil, fmt.Errorf("offload datapath: egress policy counters in the node's stack: %w", err)
 	}
-	return cs, nil
+	return firewall.PolicyCounters(cs), nil
 }

@@ -44,13 +44,13 @@ func TestNodeEgress(t *testing.T) {
 			"pods":   {Port: "skh100", MAC: "02:73:6b:00:00:64"},
 			"tenant": {Port: "skh200", MAC: "02:73:6b:00:00:c8"}}}
 	cfg := nodeEgress(p, in)
-	want := `sets map[b:[198.51.100.2]] endpoints [{Name:c Bridge:skg100 IPs:[198.51.100.3 2001:db8::3] IngressIsolated:false EgressIsolated:true Ingress:[] Egress:[{Peers:[{Set:b CIDR:invalid Prefix Except:[]}] Ports:[{Proto:6 From:8080 To:0}]} {Peers:[{Set: CIDR:203.0.113.0/24 Except:[]}] Ports:[]}]}]`
-	if got := fmt.Sprintf("sets %v endpoints %+v", cfg.Sets, cfg.Endpoints); got != want {
+	want := `groups map[b:[198.51.100.2]] endpoints [{Name:c Device:skg100 IPs:[198.51.100.3 2001:db8::3] IngressIsolated:false EgressIsolated:true Ingress:[] Egress:[{Peers:[{Group:b CIDR:invalid Prefix Except:[]}] Ports:[{Proto:6 From:8080 To:0}]} {Peers:[{Group: CIDR:203.0.113.0/24 Except:[]}] Ports:[]}]}]`
+	if got := fmt.Sprintf("groups %v endpoints %+v", cfg.Groups, cfg.Endpoints); got != want {
 		t.Errorf("nodeEgress:\ngot  %s\nwant %s", got, want)
 	}
 	// Without a gateway here nothing is routed for c: nothing to enforce.
 	delete(in.Gateways, "pods")
-	if cfg := nodeEgress(p, in); len(cfg.Endpoints) != 0 || len(cfg.Sets) != 0 {
+	if cfg := nodeEgress(p, in); len(cfg.Endpoints) != 0 || len(cfg.Groups) != 0 {
 		t.Errorf("no gateway: %+v", cfg)
 	}
 }

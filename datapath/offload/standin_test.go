@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/datapath"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 )
@@ -113,7 +114,13 @@ func newStandInRig(t *testing.T, nodeName, podName string, id int, hook func(plu
 
 	rig := &standInRig{p: p, node: nodeName, pod: podName, rep: rep, host: datapath.HostIfName("w")}
 	rig.plumb = func() {
-		if _, err := datapath.PlumbVeth(node, datapath.PlumbRequest{Endpoint: w, Network: n, NetNS: pod, IfName: "eth0"}); err != nil {
+		k, err := nl.Open(node)
+		if err != nil {
+			t.Errorf("plumbing w: %v", err)
+			return
+		}
+		defer k.Close()
+		if _, err := datapath.PlumbVeth(k, nl.Open, datapath.PlumbRequest{Endpoint: w, Network: n, NetNS: pod, IfName: "eth0"}); err != nil {
 			t.Errorf("plumbing w: %v", err)
 		}
 	}

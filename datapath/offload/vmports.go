@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/skiff-sdn/skiff/datapath"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/vf"
@@ -43,8 +44,8 @@ type realVFs struct {
 	*vf.Binder
 }
 
-func newVFHost(o Options) VFHost {
-	return realVFs{vf.NewManager(vf.Options{Logger: o.Logger}), vf.NewBinder(vf.BinderOptions{SysRoot: o.SysRoot, Logger: o.Logger})}
+func newVFHost(o Options, k nl.Kernel) VFHost {
+	return realVFs{vf.NewManager(vf.Options{Netlink: k, Logger: o.Logger}), vf.NewBinder(vf.BinderOptions{SysRoot: o.SysRoot, Logger: o.Logger})}
 }
 
 // portSettings are what a vfio port's VF gets through its PF: the port's

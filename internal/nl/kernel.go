@@ -20,9 +20,10 @@ import (
 // handle a caller has (LinkByName); a call on a link that no longer
 // exists returns an error wrapping ErrLinkGone (LinkByName: ErrNoLink);
 // deleting what is not there succeeds; every call that changes the
-// kernel counts in Writes. A Kernel is not safe for concurrent use
-// unless a method says so; separate handles of one namespace are
-// independent.
+// kernel counts in Writes. A Kernel is safe for concurrent use: each call
+// is a request of its own (a caller that reads, then writes, must not
+// expect the kernel unchanged in between); separate handles of one
+// namespace are independent.
 type Kernel interface {
 	// Path is the path the namespace was opened by ("" for the
 	// namespace the process was in at Open).
@@ -184,7 +185,7 @@ type Kernel interface {
 	SetVFRate(pf string, vf, minRate, maxRate int) error
 
 	// Writes returns how many changing calls were made through this
-	// handle (tc clients count their own). Safe for concurrent use.
+	// handle (tc clients count their own).
 	Writes() int
 	// Close releases the handle's sockets; kernel objects stay.
 	Close() error

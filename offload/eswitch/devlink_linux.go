@@ -10,9 +10,29 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
-// NetlinkDevlink is the Devlink of the current network namespace, over the
-// devlink generic netlink family.
-type NetlinkDevlink struct{}
+// Eswitches reads and sets the eswitch modes of a namespace's devlink
+// devices: an nl.Kernel (the real one, or nltest's fake) is one.
+type Eswitches interface {
+	EswitchMode(bus, device string) (string, error)
+	SetEswitchMode(bus, device, mode string) error
+}
+
+// NetlinkDevlink is the Devlink of a namespace's kernel (Kernel), or of
+// the current network namespace when Kernel is nil (a handle opened per
+// call), over the devlink generic netlink family.
+type NetlinkDevlink struct{ Kernel Eswitches }
+
+// kernel returns the Eswitches to use and what closes it.
+func (d NetlinkDevlink) kernel() (Eswitches, func(), error) {
+	if d.Kernel != nil {
+		return d.Kernel, func() {}, nil
+	}
+	k, err := nl.Open("")
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, func() { k.Close() }, nil
+}
 
 func splitHandle(h string) (bus, dev string, err error) {
 	bus, dev, ok := strings.Cut(h, "/")
@@ -23,12 +43,17 @@ func splitHandle(h string) (bus, dev string, err error) {
 }
 
 // EswitchMode implements Devlink.
-func (NetlinkDevlink) EswitchMode(_ context.Context, handle string) (Mode, error) {
+func (d NetlinkDevlink) EswitchMode(_ context.Context, handle string) (Mode, error) {
 	bus, dev, err := splitHandle(handle)
 	if err != nil {
 		return ModeNone, err
 	}
-	mode, err := nl.EswitchMode(bus, dev)
+	k, done, err := d.kernel()
+	if err != nil {
+		return ModeNone, fmt.Errorf("devlink %s: %w", handle, err)
+	}
+	defer done()
+	mode, err := k.EswitchMode(bus, dev)
 	if err != nil {
 		if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.ENOENT) {
 			return ModeNone, fmt.Errorf("devlink %s: %w: %w", handle, ErrNoEswitch, err)
@@ -49,12 +74,17 @@ func (NetlinkDevlink) EswitchMode(_ context.Context, handle string) (Mode, error
 }
 
 // SetEswitchMode implements Devlink.
-func (NetlinkDevlink) SetEswitchMode(_ context.Context, handle string, m Mode) error {
+func (d NetlinkDevlink) SetEswitchMode(_ context.Context, handle string, m Mode) error {
 	bus, dev, err := splitHandle(handle)
 	if err != nil {
 		return err
 	}
-	if err := nl.SetEswitchMode(bus, dev, string(m)); err != nil {
+	k, done, err := d.kernel()
+	if err != nil {
+		return fmt.Errorf("devlink %s: %w", handle, err)
+	}
+	defer done()
+	if err := k.SetEswitchMode(bus, dev, string(m)); err != nil {
 		return fmt.Errorf("devlink %s: set eswitch mode %s: %w", handle, m, err)
 	}
 	return nil

@@ -27,6 +27,6 @@
 //
 //	rules, err := flower.Compile(p, flower.Input{Reps: reps, VXLAN: "skvx"})
 //	pol, err := flower.CompilePolicy(p, flower.Input{Reps: reps, VXLAN: "skvx"}, rules)
-//	prog, err := flower.Open(0, log)
+//	prog, err := flower.Open(k, log)   // k: an nl.Kernel of the node's namespace
 //	states, err := prog.Sync(devs, rules)
 package flower

@@ -138,18 +138,23 @@ func policyFilter(tf *tc.Filter) PolicyFilter {
 
 // PolicyConn installs and dumps policy rules over rtnetlink.
 type PolicyConn struct {
-	c *tc.Conn
+	c tc.Client
 }
 
-// OpenPolicy returns a connection in the network namespace at the given
-// path (empty: the caller's).
-func OpenPolicy(netns string) (p *PolicyConn, err error) { return openPolicy(netns, 1) }
+// Namespace opens tc clients of a network namespace; an nl.Kernel is
+// one (the real kernel's, or a fake's).
+type Namespace interface {
+	TC(sockets int) (tc.Client, error)
+}
+
+// OpenPolicy returns a connection in the namespace ns.
+func OpenPolicy(ns Namespace) (p *PolicyConn, err error) { return openPolicy(ns, 1) }
 
 // openPolicy is OpenPolicy with writers sockets for bulk writes.
-func openPolicy(netns string, writers int) (p *PolicyConn, err error) {
+func openPolicy(ns Namespace, writers int) (p *PolicyConn, err error) {
 	p = &PolicyConn{}
-	if p.c, err = tc.DialWriters(netns, writers); err != nil {
-		return nil, err
+	if p.c, err = ns.TC(writers); err != nil {
+		return nil, fmt.Errorf("flower: %w", err)
 	}
 	return p, nil
 }

@@ -49,10 +49,10 @@ type polCache struct {
 	top   uint32                  // the highest handle given or seen
 }
 
-// OpenPolicyProgrammer returns a programmer for the network namespace at
-// the given path (empty: the caller's).
-func OpenPolicyProgrammer(netns string, log *slog.Logger) (*PolicyProgrammer, error) {
-	c, err := openPolicy(netns, Writers)
+// OpenPolicyProgrammer returns a programmer for the network namespace ns
+// (an nl.Kernel).
+func OpenPolicyProgrammer(ns Namespace, log *slog.Logger) (*PolicyProgrammer, error) {
+	c, err := openPolicy(ns, Writers)
 	if err != nil {
 		return nil, err
 	}

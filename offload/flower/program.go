@@ -82,10 +82,9 @@ type Programmer struct {
 	clsact   map[int]bool      // devices known to have clsact or ingress
 }
 
-// Open returns a programmer for the network namespace at the given path
-// (empty: the caller's).
-func Open(netns string, log *slog.Logger) (*Programmer, error) {
-	raw, err := openPolicy(netns, Writers)
+// Open returns a programmer for the network namespace ns (an nl.Kernel).
+func Open(ns Namespace, log *slog.Logger) (*Programmer, error) {
+	raw, err := openPolicy(ns, Writers)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ type outcome struct {
 // writes split across the connection's sockets (tc.Conn.WriteAny);
 // otherwise one request and its answer at a time over one socket.
 type writer struct {
-	c         *tc.Conn
+	c         tc.Client
 	writes    *atomic.Int64
 	spent     *atomic.Int64 // nanoseconds in c's writes
 	pipelined bool

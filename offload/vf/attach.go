@@ -44,8 +44,13 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 		cfg.MAC = ifc.MAC.String()
 	}
 
+	pod, err := m.open(podNS)
+	if err != nil {
+		return fmt.Errorf("vf: attach %s: %w", ref, err)
+	}
+	defer pod.Close()
 	// Already there (a repeated ADD)?
-	in, err := m.links.Get(podNS, ifc.Name)
+	in, err := pod.LinkByName(ifc.Name)
 	switch {
 	case err == nil:
 		if k, ok := parseMark(in.Alias); !ok || k.pci != ref.PCI {
@@ -54,7 +59,7 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 		if err := m.mgr.Apply(ref.PF, ref.Index, s); err != nil {
 			return fmt.Errorf("vf: attach %s: %w", ref, err)
 		}
-		if err := m.links.Configure(podNS, ifc.Name, cfg); err != nil {
+		if err := nl.Configure(pod, ifc.Name, cfg); err != nil {
 			return fmt.Errorf("vf: attach %s: %w", ref, err)
 		}
 		return nil
@@ -69,7 +74,7 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 	if home == "" {
 		return fmt.Errorf("vf: attach %s: the VF has no netdev in the host namespace (bound to vfio-pci or no driver, or already in another pod)", ref)
 	}
-	cur, err := m.links.Get(m.host, home)
+	cur, err := m.host.LinkByName(home)
 	if err != nil {
 		return fmt.Errorf("vf: attach %s: %w", ref, err)
 	}
@@ -92,25 +97,25 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 	if err := m.mgr.Apply(ref.PF, ref.Index, s); err != nil {
 		return fail(err)
 	}
-	undo.push(func() error { return m.links.SetAlias(m.host, home, cur.Alias) })
-	if err := m.links.SetAlias(m.host, home, k.String()); err != nil {
+	undo.push(func() error { return named(m.host, home, func(l nl.Link) error { return m.host.SetAlias(l.Index, cur.Alias) }) })
+	if err := m.host.SetAlias(cur.Index, k.String()); err != nil {
 		return fail(err)
 	}
-	if err := m.links.Move(m.host, home, podNS); err != nil {
+	if err := m.host.MoveLink(cur.Index, pod); err != nil {
 		return fail(err)
 	}
-	undo.push(func() error { return m.links.Move(podNS, home, m.host) })
-	if err := m.links.Rename(podNS, home, ifc.Name); err != nil {
+	undo.push(func() error { return named(pod, home, func(l nl.Link) error { return pod.MoveLink(l.Index, m.host) }) })
+	if err := named(pod, home, func(l nl.Link) error { return pod.Rename(l.Index, ifc.Name) }); err != nil {
 		return fail(err)
 	}
-	undo.push(func() error { return m.links.Rename(podNS, ifc.Name, home) })
+	undo.push(func() error { return named(pod, ifc.Name, func(l nl.Link) error { return pod.Rename(l.Index, home) }) })
 	undo.push(func() error {
 		if ifc.MTU > 0 && ifc.MTU != cur.MTU {
-			return m.links.SetMTU(podNS, ifc.Name, cur.MTU)
+			return named(pod, ifc.Name, func(l nl.Link) error { return pod.SetMTU(l.Index, cur.MTU) })
 		}
 		return nil
 	})
-	if err := m.links.Configure(podNS, ifc.Name, cfg); err != nil {
+	if err := nl.Configure(pod, ifc.Name, cfg); err != nil {
 		return fail(err)
 	}
 	m.log.Info("VF attached", "vf", ref.PCI, "pf", ref.PF, "index", ref.Index, "netns", podNS, "ifname", ifc.Name, "home", home)
@@ -130,9 +135,13 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 // of. When the move back fails (a foreign device took the home name),
 // the VF is left in the pod as it was.
 func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
-	cur, inPod, err := m.find(ref, podNS, podIf)
+	cur, pod, err := m.find(ref, podNS, podIf)
 	if err != nil {
 		return fmt.Errorf("vf: detach %s: %w", ref, err)
+	}
+	inPod := pod != nil
+	if inPod {
+		defer pod.Close()
 	}
 	k, marked := parseMark(cur.Alias)
 	if !marked || k.pci != ref.PCI {
@@ -141,18 +150,18 @@ func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
 	}
 	switch {
 	case inPod:
-		if err := m.links.SetDown(podNS, cur.Name); err != nil {
+		if err := pod.SetDown(cur.Index); err != nil {
 			return fmt.Errorf("vf: detach %s: %w", ref, err)
 		}
 		if cur.Name != k.home {
-			if err := m.links.Rename(podNS, cur.Name, k.home); err != nil {
+			if err := pod.Rename(cur.Index, k.home); err != nil {
 				return fmt.Errorf("vf: detach %s: %w", ref, err)
 			}
 		}
-		if err := m.links.Move(podNS, k.home, m.host); err != nil {
+		if err := pod.MoveLink(cur.Index, m.host); err != nil {
 			err = fmt.Errorf("vf: detach %s: %w", ref, err)
 			if cur.Name != k.home {
-				err = errors.Join(err, m.links.Rename(podNS, k.home, cur.Name))
+				err = errors.Join(err, pod.Rename(cur.Index, cur.Name))
 			}
 			return err
 		}
@@ -160,12 +169,12 @@ func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
 		// Back in the host by the kernel's doing, under its pod name or
 		// devN.
 		if cur.Up {
-			if err := m.links.SetDown(m.host, cur.Name); err != nil {
+			if err := m.host.SetDown(cur.Index); err != nil {
 				return fmt.Errorf("vf: detach %s: %w", ref, err)
 			}
 		}
 		if cur.Name != k.home {
-			if err := m.links.Rename(m.host, cur.Name, k.home); err != nil {
+			if err := m.host.Rename(cur.Index, k.home); err != nil {
 				return fmt.Errorf("vf: detach %s (back as %s): %w", ref, cur.Name, err)
 			}
 		}
@@ -173,15 +182,14 @@ func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
 	// An unmarked VF in the host is at home already: only its MAC is
 	// made sure of.
 	var errs []error
-	if marked && k.mtu > 0 && cur.MTU != k.mtu {
-		if err := m.links.SetMTU(m.host, k.home, k.mtu); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if marked {
-		if err := m.links.SetAlias(m.host, k.home, ""); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, named(m.host, k.home, func(l nl.Link) error {
+			var errs []error
+			if k.mtu > 0 && l.MTU != k.mtu {
+				errs = append(errs, m.host.SetMTU(l.Index, k.mtu))
+			}
+			return errors.Join(append(errs, m.host.SetAlias(l.Index, ""))...)
+		}))
 	}
 	if err := m.mgr.Apply(ref.PF, ref.Index, Settings{MAC: ZeroMAC}); err != nil {
 		errs = append(errs, err)
@@ -193,31 +201,35 @@ func (m *Mover) Detach(ref Ref, podNS, podIf string) error {
 	return nil
 }
 
-// find locates a VF's netdev: in podNS (by name, then by mark), else in
-// the host by PCI address, waiting for it there when it is in neither.
-func (m *Mover) find(ref Ref, podNS, podIf string) (nl.Netdev, bool, error) {
+// named runs f on the link of that name in k.
+func named(k nl.Kernel, name string, f func(l nl.Link) error) error {
+	l, err := k.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return f(l)
+}
+
+// find locates a VF's netdev: in podNS (by name, then by mark; then pod
+// is that namespace's handle, the caller's to close), else in the host
+// by PCI address (pod nil), waiting for it there when it is in neither.
+func (m *Mover) find(ref Ref, podNS, podIf string) (nl.Link, nl.Kernel, error) {
 	podGone := podNS == ""
 	if !podGone {
-		d, err := m.links.Get(podNS, podIf)
-		if k, ok := parseMark(d.Alias); err == nil && ok && k.pci == ref.PCI {
-			return d, true, nil
-		}
+		pod, err := m.open(podNS)
 		switch {
 		case errors.Is(err, nl.ErrNoNetNS):
 			podGone = true
-		case err != nil && !errors.Is(err, nl.ErrNoLink):
-			return nl.Netdev{}, false, err
+		case err != nil:
+			return nl.Link{}, nil, err
 		default:
-			all, err := m.links.List(podNS)
-			if errors.Is(err, nl.ErrNoNetNS) {
-				podGone = true
-			} else if err != nil {
-				return nl.Netdev{}, false, err
+			l, found, err := markedIn(pod, ref, podIf)
+			if found {
+				return l, pod, nil
 			}
-			for _, d := range all {
-				if k, ok := parseMark(d.Alias); ok && k.pci == ref.PCI {
-					return d, true, nil
-				}
+			pod.Close()
+			if err != nil {
+				return nl.Link{}, nil, err
 			}
 		}
 	}
@@ -225,15 +237,15 @@ func (m *Mover) find(ref Ref, podNS, podIf string) (nl.Netdev, bool, error) {
 	for {
 		name, err := m.hostNetdev(ref.PCI)
 		if err != nil {
-			return nl.Netdev{}, false, err
+			return nl.Link{}, nil, err
 		}
 		if name != "" {
-			d, err := m.links.Get(m.host, name)
+			l, err := m.host.LinkByName(name)
 			if err == nil {
-				return d, false, nil
+				return l, nil, nil
 			}
 			if !errors.Is(err, nl.ErrNoLink) {
-				return nl.Netdev{}, false, err
+				return nl.Link{}, nil, err
 			}
 		}
 		if !podGone || time.Now().After(deadline) {
@@ -241,10 +253,32 @@ func (m *Mover) find(ref Ref, podNS, podIf string) (nl.Netdev, bool, error) {
 			if podGone {
 				where = fmt.Sprintf("its namespace %q is gone and it did not come back within %v", podNS, m.wait)
 			}
-			return nl.Netdev{}, false, fmt.Errorf("%w: no netdev in the host, %s", ErrVFAway, where)
+			return nl.Link{}, nil, fmt.Errorf("%w: no netdev in the host, %s", ErrVFAway, where)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// markedIn finds ref's netdev in the pod's namespace: by its name there,
+// else by its mark.
+func markedIn(pod nl.Kernel, ref Ref, podIf string) (nl.Link, bool, error) {
+	l, err := pod.LinkByName(podIf)
+	if k, ok := parseMark(l.Alias); err == nil && ok && k.pci == ref.PCI {
+		return l, true, nil
+	}
+	if err != nil && !errors.Is(err, nl.ErrNoLink) {
+		return nl.Link{}, false, err
+	}
+	all, err := pod.Links()
+	if err != nil {
+		return nl.Link{}, false, err
+	}
+	for _, l := range all {
+		if k, ok := parseMark(l.Alias); ok && k.pci == ref.PCI {
+			return l, true, nil
+		}
+	}
+	return nl.Link{}, false, nil
 }
 
 // Stranded returns those of refs whose netdev is in the host namespace
@@ -263,7 +297,7 @@ func (m *Mover) Stranded(refs []Ref) ([]Ref, error) {
 		if name == "" {
 			continue
 		}
-		d, err := m.links.Get(m.host, name)
+		d, err := m.host.LinkByName(name)
 		if errors.Is(err, nl.ErrNoLink) {
 			continue // moved between the two reads
 		}

@@ -48,19 +48,6 @@ type PodIface struct {
 	Routes []nl.LinkRoute
 }
 
-// Links is what moving VF netdevs needs from netlink; nl.Netdevs is the
-// kernel's. Namespaces are paths, "" the caller's.
-type Links interface {
-	Get(ns, name string) (nl.Netdev, error)
-	List(ns string) ([]nl.Netdev, error)
-	SetAlias(ns, name, alias string) error
-	SetDown(ns, name string) error
-	SetMTU(ns, name string, mtu int) error
-	Rename(ns, name, newName string) error
-	Move(fromNS, name, toNS string) error
-	Configure(ns, name string, c nl.LinkConfig) error
-}
-
 // MoverOptions configure a Mover.
 type MoverOptions struct {
 	// SysRoot is where sysfs is ("/sys"): a VF's netdev in the host
@@ -68,15 +55,13 @@ type MoverOptions struct {
 	// be the host namespace's (sysfs shows the netdevs of the namespace
 	// that mounted it).
 	SysRoot string
-	// HostNS is the namespace VFs live in when no pod has them (a path;
-	// "" is the caller's). A destroyed pod namespace gives its VFs to the
+	// Host is the namespace VFs live in when no pod has them, and their
+	// PFs (required). A destroyed pod namespace gives its VFs to the
 	// init namespace, which is the host's on a node (the agent runs in
 	// it).
-	HostNS string
-	// Links reaches netdevs (nl.Netdevs when nil); Netlink the PF's VF
-	// settings (nl.SRIOV when nil).
-	Links   Links
-	Netlink Netlink
+	Host nl.Kernel
+	// Open opens pods' namespaces by path; nl.Open when nil.
+	Open nl.OpenFunc
 	// ReturnWait bounds how long Detach waits for a VF whose namespace
 	// was destroyed to reappear in the host (the kernel returns it
 	// asynchronously); 5 s when zero.
@@ -88,22 +73,22 @@ type MoverOptions struct {
 // on different VFs may run concurrently; calls on the same VF must not
 // (the agent serializes an endpoint's operations).
 type Mover struct {
-	sys   string
-	host  string
-	links Links
-	mgr   *Manager
+	sys  string
+	host nl.Kernel
+	open nl.OpenFunc
+	mgr  *Manager
 	wait  time.Duration
 	log   *slog.Logger
 }
 
 // NewMover returns a Mover.
 func NewMover(o MoverOptions) *Mover {
-	m := &Mover{sys: strings.TrimRight(o.SysRoot, "/"), host: o.HostNS, links: o.Links, mgr: NewManager(Options{Netlink: o.Netlink, Logger: o.Logger}), wait: o.ReturnWait, log: o.Logger}
+	m := &Mover{sys: strings.TrimRight(o.SysRoot, "/"), host: o.Host, open: o.Open, mgr: NewManager(Options{Netlink: o.Host, Logger: o.Logger}), wait: o.ReturnWait, log: o.Logger}
 	if o.SysRoot == "" {
 		m.sys = "/sys"
 	}
-	if m.links == nil {
-		m.links = nl.Netdevs{}
+	if m.open == nil {
+		m.open = nl.Open
 	}
 	if m.wait == 0 {
 		m.wait = 5 * time.Second

@@ -12,8 +12,8 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
-// Netlink sets VF settings through a PF (nl.SRIOV is the kernel's). Each
-// call names the PF by netdev name.
+// Netlink sets VF settings through a PF: an nl.Kernel of the PF's
+// namespace is one. Each call names the PF by netdev name.
 type Netlink interface {
 	VFs(pf string) ([]nl.VF, error)
 	SetVFMAC(pf string, vf int, mac net.HardwareAddr) error
@@ -67,8 +67,8 @@ func Ptr[T any](v T) *T { return &v }
 
 // Options configure a Manager.
 type Options struct {
-	// Netlink reaches the PF; the current namespace's rtnetlink
-	// (nl.SRIOV) when nil.
+	// Netlink reaches the PF (required): the nl.Kernel of its
+	// namespace.
 	Netlink Netlink
 	Logger  *slog.Logger
 }
@@ -82,9 +82,6 @@ type Manager struct {
 // NewManager returns a Manager.
 func NewManager(o Options) *Manager {
 	m := &Manager{nl: o.Netlink, log: o.Logger}
-	if m.nl == nil {
-		m.nl = nl.SRIOV{}
-	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}

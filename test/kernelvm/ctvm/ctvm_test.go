@@ -101,7 +101,12 @@ func TestStatefulPolicy(t *testing.T) {
 		}
 	}
 
-	pc, err := flower.OpenPolicy(nsPath(node))
+	nk, err := nl.Open(nsPath(node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nk.Close()
+	pc, err := flower.OpenPolicy(nk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/datapath/offload"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -445,7 +446,12 @@ func policyBench(t *testing.T, members int) {
 
 func dumpVX(t *testing.T, n *node, members int) {
 	t.Helper()
-	c, err := flower.OpenPolicy(nsPath(n.ns))
+	k, err := nl.Open(nsPath(n.ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	c, err := flower.OpenPolicy(k)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,7 +176,12 @@ func (c *cluster) env() policytruth.Env {
 // policyTables lists the inet nftables tables of a node's namespace.
 func policyTables(t *testing.T, n *node) []string {
 	t.Helper()
-	names, err := nl.InetTables(n.nsPath)
+	k, err := nl.Open(n.nsPath)
+	if err != nil {
+		t.Fatalf("%s: %v", n.name, err)
+	}
+	defer k.Close()
+	names, err := k.Tables()
 	if err != nil {
 		t.Fatalf("%s: %v", n.name, err)
 	}

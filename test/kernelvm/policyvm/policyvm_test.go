@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -55,19 +56,19 @@ func TestSCTPPolicy(t *testing.T) {
 			}
 		}
 	}
-	fw, err := nl.OpenFirewall(nl.Options{NetNS: nsPath(node)})
+	k, err := nl.Open(nsPath(node))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fw.Close()
-	if err := fw.EnableBridgeNetfilter(); err != nil {
+	defer k.Close()
+	if err := firewall.EnableBridgeNetfilter(k); err != nil {
 		t.Fatal(err)
 	}
-	if err := fw.SetPolicy(nl.PolicyConfig{
-		Sets: map[string][]netip.Addr{"clients": {netip.MustParseAddr(ips["client"])}},
-		Endpoints: []nl.EndpointPolicy{{Name: "server", Bridge: "skb100", IPs: []netip.Addr{netip.MustParseAddr(ips["server"])}, IngressIsolated: true,
-			Ingress: []nl.PolicyRule{{Peers: []nl.PolicyPeer{{Set: "clients"}}, Ports: []nl.PolicyPort{{Proto: unix.IPPROTO_SCTP, From: 9000, To: 9000}}}}}},
-	}); err != nil {
+	if _, err := k.SetTable(firewall.Policy{
+		Groups: map[string][]netip.Addr{"clients": {netip.MustParseAddr(ips["client"])}},
+		Endpoints: []firewall.Endpoint{{Name: "server", Device: "skb100", IPs: []netip.Addr{netip.MustParseAddr(ips["server"])}, IngressIsolated: true,
+			Ingress: []firewall.Rule{{Peers: []firewall.Peer{{Group: "clients"}}, Ports: []firewall.Port{{Proto: unix.IPPROTO_SCTP, From: 9000, To: 9000}}}}}},
+	}.Table()); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -79,10 +80,11 @@ func TestSCTPPolicy(t *testing.T) {
 			t.Errorf("%s -> server SCTP %d: reachable=%v, want %v", c.from, c.port, got, c.want)
 		}
 	}
-	counters, err := fw.PolicyCounters()
+	cs, err := k.TableCounters(firewall.PolicyTable)
 	if err != nil {
 		t.Fatal(err)
 	}
+	counters := firewall.PolicyCounters(cs)
 	var allowed, dropped uint64
 	for _, c := range counters {
 		if c.Rule == 0 {
