@@ -97,7 +97,9 @@ func (m *Mover) Attach(ref Ref, s Settings, podNS string, ifc PodIface) error {
 	if err := m.mgr.Apply(ref.PF, ref.Index, s); err != nil {
 		return fail(err)
 	}
-	undo.push(func() error { return named(m.host, home, func(l nl.Link) error { return m.host.SetAlias(l.Index, cur.Alias) }) })
+	undo.push(func() error {
+		return named(m.host, home, func(l nl.Link) error { return m.host.SetAlias(l.Index, cur.Alias) })
+	})
 	if err := m.host.SetAlias(cur.Index, k.String()); err != nil {
 		return fail(err)
 	}

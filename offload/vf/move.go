@@ -77,8 +77,8 @@ type Mover struct {
 	host nl.Kernel
 	open nl.OpenFunc
 	mgr  *Manager
-	wait  time.Duration
-	log   *slog.Logger
+	wait time.Duration
+	log  *slog.Logger
 }
 
 // NewMover returns a Mover.
