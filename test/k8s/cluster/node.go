@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // Node is a worker: a network namespace on the underlay and a mount
@@ -435,20 +437,13 @@ func (n *Node) SetLink(up bool) error {
 // kubelet serves exec and logs for them from then on.
 func (n *Node) WaitKubelet(t testing.TB, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testkit.Eventually(t, "kubelet of "+n.Name+" back", within, func() (bool, string) {
 		ok, why := n.kubeletSynced()
-		if ok {
-			return
-		}
-		if n.kubelet.exited() {
+		if !ok && n.kubelet.exited() {
 			t.Fatalf("kubelet of %s exited: %v\n%s", n.Name, n.kubelet.err, n.kubelet.tail(40))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kubelet of %s not back after %v: %s", n.Name, within, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ok, why
+	})
 }
 
 // kubeletSynced asks the kubelet, through the API server's node proxy
