@@ -43,7 +43,7 @@ func TestPolicyEnforcement(t *testing.T) {
 		return err == nil
 	}
 	ping := func(from, to string) bool {
-		_, err := testkit.Try(pods[from], "ping", "-c", "1", "-W", "1", ips[to])
+		err := testkit.Ping(pods[from], ips[to], 1, time.Second)
 		return err == nil
 	}
 	if !tcp("a") || !tcp("b") || !ping("b", "a") {
@@ -211,7 +211,7 @@ func TestPolicyIPv6(t *testing.T) {
 		return err == nil
 	}
 	ping := func(from, to string) bool {
-		_, err := testkit.Try(pods[from], "ping", "-6", "-c", "1", "-W", "1", ips[to])
+		err := testkit.Ping(pods[from], ips[to], 1, time.Second)
 		return err == nil
 	}
 	if !tcp("a") || !tcp("b") || !ping("a", "c") {

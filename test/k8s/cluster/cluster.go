@@ -286,7 +286,7 @@ func (c *Cluster) startControlPlane() error {
 	}
 	run := func(name string, env []string, args ...string) (*proc, error) {
 		pr, err := start(spec{name: name, dir: c.Dir, group: c.rec.Cgroup + "/control",
-			enter: []string{"--net=/var/run/netns/" + c.Underlay}, env: env, args: args})
+			enter: []string{"--net=" + testkit.Path(c.Underlay)}, env: env, args: args})
 		if err == nil {
 			c.procs = append(c.procs, pr)
 		}
@@ -384,7 +384,7 @@ func (c *Cluster) Kubectl(args ...string) (string, error) {
 func (c *Cluster) KubectlIn(ns string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/var/run/netns/" + ns, "--",
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + testkit.Path(ns), "--",
 		filepath.Join(c.bin, "kubectl"), "--kubeconfig", c.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

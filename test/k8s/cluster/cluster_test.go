@@ -260,7 +260,7 @@ spec:
 		t.Errorf("mounts left:\n%s", m)
 	}
 	for _, ns := range []string{c.Underlay, c.Nodes[0].NS, c.Nodes[1].NS} {
-		if _, err := os.Stat("/var/run/netns/" + ns); err == nil {
+		if _, err := os.Stat(testkit.Path(ns)); err == nil {
 			t.Errorf("namespace %s is still there", ns)
 		}
 	}

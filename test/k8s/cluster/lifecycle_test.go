@@ -143,7 +143,7 @@ func TestDeadTestProcess(t *testing.T) {
 		t.Errorf("mounts still there: %v", m)
 	}
 	for _, ns := range r.Netns {
-		if _, err := os.Stat("/var/run/netns/" + ns); err == nil {
+		if _, err := os.Stat(testkit.Path(ns)); err == nil {
 			t.Errorf("namespace %s still there", ns)
 		}
 	}

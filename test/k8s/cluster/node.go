@@ -31,7 +31,7 @@ type Node struct {
 	c *Cluster
 	// Name is the node's name in Kubernetes.
 	Name string
-	// NS is its network namespace (/var/run/netns/NS).
+	// NS is its network namespace (testkit.Path(NS)).
 	NS string
 	// IP is its underlay address, the Node's InternalIP.
 	IP string
@@ -232,7 +232,7 @@ func (n *Node) start() error {
 
 // startHolder starts the process that holds the node's mount namespace.
 func (n *Node) startHolder() error {
-	p, err := start(spec{name: "holder", dir: n.Dir, group: n.group(), enter: []string{"--net=/var/run/netns/" + n.NS},
+	p, err := start(spec{name: "holder", dir: n.Dir, group: n.group(), enter: []string{"--net=" + testkit.Path(n.NS)},
 		args: []string{"unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", holderScript, "holder", n.Dir}})
 	if err != nil {
 		return err

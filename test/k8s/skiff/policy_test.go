@@ -19,7 +19,7 @@ func inPolicySet(t *testing.T, n *cluster.Node, ip string, want bool, start time
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		out, _ := exec.Command("nsenter", "--net=/var/run/netns/"+n.NS, "--", "nft", "list", "table", "inet", "skiff-policy").CombinedOutput()
+		out, _ := exec.Command("nsenter", "--net="+testkit.Path(n.NS), "--", "nft", "list", "table", "inet", "skiff-policy").CombinedOutput()
 		if regexp.MustCompile(regexp.QuoteMeta(ip)+`[^0-9]`).Match(out) == want {
 			return time.Since(start)
 		}

@@ -41,7 +41,7 @@ func TestRestartsKeepTraffic(t *testing.T) {
 	// restart below.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	flow := exec.CommandContext(ctx, "nsenter", "--net=/var/run/netns/"+c.Underlay, "--", cluster.Bin(t, "kubectl"),
+	flow := exec.CommandContext(ctx, "nsenter", "--net="+testkit.Path(c.Underlay), "--", cluster.Bin(t, "kubectl"),
 		"--kubeconfig", c.Kubeconfig, "exec", "a", "--", "ping", "-i", "0.2", "-c", "225", "-W", "1", b)
 	var flowOut strings.Builder
 	flow.Stdout, flow.Stderr = &flowOut, &flowOut
