@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/fake"
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // These tests run the agent's own behaviour (session, resume, saved plan,
@@ -246,13 +248,10 @@ func TestAgentRestartAndResume(t *testing.T) {
 // stream, so it is not ready, before it opens a new one).
 func (h *harness) waitConnected(streams int) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.ctl.streamsSeen() <= streams || !h.a.Status().Ready {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("agent not back: %+v", h.a.Status())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(h.t, "the agent back on a new stream", 10*time.Second, func() (bool, string) {
+		s := h.a.Status()
+		return h.ctl.streamsSeen() > streams && s.Ready, fmt.Sprintf("%+v", s)
+	})
 }
 
 // TestAgentReportsEventsAndCounters: a new link becomes an event at the
@@ -265,9 +264,9 @@ func TestAgentReportsEventsAndCounters(t *testing.T) {
 	}
 	h.dp.SetCounters("pod-a", datapath.IfCounters{RxPackets: 7, TxPackets: 9})
 	h.kern.events <- nl.Event{Kind: "link", Index: 9, Name: "eth9"}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, "the event and the counters reported", 10*time.Second, func() (bool, string) {
 		h.ctl.mu.Lock()
+		defer h.ctl.mu.Unlock()
 		var gotEvent, gotCounters bool
 		for _, e := range h.ctl.events {
 			gotEvent = gotEvent || (e.GetKind() == "link-added" && e.GetSubject() == "eth9")
@@ -277,13 +276,6 @@ func TestAgentReportsEventsAndCounters(t *testing.T) {
 				gotCounters = gotCounters || (e.GetEndpoint() == "pod-a" && e.GetCounters().GetRxPackets() == 7 && e.GetCounters().GetTxPackets() == 9)
 			}
 		}
-		h.ctl.mu.Unlock()
-		if gotEvent && gotCounters {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("event reported %v, counters reported %v", gotEvent, gotCounters)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return gotEvent && gotCounters, fmt.Sprintf("event reported %v, counters reported %v", gotEvent, gotCounters)
+	})
 }

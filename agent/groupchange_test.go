@@ -9,6 +9,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/plan"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestAgentGroupChanges: a group member change is applied to the plan the
@@ -49,15 +50,9 @@ func TestAgentGroupChanges(t *testing.T) {
 // g's members want.
 func (h *harness) waitApplied(rev int64, want string) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(h.t, fmt.Sprintf("revision %d applied with g %s", rev, want), 10*time.Second, func() (bool, string) {
 		p, ok := h.dp.Applied()
-		if ok && p.Revision == rev && fmt.Sprint(p.Groups["g"].Members) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("datapath applied revision %d with g %v, want %d with %s", p.Revision, p.Groups["g"].Members, rev, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok && p.Revision == rev && fmt.Sprint(p.Groups["g"].Members) == want,
+			fmt.Sprintf("datapath applied revision %d with g %v", p.Revision, p.Groups["g"].Members)
+	})
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"github.com/skiff-sdn/skiff/datapath/fake"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // probeGet asks the agent's probe handler for path.
@@ -29,17 +31,10 @@ func probeGet(t *testing.T, a *Agent, path string) (int, string) {
 // wantProbe waits until path answers code with a body holding words.
 func wantProbe(t *testing.T, a *Agent, path string, code int, words string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, fmt.Sprintf("%s answering %d and %q", path, code, words), 10*time.Second, func() (bool, string) {
 		c, body := probeGet(t, a, path)
-		if c == code && strings.Contains(body, words) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d %q, want %d and %q", path, c, body, code, words)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return c == code && strings.Contains(body, words), fmt.Sprintf("%d %q", c, body)
+	})
 }
 
 // TestHealthProbes walks the probes through the agent's states: no plan,
@@ -84,19 +79,11 @@ func TestHealthProbes(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = stuck.Run(ctx) }()
 	defer func() { close(block.release); cancel(); <-done }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, "a reconcile started", 10*time.Second, func() (bool, string) {
 		stuck.mu.Lock()
-		since := stuck.hs.applyingSince
-		stuck.mu.Unlock()
-		if !since.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no reconcile started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer stuck.mu.Unlock()
+		return !stuck.hs.applyingSince.IsZero(), ""
+	})
 	wantProbe(t, stuck, "/readyz", 503, "the plan is not applied yet")
 	if ok, _ := stuck.live(time.Now()); !ok {
 		t.Error("not live while a reconcile has just started")

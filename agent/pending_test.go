@@ -2,7 +2,7 @@ package agent
 
 import (
 	"context"
-	"github.com/skiff-sdn/skiff/agent/localapi"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,20 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/datapath/fake"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
-
-// waitFor polls cond (the fake controller records no events to wait on).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // TestDeleteWhileControllerAway: a local delete with the controller down
 // removes the interface at once and succeeds; the controller-side delete
@@ -86,7 +76,10 @@ func TestDeleteWhileControllerAway(t *testing.T) {
 	if _, err := h.create(context.Background(), "pod-a"); err != nil {
 		t.Fatalf("create of an endpoint whose delete was pending: %v", err)
 	}
-	waitFor(t, "the pending deletes finished", func() bool { return len(h.a.Pending()) == 0 })
+	testkit.Eventually(t, "the pending deletes finished", 10*time.Second, func() (bool, string) {
+		p := h.a.Pending()
+		return len(p) == 0, fmt.Sprintf("pending: %v", p)
+	})
 	if got := h.ctl.endpoints(); !slices.Equal(got, []string{"pod-a"}) {
 		t.Errorf("the controller holds %v, want the new pod-a only", got)
 	}

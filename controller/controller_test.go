@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // startForTest runs a controller with embedded etcd in-process and returns a
@@ -27,12 +27,7 @@ func startForTest(tb testing.TB) skiffv1.ManagementServiceClient {
 // startAt is startForTest that also returns the controller's address.
 func startAt(tb testing.TB) (skiffv1.ManagementServiceClient, string) {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testkit.FreeAddr(tb)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestMetrics: the controller's /metrics counts its plan streams and
@@ -21,15 +21,7 @@ import (
 // with its revision), and carries the Go runtime's and the process's
 // metrics.
 func TestMetrics(t *testing.T) {
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	addr, maddr := free(), free()
+	addr, maddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	done := make(chan error, 1)

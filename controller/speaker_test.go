@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/controller/bgp"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestBGPServiceRefusesAgents: with mTLS, an agent's certificate may not
@@ -54,13 +54,7 @@ func TestBGPServiceRefusesAgents(t *testing.T) {
 // deleted endpoint is withdrawn, and a host the peer advertises reaches
 // the plan of the node on that VNI at a new revision.
 func TestBGPFollowsTheStore(t *testing.T) {
-	free := func() int32 {
-		_, port, _ := net.SplitHostPort(freeAddr(t))
-		var p int32
-		fmt.Sscan(port, &p)
-		return p
-	}
-	sPort, pPort := free(), free()
+	sPort, pPort := int32(testkit.FreePort(t)), int32(testkit.FreePort(t))
 	peerSrv := server.NewBgpServer(server.LoggerOption(slog.New(slog.DiscardHandler), new(slog.LevelVar)))
 	go peerSrv.Serve()
 	defer peerSrv.Stop()
@@ -114,7 +108,7 @@ func TestBGPFollowsTheStore(t *testing.T) {
 		t.Fatalf("%s: the peer holds\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
-	addr := freeAddr(t)
+	addr := testkit.FreeAddr(t)
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan error, 1)
 	go func() {
@@ -220,13 +214,4 @@ func TestBGPFollowsTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("a deleted", nil)
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

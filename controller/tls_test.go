@@ -3,12 +3,8 @@ package controller
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,8 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/skiff-sdn/skiff/internal/tlsconf/tlstest"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // startTLS runs a controller with mTLS in-process until the test ends
@@ -26,21 +22,10 @@ import (
 // with a certificate for cn signed by the controller's client CA (no
 // certificate for an empty cn).
 func startTLS(t *testing.T, more func(*Config)) func(cn string) *grpc.ClientConn {
-	ca := tlstest.NewCA(t)
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	sc, sk := ca.Issue(t, "controller")
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := l.Addr().String()
-	l.Close()
-	cfg := Config{Listen: addr, DataDir: filepath.Join(dir, "data"), TLSCert: write("s.crt", sc), TLSKey: write("s.key", sk),
-		TLSClientCA: write("ca.crt", ca.PEM)}
+	ca := testkit.NewCA(t)
+	sc, sk := ca.LoopbackFiles(t, "controller")
+	addr := testkit.FreeAddr(t)
+	cfg := Config{Listen: addr, DataDir: t.TempDir(), TLSCert: sc, TLSKey: sk, TLSClientCA: ca.File(t)}
 	if more != nil {
 		more(&cfg)
 	}
@@ -49,12 +34,11 @@ func startTLS(t *testing.T, more func(*Config)) func(cn string) *grpc.ClientConn
 	go func() { done <- Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.PEM)
+	pool := ca.Pool()
 	return func(cn string) *grpc.ClientConn {
 		tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
 		if cn != "" {
-			c, k := ca.Issue(t, cn)
+			c, k := ca.Loopback(t, cn)
 			pair, err := tls.X509KeyPair(c, k)
 			if err != nil {
 				t.Fatal(err)

@@ -33,6 +33,7 @@ import (
 	"github.com/skiff-sdn/skiff/offload/vf"
 	"github.com/skiff-sdn/skiff/offload/vf/vftest"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 func vmLogger() *slog.Logger {
@@ -73,7 +74,7 @@ func linkPeer(t *testing.T, port string) {
 	if err := os.WriteFile("/sys/bus/netdevsim/link_device", []byte(arg), 0); err != nil {
 		t.Fatalf("netdevsim link_device %q: %v", arg, err)
 	}
-	guest.WaitFor(t, port+" carrier", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, port+" carrier", 10*time.Second, func() (bool, string) {
 		b, _ := os.ReadFile("/sys/class/net/" + port + "/operstate")
 		return strings.TrimSpace(string(b)) == "up", string(b)
 	})

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // rig is a node namespace with a bridge and guests: each guest is a
@@ -25,23 +25,23 @@ type rig struct {
 }
 
 func newRig(t *testing.T) *rig {
-	r := &rig{t: t, node: testns.New(t)}
-	testns.Run(t, r.node, "ip", "link", "add", "br0", "type", "bridge")
-	testns.Run(t, r.node, "ip", "link", "set", "br0", "up")
+	r := &rig{t: t, node: testkit.New(t)}
+	testkit.Run(t, r.node, "ip", "link", "add", "br0", "type", "bridge")
+	testkit.Run(t, r.node, "ip", "link", "set", "br0", "up")
 	return r
 }
 
 // guest makes guest namespace with eth0 (MAC mac) wired to port on br0.
 func (r *rig) guest(port string, mac net.HardwareAddr) string {
-	g := testns.New(r.t)
-	testns.Run(r.t, r.node, "ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", g)
-	testns.Run(r.t, r.node, "ip", "link", "set", port, "master", "br0", "up")
-	testns.Run(r.t, g, "ip", "link", "set", "eth0", "address", mac.String(), "up")
+	g := testkit.New(r.t)
+	testkit.Run(r.t, r.node, "ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", g)
+	testkit.Run(r.t, r.node, "ip", "link", "set", port, "master", "br0", "up")
+	testkit.Run(r.t, g, "ip", "link", "set", "eth0", "address", mac.String(), "up")
 	return g
 }
 
 func (r *rig) responder() *Responder {
-	path := testns.Path(r.node)
+	path := testkit.Path(r.node)
 	res := NewResponder(Options{
 		Listen: func(ifname string) (c Conn, idx int, err error) {
 			err = nl.InNetNS(path, func() error { c, idx, err = Listen(ifname); return err })
@@ -67,7 +67,7 @@ func (r *rig) responder() *Responder {
 func ask(t *testing.T, guest string) *dhcpv4.DHCPv4 {
 	t.Helper()
 	var c *nclient4.Client
-	err := nl.InNetNS(testns.Path(guest), func() (err error) {
+	err := nl.InNetNS(testkit.Path(guest), func() (err error) {
 		c, err = nclient4.New("eth0", nclient4.WithTimeout(400*time.Millisecond), nclient4.WithRetry(2))
 		return err
 	})
@@ -107,17 +107,17 @@ func TestResponderServesOnlyItsPortsAndMACs(t *testing.T) {
 		t.Fatalf("a guest on an unserved port got %s", ack.Summary())
 	}
 	// A MAC that is not the port's, on the served port.
-	testns.Run(t, g1, "ip", "link", "set", "eth0", "address", otherMAC.String())
+	testkit.Run(t, g1, "ip", "link", "set", "eth0", "address", otherMAC.String())
 	if ack := ask(t, g1); ack != nil {
 		t.Fatalf("an unknown MAC got %s", ack.Summary())
 	}
 	if n := testutil.ToFloat64(res.ignored.WithLabelValues(IgnoreUnknownMAC)); n == 0 {
 		t.Error("unknown MACs not counted")
 	}
-	testns.Run(t, g1, "ip", "link", "set", "eth0", "address", guestMAC.String())
+	testkit.Run(t, g1, "ip", "link", "set", "eth0", "address", guestMAC.String())
 
 	// The port's link made again (a new index): Set listens again.
-	testns.Run(t, r.node, "ip", "link", "del", "port0")
+	testkit.Run(t, r.node, "ip", "link", "del", "port0")
 	g1 = r.guest("port0", guestMAC)
 	if err := res.Set([]Port{{Endpoint: "vm1-0", Interface: "port0", Lease: l}}); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/skiff-sdn/skiff/internal/tlsconf/tlstest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // backend records requests and answers from a table.
@@ -131,8 +131,8 @@ func TestNoAgent(t *testing.T) {
 }
 
 func TestTCPWithMutualTLS(t *testing.T) {
-	ca := tlstest.NewCA(t)
-	cert, key := ca.IssueFiles(t, "node:dpu1")
+	ca := testkit.NewCA(t)
+	cert, key := ca.LoopbackFiles(t, "node:dpu1")
 	l, err := ListenTLS("127.0.0.1:0", TLS{Cert: cert, Key: key, ClientCA: ca.File(t), Allow: []string{"node:host1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestTCPWithMutualTLS(t *testing.T) {
 	serve(t, b, l)
 	addr := l.Addr().String()
 
-	hc, hk := ca.IssueFiles(t, "node:host1")
+	hc, hk := ca.LoopbackFiles(t, "node:host1")
 	c, err := Dial(addr, ClientTLS{CA: ca.File(t), Cert: hc, Key: hk})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestTCPWithMutualTLS(t *testing.T) {
 	exercise(t, c, b)
 
 	// Another node's certificate, from the same CA: refused by name.
-	oc, ok := ca.IssueFiles(t, "node:host2")
+	oc, ok := ca.LoopbackFiles(t, "node:host2")
 	other, err := Dial(addr, ClientTLS{CA: ca.File(t), Cert: oc, Key: ok})
 	if err != nil {
 		t.Fatal(err)
@@ -163,8 +163,8 @@ func TestTCPWithMutualTLS(t *testing.T) {
 	}
 
 	// A certificate from another CA: no connection at all.
-	ca2 := tlstest.NewCA(t)
-	fc, fk := ca2.IssueFiles(t, "node:host1")
+	ca2 := testkit.NewCA(t)
+	fc, fk := ca2.LoopbackFiles(t, "node:host1")
 	forged, err := Dial(addr, ClientTLS{CA: ca.File(t), Cert: fc, Key: fk})
 	if err != nil {
 		t.Fatal(err)

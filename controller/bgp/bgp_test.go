@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,20 +16,11 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// freePort returns a free TCP port on 127.0.0.1 in the high range.
-func freePort(t testing.TB) int32 {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port)
-}
 
 func TestValidateNamesTheField(t *testing.T) {
 	good := Config{ASN: 64512, RouterID: "192.0.2.1", Peers: []Peer{{Address: "192.0.2.2", ASN: 64513}}}
@@ -242,25 +232,10 @@ func (p *peer) received(t testing.TB) []string {
 	return strs(out)
 }
 
-func waitFor(t testing.TB, what string, timeout time.Duration, f func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, s := f()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s; last:\n%s", what, last)
-}
-
 // pair starts Skiff's speaker and a peer connected to it over loopback.
 func pair(t testing.TB, opts Options, hold time.Duration) (*Speaker, *peer) {
 	t.Helper()
-	sPort, pPort := freePort(t), freePort(t)
+	sPort, pPort := int32(testkit.FreePort(t)), int32(testkit.FreePort(t))
 	cfg := Config{ASN: 64512, RouterID: "192.0.2.1", ListenPort: sPort, ListenAddresses: []string{"127.0.0.1"},
 		Peers: []Peer{{Address: "127.0.0.1", ASN: 64600, Port: uint32(pPort)}}, ImportHoldTime: Duration{hold}}
 	p := startPeer(t, 64600, "192.0.2.100", pPort, sPort, 64512)
@@ -269,7 +244,7 @@ func pair(t testing.TB, opts Options, hold time.Duration) (*Speaker, *peer) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sp.Close)
-	waitFor(t, "session established", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "session established", 20*time.Second, func() (bool, string) {
 		ps, err := sp.Peers(context.Background())
 		if err != nil || len(ps) != 1 {
 			return false, fmt.Sprint(ps, err)
@@ -283,7 +258,7 @@ func expectReceived(t *testing.T, p *peer, want []string) {
 	t.Helper()
 	sortStrings := func(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
 	want = sortStrings(want)
-	waitFor(t, "the peer's table", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the peer's table", 10*time.Second, func() (bool, string) {
 		got := sortStrings(p.received(t))
 		return slices.Equal(got, want), "got:\n" + strings.Join(got, "\n") + "\nwant:\n" + strings.Join(want, "\n")
 	})
@@ -436,7 +411,7 @@ func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
 		"type2 vni=100 mac=02:aa:00:00:00:01 ip=198.51.100.200 nh=203.0.113.5",
 		"type3 vni=100 mac= ip=203.0.113.5 nh=203.0.113.5",
 	}
-	waitFor(t, "learned routes", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "learned routes", 10*time.Second, func() (bool, string) {
 		got, _ := log.last()
 		return slices.Equal(got, want), strings.Join(got, "\n")
 	})
@@ -450,11 +425,11 @@ func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
 	if err := p.srv.ResetPeer(context.Background(), &api.ResetPeerRequest{Address: "127.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "session down", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "session down", 10*time.Second, func() (bool, string) {
 		ps, _ := sp.Peers(context.Background())
 		return len(ps) == 1 && ps[0].State != "established", fmt.Sprint(ps)
 	})
-	waitFor(t, "session re-established", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "session re-established", 20*time.Second, func() (bool, string) {
 		ps, _ := sp.Peers(context.Background())
 		return len(ps) == 1 && ps[0].State == "established" && len(p.received(t)) > 0, fmt.Sprint(ps)
 	})
@@ -469,7 +444,7 @@ func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
 	// An explicit withdrawal on a live session is applied at once.
 	start := time.Now()
 	p.originate(t, 100, ext, "02:aa:00:00:00:01", host, true)
-	waitFor(t, "learned routes withdrawn", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "learned routes withdrawn", 10*time.Second, func() (bool, string) {
 		got, _ := log.last()
 		return len(got) == 0, strings.Join(got, "\n")
 	})
@@ -479,7 +454,7 @@ func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
 
 	// The peer goes away for good: its routes go after the hold time.
 	p.originate(t, 100, ext, "02:aa:00:00:00:01", host, false)
-	waitFor(t, "learned again", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "learned again", 10*time.Second, func() (bool, string) {
 		got, _ := log.last()
 		return slices.Equal(got, want), strings.Join(got, "\n")
 	})
@@ -488,7 +463,7 @@ func TestImportLearnedRoutesAndHoldThroughFlap(t *testing.T) {
 	if got, _ := log.last(); !slices.Equal(got, want) {
 		t.Fatalf("routes dropped before the hold time: %v", got)
 	}
-	waitFor(t, "routes of the lost peer dropped", 2*hold, func() (bool, string) {
+	testkit.Eventually(t, "routes of the lost peer dropped", 2*hold, func() (bool, string) {
 		got, _ := log.last()
 		return len(got) == 0, strings.Join(got, "\n")
 	})
@@ -504,7 +479,7 @@ func uniq(s []string) []string {
 // IDs and RDFromVTEP originate identical routes; the peer keeps every
 // route when one of them goes away.
 func TestReplicasAdvertiseTheSameRoutes(t *testing.T) {
-	pPort := freePort(t)
+	pPort := int32(testkit.FreePort(t))
 	srv := server.NewBgpServer(server.LoggerOption(quiet(), new(slog.LevelVar)))
 	go srv.Serve()
 	p := &peer{srv: srv, port: pPort}
@@ -545,13 +520,13 @@ func TestReplicasAdvertiseTheSameRoutes(t *testing.T) {
 	if !strings.Contains(want[0], "rd=192.0.2.11:100") {
 		t.Fatalf("RD does not come from the VTEP: %s", want[0])
 	}
-	waitFor(t, "both replicas' paths", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "both replicas' paths", 20*time.Second, func() (bool, string) {
 		got := p.received(t)
 		return len(got) == 2*len(want) && slices.Equal(uniq(got), uniq(want)), strings.Join(got, "\n")
 	})
 	a.Close()
 	// The peer drops replica a's paths and keeps every route from b.
-	waitFor(t, "replica a's paths gone", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "replica a's paths gone", 10*time.Second, func() (bool, string) {
 		got := p.received(t)
 		if !slices.Equal(uniq(got), uniq(want)) {
 			t.Fatalf("a route vanished with replica a:\n%s", strings.Join(got, "\n"))
@@ -570,7 +545,7 @@ func TestPasswordAndIBGPRouteReflectorClient(t *testing.T) {
 		up                 bool
 	}{{"same password", "s3cret", true}, {"wrong password", "other", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			sPort, pPort := freePort(t), freePort(t)
+			sPort, pPort := int32(testkit.FreePort(t)), int32(testkit.FreePort(t))
 			p := startPeer(t, 64512, "192.0.2.100", pPort, sPort, 64512, func(ap *api.Peer) { ap.Conf.AuthPassword = tc.peerPassword })
 			cfg := Config{ASN: 64512, RouterID: "192.0.2.1", ListenPort: sPort, ListenAddresses: []string{"127.0.0.1"},
 				Peers: []Peer{{Address: "127.0.0.1", ASN: 64512, Port: uint32(pPort), Password: "s3cret", RouteReflectorClient: true}}}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // A session's end keeps when it ended (Away) until the node connects
@@ -22,24 +24,16 @@ func TestAwayKeptUntilTheNodeReturns(t *testing.T) {
 		go func() { done <- s.MarkConnected(sctx, "d1", 10*time.Second) }()
 		return cancel, done
 	}
-	connected := func() bool {
+	connected := func() (bool, string) {
 		st, err := s.ReadState(ctx, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, ok := st.Connected["d1"]
-		return ok
-	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("after 10 s: not %s", what)
-			}
-		}
+		return ok, ""
 	}
 	stop1, done1 := session()
-	waitFor("connected", connected)
+	testkit.Eventually(t, "connected", 10*time.Second, connected)
 	before := time.Now()
 	stop1()
 	<-done1
@@ -53,7 +47,7 @@ func TestAwayKeptUntilTheNodeReturns(t *testing.T) {
 	}
 	// Back: no away time.
 	stop2, done2 := session()
-	waitFor("connected again", connected)
+	testkit.Eventually(t, "connected again", 10*time.Second, connected)
 	if st, _ := s.ReadState(ctx, 0); len(st.Away) != 0 {
 		t.Errorf("away times while connected: %v", st.Away)
 	}
@@ -67,7 +61,10 @@ func TestAwayKeptUntilTheNodeReturns(t *testing.T) {
 	}
 	old := written()
 	stop3, done3 := session()
-	waitFor("the newer session's status", func() bool { r := written(); return r != 0 && r != old })
+	testkit.Eventually(t, "the newer session's status", 10*time.Second, func() (bool, string) {
+		r := written()
+		return r != 0 && r != old, fmt.Sprintf("status at revision %d, was %d", r, old)
+	})
 	stop2()
 	<-done2
 	st, _ = s.ReadState(ctx, 0)

@@ -11,7 +11,7 @@ import (
 	"github.com/skiff-sdn/skiff/datapath/vftable"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // In a throwaway "DPU" namespace: a host endpoint's representor (a veth
@@ -19,10 +19,10 @@ import (
 // representor is refused with the reason, a second Apply changes nothing,
 // and an endpoint that left the plan gives its representor back.
 func TestAdoptAndRelease(t *testing.T) {
-	testns.Require(t)
-	ns := testns.New(t)
-	testns.Run(t, ns, "ip", "link", "add", "rep0", "type", "veth", "peer", "name", "vfx")
-	k, err := nl.Open(testns.Path(ns))
+	testkit.Require(t)
+	ns := testkit.New(t)
+	testkit.Run(t, ns, "ip", "link", "add", "rep0", "type", "veth", "peer", "name", "vfx")
+	k, err := nl.Open(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestAdoptAndRelease(t *testing.T) {
 		t.Errorf("an unchanged plan wrote %d times (%v)", d.Writes()-writes, err)
 	}
 	hn := datapath.HostIfName("v0")
-	if out := testns.Run(t, ns, "ip", "-o", "link", "show", hn); !strings.Contains(out, "master skb100") || !strings.Contains(out, "skiff:rep ep=v0 home=rep0") {
+	if out := testkit.Run(t, ns, "ip", "-o", "link", "show", hn); !strings.Contains(out, "master skb100") || !strings.Contains(out, "skiff:rep ep=v0 home=rep0") {
 		t.Errorf("adopted representor: %s", out)
 	}
 	if ok, why := d.Ready("v0"); !ok {
@@ -60,7 +60,7 @@ func TestAdoptAndRelease(t *testing.T) {
 	if err := d.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	out := testns.Run(t, ns, "ip", "-o", "link", "show", "rep0")
+	out := testkit.Run(t, ns, "ip", "-o", "link", "show", "rep0")
 	if strings.Contains(out, "master") || strings.Contains(out, "skiff:") {
 		t.Errorf("representor not given back: %s", out)
 	}

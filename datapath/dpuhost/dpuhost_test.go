@@ -10,7 +10,7 @@ import (
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/vftable"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // A VF (a veth end standing in, in a throwaway "host" namespace) moves
@@ -19,16 +19,16 @@ import (
 // pod interface name taken, and a non-VF kind are refused with nothing
 // changed. Ready follows the DPU's report in the plan.
 func TestPlumbUnplumb(t *testing.T) {
-	testns.Require(t)
-	host, pod := testns.New(t), testns.New(t)
-	testns.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
+	testkit.Require(t)
+	host, pod := testkit.New(t), testkit.New(t)
+	testkit.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "vf0"}}}
-	d := mustNew(t, Options{VFs: tab, HostNS: testns.Path(host)})
+	d := mustNew(t, Options{VFs: tab, HostNS: testkit.Path(host)})
 	ep := plan.Endpoint{Name: "pod-a", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0a",
 		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, PF: "0000:03:00.0", VFIndex: 0}
 	netw := plan.Network{Name: "blue", VNI: 100, MTU: 1400, Subnets: []plan.Subnet{{Name: "s", Network: "blue",
 		CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
-	req := datapath.PlumbRequest{Endpoint: ep, Network: netw, NetNS: testns.Path(pod), IfName: "eth0"}
+	req := datapath.PlumbRequest{Endpoint: ep, Network: netw, NetNS: testkit.Path(pod), IfName: "eth0"}
 	ctx := context.Background()
 	for range 2 { // idempotent
 		out, err := d.Plumb(ctx, req)
@@ -39,14 +39,14 @@ func TestPlumbUnplumb(t *testing.T) {
 			t.Fatalf("plumbed %+v", out)
 		}
 	}
-	got := testns.Run(t, pod, "ip", "-o", "addr", "show", "dev", "eth0") + testns.Run(t, pod, "ip", "-o", "link", "show", "eth0") +
-		testns.Run(t, pod, "ip", "route", "show", "default")
+	got := testkit.Run(t, pod, "ip", "-o", "addr", "show", "dev", "eth0") + testkit.Run(t, pod, "ip", "-o", "link", "show", "eth0") +
+		testkit.Run(t, pod, "ip", "route", "show", "default")
 	for _, want := range []string{"198.51.100.10/24", "02:00:00:00:00:0a", "mtu 1400", "skiff:dpuvf ep=pod-a home=vf0", "default via 198.51.100.1"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the pod's interface lacks %q:\n%s", want, got)
 		}
 	}
-	if _, err := testns.Try(host, "ip", "link", "show", "vf0"); err == nil {
+	if _, err := testkit.Try(host, "ip", "link", "show", "vf0"); err == nil {
 		t.Error("vf0 is still in the host")
 	}
 	// Refusals change nothing.
@@ -83,11 +83,11 @@ func TestPlumbUnplumb(t *testing.T) {
 	}
 	// Home again, under its name, unmarked.
 	for range 2 {
-		if err := d.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: ep, NetNS: testns.Path(pod), IfName: "eth0"}); err != nil {
+		if err := d.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: ep, NetNS: testkit.Path(pod), IfName: "eth0"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if out := testns.Run(t, host, "ip", "-o", "link", "show", "vf0"); strings.Contains(out, "skiff:") {
+	if out := testkit.Run(t, host, "ip", "-o", "link", "show", "vf0"); strings.Contains(out, "skiff:") {
 		t.Errorf("vf0 still marked: %s", out)
 	}
 }
@@ -96,21 +96,21 @@ func TestPlumbUnplumb(t *testing.T) {
 // (marked, under the pod's interface name) is given back by Apply under
 // its name, unmarked; nothing else in the host is touched.
 func TestApplyGivesBackStrandedVFs(t *testing.T) {
-	testns.Require(t)
-	host := testns.New(t)
-	testns.Run(t, host, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "other")
-	testns.Run(t, host, "ip", "link", "set", "eth0", "alias", "skiff:dpuvf ep=pod-a home=vf3")
-	testns.Run(t, host, "ip", "link", "set", "other", "alias", "not skiff's")
-	d := mustNew(t, Options{VFs: &vftable.Table{}, HostNS: testns.Path(host)})
+	testkit.Require(t)
+	host := testkit.New(t)
+	testkit.Run(t, host, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "other")
+	testkit.Run(t, host, "ip", "link", "set", "eth0", "alias", "skiff:dpuvf ep=pod-a home=vf3")
+	testkit.Run(t, host, "ip", "link", "set", "other", "alias", "not skiff's")
+	d := mustNew(t, Options{VFs: &vftable.Table{}, HostNS: testkit.Path(host)})
 	for range 2 {
 		if err := d.Apply(plan.New("h1")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if out := testns.Run(t, host, "ip", "-o", "link", "show", "vf3"); strings.Contains(out, "skiff:") {
+	if out := testkit.Run(t, host, "ip", "-o", "link", "show", "vf3"); strings.Contains(out, "skiff:") {
 		t.Errorf("vf3 still marked: %s", out)
 	}
-	if out := testns.Run(t, host, "ip", "-o", "link", "show", "other"); !strings.Contains(out, "not skiff's") {
+	if out := testkit.Run(t, host, "ip", "-o", "link", "show", "other"); !strings.Contains(out, "not skiff's") {
 		t.Errorf("a link that is not Skiff's was touched: %s", out)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/vftable"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // A reset of the PF (a DPU reboot) destroys the VF netdev in the pod and
@@ -25,18 +25,18 @@ import (
 // writes nothing; a pod whose namespace is gone is forgotten once its
 // endpoint has left the plan.
 func TestApplyMovesRecreatedVFBack(t *testing.T) {
-	testns.Require(t)
-	host, pod := testns.New(t), testns.New(t)
+	testkit.Require(t)
+	host, pod := testkit.New(t), testkit.New(t)
 	gone := "skt-g" + strconv.Itoa(os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", gone).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", gone, err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", gone).Run() })
-	testns.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
-	testns.Run(t, host, "ip", "link", "add", "vf1", "type", "veth", "peer", "name", "rep1")
+	testkit.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
+	testkit.Run(t, host, "ip", "link", "add", "vf1", "type", "veth", "peer", "name", "rep1")
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "vf0"}, {PF: "0000:03:00.0", Index: 1, Netdev: "vf1"}}}
 	state := filepath.Join(t.TempDir(), "dpuhost-vfs.json")
-	o := Options{VFs: tab, HostNS: testns.Path(host), StateFile: state}
+	o := Options{VFs: tab, HostNS: testkit.Path(host), StateFile: state}
 	d := mustNew(t, o)
 	netw := plan.Network{Name: "blue", VNI: 100, MTU: 1400, Subnets: []plan.Subnet{{Name: "s", Network: "blue",
 		CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
@@ -45,10 +45,10 @@ func TestApplyMovesRecreatedVFBack(t *testing.T) {
 	b := a
 	b.Name, b.MAC, b.IPs, b.VFIndex = "pod-b", "02:00:00:00:00:0b", []netip.Prefix{netip.MustParsePrefix("198.51.100.11/24")}, 1
 	ctx := context.Background()
-	if _, err := d.Plumb(ctx, datapath.PlumbRequest{Endpoint: a, Network: netw, NetNS: testns.Path(pod), IfName: "eth0", MTU: 1300}); err != nil {
+	if _, err := d.Plumb(ctx, datapath.PlumbRequest{Endpoint: a, Network: netw, NetNS: testkit.Path(pod), IfName: "eth0", MTU: 1300}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Plumb(ctx, datapath.PlumbRequest{Endpoint: b, Network: netw, NetNS: testns.Path(gone), IfName: "eth0"}); err != nil {
+	if _, err := d.Plumb(ctx, datapath.PlumbRequest{Endpoint: b, Network: netw, NetNS: testkit.Path(gone), IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	p := plan.New("h1")
@@ -67,17 +67,17 @@ func TestApplyMovesRecreatedVFBack(t *testing.T) {
 
 	// The reset: the VFs are destroyed wherever they are, and new ones
 	// appear in the host. The agent restarts across it.
-	testns.Run(t, pod, "ip", "link", "del", "eth0")
+	testkit.Run(t, pod, "ip", "link", "del", "eth0")
 	if out, err := exec.Command("ip", "netns", "del", gone).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns del %s: %v: %s", gone, err, out)
 	}
-	testns.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
+	testkit.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
 	d = mustNew(t, o)
 	if err := d.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	got := testns.Run(t, pod, "ip", "-o", "addr", "show", "dev", "eth0") + testns.Run(t, pod, "ip", "-o", "link", "show", "eth0") +
-		testns.Run(t, pod, "ip", "route", "show", "default")
+	got := testkit.Run(t, pod, "ip", "-o", "addr", "show", "dev", "eth0") + testkit.Run(t, pod, "ip", "-o", "link", "show", "eth0") +
+		testkit.Run(t, pod, "ip", "route", "show", "default")
 	for _, want := range []string{"198.51.100.10/24", "02:00:00:00:00:0a", "mtu 1300", "skiff:dpuvf ep=pod-a home=vf0", "default via 198.51.100.1"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the re-created VF in the pod lacks %q:\n%s", want, got)
@@ -100,7 +100,7 @@ func TestApplyMovesRecreatedVFBack(t *testing.T) {
 		t.Errorf("state file after pod-b's namespace and endpoint went: %s", st)
 	}
 	// Unplumb forgets it.
-	if err := d.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: a, NetNS: testns.Path(pod), IfName: "eth0"}); err != nil {
+	if err := d.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: a, NetNS: testkit.Path(pod), IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := os.ReadFile(state); strings.Contains(string(st), "pod-a") {
@@ -111,28 +111,28 @@ func TestApplyMovesRecreatedVFBack(t *testing.T) {
 // A VF that is not back in the host yet is an error naming the endpoint;
 // Apply moves it in once it appears.
 func TestApplyWaitsForRecreatedVF(t *testing.T) {
-	testns.Require(t)
-	host, pod := testns.New(t), testns.New(t)
-	testns.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
+	testkit.Require(t)
+	host, pod := testkit.New(t), testkit.New(t)
+	testkit.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "vf0"}}}
-	d := mustNew(t, Options{VFs: tab, HostNS: testns.Path(host)})
+	d := mustNew(t, Options{VFs: tab, HostNS: testkit.Path(host)})
 	ep := plan.Endpoint{Name: "pod-a", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0a",
 		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, PF: "0000:03:00.0", VFIndex: 0}
 	p := plan.New("h1")
 	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1400}
 	p.Local["pod-a"] = ep
-	if _, err := d.Plumb(context.Background(), datapath.PlumbRequest{Endpoint: ep, Network: p.Networks["blue"], NetNS: testns.Path(pod), IfName: "eth0"}); err != nil {
+	if _, err := d.Plumb(context.Background(), datapath.PlumbRequest{Endpoint: ep, Network: p.Networks["blue"], NetNS: testkit.Path(pod), IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, pod, "ip", "link", "del", "eth0")
+	testkit.Run(t, pod, "ip", "link", "del", "eth0")
 	if err := d.Apply(p); err == nil || !strings.Contains(err.Error(), "endpoint pod-a lost its VF") {
 		t.Fatalf("Apply with the VF not back: %v", err)
 	}
-	testns.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
+	testkit.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
 	if err := d.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, pod, "ip", "link", "show", "eth0")
+	testkit.Run(t, pod, "ip", "link", "show", "eth0")
 }
 
 // A state file that cannot be used is refused, naming the file and what

@@ -16,34 +16,34 @@ import (
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestPolicyEnforcement builds a node (a namespace with a bridge and three
 // pods) and checks with real TCP and ICMP that SetPolicy allows exactly
 // what it says, that replies pass, and that re-applying writes nothing.
 func TestPolicyEnforcement(t *testing.T) {
-	node := testns.New(t)
-	testns.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
-	testns.Run(t, node, "ip", "link", "set", "skb100", "up")
-	testns.Run(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1")
+	node := testkit.New(t)
+	testkit.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
+	testkit.Run(t, node, "ip", "link", "set", "skb100", "up")
+	testkit.Run(t, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1")
 	pods := map[string]string{}
 	ips := map[string]string{"a": "198.51.100.11", "b": "198.51.100.12", "c": "198.51.100.13"}
 	for _, p := range []string{"a", "b", "c"} {
-		ns := testns.New(t)
+		ns := testkit.New(t)
 		pods[p] = ns
-		testns.Run(t, node, "ip", "link", "add", "skp"+p, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		testns.Run(t, node, "ip", "link", "set", "skp"+p, "master", "skb100", "up")
-		testns.Run(t, ns, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
-		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
+		testkit.Run(t, node, "ip", "link", "add", "skp"+p, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		testkit.Run(t, node, "ip", "link", "set", "skp"+p, "master", "skb100", "up")
+		testkit.Run(t, ns, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
+		testkit.Run(t, ns, "ip", "link", "set", "eth0", "up")
 	}
 	iperfServer(t, pods["c"], ips["c"])
 	tcp := func(from string) bool {
-		_, err := testns.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
+		_, err := testkit.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
 		return err == nil
 	}
 	ping := func(from, to string) bool {
-		_, err := testns.Try(pods[from], "ping", "-c", "1", "-W", "1", ips[to])
+		err := testkit.Ping(pods[from], ips[to], 1, time.Second)
 		return err == nil
 	}
 	if !tcp("a") || !tcp("b") || !ping("b", "a") {
@@ -141,7 +141,7 @@ func TestPolicyEnforcement(t *testing.T) {
 	if err := fw.set(firewall.Policy{}); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := testns.Try(node, "nft", "list", "table", "inet", firewall.PolicyTable); !strings.Contains(out, "No such file") && out != "" {
+	if out, _ := testkit.Try(node, "nft", "list", "table", "inet", firewall.PolicyTable); !strings.Contains(out, "No such file") && out != "" {
 		t.Fatalf("policy table left after removing every policy:\n%s", out)
 	}
 	if !ping("a", "c") {
@@ -153,7 +153,7 @@ func TestPolicyEnforcement(t *testing.T) {
 // the kernel whole (a set sent in one netlink message is cut short), and
 // that changing one member of it is two element writes.
 func TestPolicyLargeGroup(t *testing.T) {
-	node := testns.New(t)
+	node := testkit.New(t)
 	fw := open(t, node)
 	var group []netip.Addr
 	for i := range 10000 {
@@ -166,7 +166,7 @@ func TestPolicyLargeGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	count := func() int {
-		out := testns.Run(t, node, "nft", "-j", "list", "set", "inet", firewall.PolicyTable, "g-4")
+		out := testkit.Run(t, node, "nft", "-j", "list", "set", "inet", firewall.PolicyTable, "g-4")
 		return strings.Count(out, `"10.`)
 	}
 	if n := count(); n != len(group) {
@@ -188,18 +188,18 @@ func TestPolicyLargeGroup(t *testing.T) {
 // discovery passes an isolated endpoint's chain, the address family of a
 // set and a CIDR is matched, and replies pass.
 func TestPolicyIPv6(t *testing.T) {
-	node := testns.New(t)
-	testns.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
-	testns.Run(t, node, "ip", "link", "set", "skb100", "up")
+	node := testkit.New(t)
+	testkit.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
+	testkit.Run(t, node, "ip", "link", "set", "skb100", "up")
 	ips := map[string]string{"a": "2001:db8::11", "b": "2001:db8::12", "c": "2001:db8::13"}
 	pods := map[string]string{}
 	for _, p := range []string{"a", "b", "c"} {
-		ns := testns.New(t)
+		ns := testkit.New(t)
 		pods[p] = ns
-		testns.Run(t, node, "ip", "link", "add", "skp"+p, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		testns.Run(t, node, "ip", "link", "set", "skp"+p, "master", "skb100", "up")
-		testns.Run(t, ns, "ip", "addr", "add", ips[p]+"/64", "dev", "eth0", "nodad")
-		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
+		testkit.Run(t, node, "ip", "link", "add", "skp"+p, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		testkit.Run(t, node, "ip", "link", "set", "skp"+p, "master", "skb100", "up")
+		testkit.Run(t, ns, "ip", "addr", "add", ips[p]+"/64", "dev", "eth0", "nodad")
+		testkit.Run(t, ns, "ip", "link", "set", "eth0", "up")
 	}
 	fw := open(t, node)
 	if err := firewall.EnableBridgeNetfilter(fw.k); err != nil {
@@ -207,11 +207,11 @@ func TestPolicyIPv6(t *testing.T) {
 	}
 	iperfServer(t, pods["c"], ips["c"])
 	tcp := func(from string) bool {
-		_, err := testns.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
+		_, err := testkit.Try(pods[from], "iperf3", "-c", ips["c"], "-t", "1", "--connect-timeout", "1000")
 		return err == nil
 	}
 	ping := func(from, to string) bool {
-		_, err := testns.Try(pods[from], "ping", "-6", "-c", "1", "-W", "1", ips[to])
+		err := testkit.Ping(pods[from], ips[to], 1, time.Second)
 		return err == nil
 	}
 	if !tcp("a") || !tcp("b") || !ping("a", "c") {
@@ -245,8 +245,8 @@ func TestPolicyIPv6(t *testing.T) {
 	}
 	// The neighbour entries of c on a and b must have come from ND
 	// through c's chain, not from before the policy: flush and retry.
-	testns.Run(t, pods["a"], "ip", "-6", "neigh", "flush", "dev", "eth0")
-	testns.Run(t, pods["c"], "ip", "-6", "neigh", "flush", "dev", "eth0")
+	testkit.Run(t, pods["a"], "ip", "-6", "neigh", "flush", "dev", "eth0")
+	testkit.Run(t, pods["c"], "ip", "-6", "neigh", "flush", "dev", "eth0")
 	if !tcp("a") {
 		t.Error("a -> c TCP 5201 fails once neighbours must be discovered again")
 	}
@@ -261,7 +261,7 @@ type node struct {
 
 func open(t *testing.T, ns string) *node {
 	t.Helper()
-	k, err := nl.Open(testns.Path(ns))
+	k, err := nl.Open(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func (n *node) counters() ([]datapath.PolicyCounter, error) {
 func iperfServer(t testing.TB, ns, ip string) {
 	t.Helper()
 	pid := filepath.Join(t.TempDir(), "iperf.pid")
-	testns.Run(t, ns, "iperf3", "-s", "-D", "-B", ip, "-I", pid)
+	testkit.Run(t, ns, "iperf3", "-s", "-D", "-B", ip, "-I", pid)
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(pid); err == nil {
 			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
@@ -298,7 +298,7 @@ func iperfServer(t testing.TB, ns, ip string) {
 	// a client right away may find no listener (seen under load).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if out, _ := testns.Try(ns, "ss", "-Hltn", "sport", "= :5201"); strings.Contains(out, "LISTEN") {
+		if out, _ := testkit.Try(ns, "ss", "-Hltn", "sport", "= :5201"); strings.Contains(out, "LISTEN") {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/datapath/firewall"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // replyMark is the mark offload nodes use (offload/flower ReplyMark).
@@ -21,7 +21,7 @@ const replyMark = 0x00200000
 // connection's first packet does not; without ReplyMark nothing is
 // marked; a second SetIsolation writes nothing.
 func TestReplyMark(t *testing.T) {
-	node, pod := testns.New(t), testns.New(t)
+	node, pod := testkit.New(t), testkit.New(t)
 	for _, c := range [][]string{
 		{"ip", "link", "add", "skg100", "type", "veth", "peer", "name", "gwp"},
 		{"ip", "link", "add", "br0", "type", "bridge"},
@@ -30,13 +30,13 @@ func TestReplyMark(t *testing.T) {
 		{"ip", "link", "set", "pp", "master", "br0"},
 		{"ip", "addr", "add", "198.51.100.1/24", "dev", "skg100"},
 	} {
-		testns.Run(t, node, c...)
+		testkit.Run(t, node, c...)
 	}
 	for _, l := range []string{"skg100", "gwp", "br0", "pp"} {
-		testns.Run(t, node, "ip", "link", "set", l, "up")
+		testkit.Run(t, node, "ip", "link", "set", l, "up")
 	}
-	testns.Run(t, pod, "ip", "addr", "add", "198.51.100.2/24", "dev", "eth0")
-	testns.Run(t, pod, "ip", "link", "set", "eth0", "up")
+	testkit.Run(t, pod, "ip", "addr", "add", "198.51.100.2/24", "dev", "eth0")
+	testkit.Run(t, pod, "ip", "link", "set", "eth0", "up")
 	// What the peer receives, by mark.
 	f := filepath.Join(t.TempDir(), "count.nft")
 	rules := fmt.Sprintf(`table netdev count {
@@ -51,9 +51,9 @@ func TestReplyMark(t *testing.T) {
 	if err := os.WriteFile(f, []byte(rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, node, "nft", "-f", f)
+	testkit.Run(t, node, "nft", "-f", f)
 	counts := func() map[string]int {
-		out := testns.Run(t, node, "nft", "list", "table", "netdev", "count")
+		out := testkit.Run(t, node, "nft", "list", "table", "netdev", "count")
 		got := map[string]int{}
 		for _, l := range strings.Split(out, "\n") {
 			_, c, ok := strings.Cut(l, `comment "`)
@@ -74,7 +74,7 @@ func TestReplyMark(t *testing.T) {
 	}
 	ping := func(ns, dst string) {
 		t.Helper()
-		testns.Run(t, ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", dst)
+		testkit.Run(t, ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", dst)
 	}
 
 	// Without ReplyMark: nothing marked.

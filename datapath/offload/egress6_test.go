@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestGatewayEgressIPv6 is TestGatewayEgress's IPv6 half (host kernel
@@ -18,7 +18,7 @@ import (
 // the none pod does not (even with a route back), and the snat pod
 // cannot reach the none pod through the node.
 func TestGatewayEgressIPv6(t *testing.T) {
-	testns.Require(t)
+	testkit.Require(t)
 	node, inet := "skgw6node", "skgw6inet"
 	guest.AddNetns(t, node)
 	guest.AddNetns(t, inet)
@@ -63,11 +63,11 @@ func TestGatewayEgressIPv6(t *testing.T) {
 		pods[name] = behindGateway(t, node, "skgw6pod", n.VNI, v6[name][1]+"/64", v6[name][0])
 	}
 
-	if seen, err := seenFrom(pods["pods"], inet, outside); err != nil || seen != "2001:db8:ff::1" {
+	if seen, err := testkit.SourceSeen(pods["pods"], inet, outside); err != nil || seen != "2001:db8:ff::1" {
 		t.Errorf("snat pod to the IPv6 outside: seen from %q (%v), want the node's 2001:db8:ff::1", seen, err)
 	}
 	ipIn(t, inet, "-6", "route", "add", "2001:db8:200::/64", "via", "2001:db8:ff::1")
-	if seen, err := seenFrom(pods["tenant"], inet, outside); err == nil {
+	if seen, err := testkit.SourceSeen(pods["tenant"], inet, outside); err == nil {
 		t.Errorf("a pod of a network with egress none reached the IPv6 outside (seen from %s)", seen)
 	}
 	if _, err := try(inet, "/bin/ping", "-6", "-c", "1", "-W", "1", v6["tenant"][1]); err == nil {

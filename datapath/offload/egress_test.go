@@ -10,9 +10,9 @@ import (
 
 	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestGatewayEgress runs on the host kernel (root, no flower needed) and in the kernel VM: the
@@ -24,7 +24,7 @@ import (
 // uplink stands for the outside (no route back to pod addresses unless
 // the test adds one). Real TCP connections show what the outside sees.
 func TestGatewayEgress(t *testing.T) {
-	testns.Require(t)
+	testkit.Require(t)
 	node, inet := "skgwnode", "skgwinet"
 	guest.AddNetns(t, node)
 	guest.AddNetns(t, inet)
@@ -70,13 +70,13 @@ func TestGatewayEgress(t *testing.T) {
 	}
 
 	// snat: out, seen as the node's address, with no route back.
-	if seen, err := seenFrom(pods["pods"], inet, outside); err != nil || seen != "192.0.2.1" {
+	if seen, err := testkit.SourceSeen(pods["pods"], inet, outside); err != nil || seen != "192.0.2.1" {
 		t.Errorf("snat pod to the outside: seen from %q (%v), want the node's 192.0.2.1", seen, err)
 	}
 	// none: nothing out even with a route back, nothing in; the snat
 	// pod cannot reach the none pod through the node either.
 	ipIn(t, inet, "route", "add", "198.51.100.128/25", "via", "192.0.2.1")
-	if seen, err := seenFrom(pods["tenant"], inet, outside); err == nil {
+	if seen, err := testkit.SourceSeen(pods["tenant"], inet, outside); err == nil {
 		t.Errorf("a pod of a network with egress none reached the outside (seen from %s)", seen)
 	}
 	if _, err := try(inet, "/bin/ping", "-c", "1", "-W", "1", podIPs["tenant"]); err == nil {
@@ -89,11 +89,11 @@ func TestGatewayEgress(t *testing.T) {
 		t.Error("the routed pod reached the snat network's pod through the node")
 	}
 	// routed: its own address, answered once the outside routes back.
-	if seen, err := seenFrom(pods["flat"], inet, outside); err == nil {
+	if seen, err := testkit.SourceSeen(pods["flat"], inet, outside); err == nil {
 		t.Errorf("a routed pod was answered by an outside with no route back (seen from %s): translated", seen)
 	}
 	ipIn(t, inet, "route", "add", "203.0.113.0/25", "via", "192.0.2.1")
-	if seen, err := seenFrom(pods["flat"], inet, outside); err != nil || seen != podIPs["flat"] {
+	if seen, err := testkit.SourceSeen(pods["flat"], inet, outside); err != nil || seen != podIPs["flat"] {
 		t.Errorf("routed pod to the outside: seen from %q (%v), want its own %s", seen, err, podIPs["flat"])
 	}
 
@@ -107,7 +107,7 @@ func TestGatewayEgress(t *testing.T) {
 	if v := sysctl(t, node, "net/ipv4/conf/"+GatewayName(100)+"/forwarding"); v != "0" {
 		t.Errorf("forwarding on %s after snat -> none: %s", GatewayName(100), v)
 	}
-	if seen, err := seenFrom(pods["pods"], inet, outside); err == nil {
+	if seen, err := testkit.SourceSeen(pods["pods"], inet, outside); err == nil {
 		t.Errorf("after snat -> none the pod still reached the outside (seen from %s)", seen)
 	}
 	// No gateway left: the table goes.
@@ -150,7 +150,7 @@ func gatewayPlan(nets []gatewayNet) (plan.Plan, map[string]string) {
 // it).
 func gatewayDatapath(t *testing.T, node string, p plan.Plan, reps map[string]string) (*Datapath, map[string]flower.Gateway) {
 	t.Helper()
-	dp, err := New(Options{NetNS: nsPath(node)})
+	dp, err := New(Options{NetNS: testkit.Path(node)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,10 +230,4 @@ func uplink(t *testing.T, node, inet, nodeAddr, inetAddr, outside string) {
 	ipIn(t, inet, "addr", "add", outside, "dev", "lo")
 	via, _, _ := strings.Cut(inetAddr, "/")
 	ipIn(t, node, "route", "add", outside, "via", via)
-}
-
-func nsPath(name string) string { return "/run/netns/" + name }
-
-func seenFrom(from, to, addr string) (string, error) {
-	return guest.SourceSeen(nsPath(from), nsPath(to), addr)
 }

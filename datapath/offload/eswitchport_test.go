@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestHostPortRouting runs on the host kernel (root, no flower needed)
@@ -23,7 +23,7 @@ import (
 // port VTEPs for it. A second pass writes nothing; egress none removes
 // it all.
 func TestHostPortRouting(t *testing.T) {
-	testns.Require(t)
+	testkit.Require(t)
 	node := "skhprnode"
 	guest.AddNetns(t, node)
 	p := plan.New("n1")
@@ -45,7 +45,7 @@ func TestHostPortRouting(t *testing.T) {
 		p.Remote["r-"+n.name] = plan.Remote{Name: "r-" + n.name, Network: n.name, VTEP: peers[0], MAC: "02:00:00:00:00:20",
 			IPs: []netip.Prefix{netip.PrefixFrom(netip.MustParseAddr(n.remote), cidr.Bits()), netip.MustParsePrefix("2001:db8::20/64")}}
 	}
-	dp, err := New(Options{NetNS: nsPath(node)})
+	dp, err := New(Options{NetNS: testkit.Path(node)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func hostPortPass(t *testing.T, dp *Datapath, p plan.Plan, reps map[string]strin
 // routed. A second pass writes nothing; without host addresses exactly
 // what they added goes (the remote IPv6 route stays, without source).
 func TestHostPortHostAddrs(t *testing.T) {
-	testns.Require(t)
+	testkit.Require(t)
 	node := "skhpanode"
 	guest.AddNetns(t, node)
 	self, other, third := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3")
@@ -205,7 +205,7 @@ func TestHostPortHostAddrs(t *testing.T) {
 	reps := map[string]string{"ep": "unused"}
 	p.Remote["r"] = plan.Remote{Name: "r", Network: "pods", Node: "n2", VTEP: other, MAC: "02:00:00:00:00:02",
 		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/24"), netip.MustParsePrefix("2001:db8:100::7/64")}}
-	dp, err := New(Options{NetNS: nsPath(node)})
+	dp, err := New(Options{NetNS: testkit.Path(node)})
 	if err != nil {
 		t.Fatal(err)
 	}

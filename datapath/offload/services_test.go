@@ -2,15 +2,17 @@ package offload
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestGatewayServiceDNAT runs on the host kernel (root, no flower
@@ -28,7 +30,7 @@ import (
 // test/kernelvm/egressvm TestOffloadServices shows the whole path). The
 // ClusterIP of the none network's pod takes c nowhere.
 func TestGatewayServiceDNAT(t *testing.T) {
-	testns.Require(t)
+	testkit.Require(t)
 	if _, err := os.Stat(guest.NFT); err != nil {
 		t.Skipf("no %s: %v", guest.NFT, err)
 	}
@@ -62,7 +64,7 @@ func TestGatewayServiceDNAT(t *testing.T) {
 		ipIn(t, pod, "addr", "add", ip+"/25", "dev", "eth0")
 		ipIn(t, pod, "link", "set", "eth0", "up")
 		ipIn(t, pod, "route", "add", "default", "via", "198.51.100.1")
-		guest.Serve(t, pod, name)
+		testkit.Serve(t, pod, ":8080", name)
 	}
 	tenant := "sksvcpt"
 	guest.AddNetns(t, tenant)
@@ -70,7 +72,7 @@ func TestGatewayServiceDNAT(t *testing.T) {
 	ipIn(t, tenant, "addr", "add", "198.51.100.130/25", "dev", GatewayPortName(200))
 	ipIn(t, tenant, "link", "set", GatewayPortName(200), "up")
 	ipIn(t, tenant, "route", "add", "default", "via", "198.51.100.129")
-	guest.Serve(t, tenant, "t")
+	testkit.Serve(t, tenant, ":8080", "t")
 
 	rules := filepath.Join(t.TempDir(), "kube-proxy.nft")
 	if err := os.WriteFile(rules, []byte(`table ip skiff-test-kube-proxy {
@@ -85,7 +87,7 @@ func TestGatewayServiceDNAT(t *testing.T) {
 	}
 	guest.In(t, node, guest.NFT, "-f", rules)
 
-	if server, seen, err := guest.Ask("sksvcpc", "198.51.100.11", "8080"); err != nil || server != "a" {
+	if server, seen, err := testkit.Ask("sksvcpc", net.JoinHostPort("198.51.100.11", "8080"), 3*time.Second); err != nil || server != "a" {
 		t.Fatalf("c -> a directly: %q, %v", server, err)
 	} else if seen != "198.51.100.10" {
 		t.Errorf("c -> a directly: seen from %s, want c's own address", seen)
@@ -121,15 +123,15 @@ func TestGatewayServiceDNAT(t *testing.T) {
 	}
 	// Through the bridge, a's answer goes to c from a's own address,
 	// which c refuses: the connection does not complete here.
-	_, _, _ = guest.Ask("sksvcpc", "203.0.113.10", "80")
+	_, _, _ = testkit.Ask("sksvcpc", net.JoinHostPort("203.0.113.10", "80"), 3*time.Second)
 	if fromC, fromGW := syns(); fromC == 0 || fromGW != 0 {
 		t.Errorf("c -> ClusterIP -> a: a got %d SYNs from c and %d from the gateway, want some from c (not masqueraded) and none from the gateway\n%s",
 			fromC, fromGW, guest.In(t, node, guest.NFT, "list", "ruleset"))
 	}
-	if server, _, err := guest.Ask("sksvcpc", "203.0.113.12", "80"); err == nil {
+	if server, _, err := testkit.Ask("sksvcpc", net.JoinHostPort("203.0.113.12", "80"), 3*time.Second); err == nil {
 		t.Errorf("c reached %s of the none network through a ClusterIP", server)
 	}
-	if server, _, err := guest.Ask(node, "198.51.100.130", "8080"); err != nil || server != "t" {
+	if server, _, err := testkit.Ask(node, net.JoinHostPort("198.51.100.130", "8080"), 3*time.Second); err != nil || server != "t" {
 		t.Errorf("the node does not reach the none network's pod (its server): %q, %v", server, err)
 	}
 }

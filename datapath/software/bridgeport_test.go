@@ -7,7 +7,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestHostPortIPv6Underlay: on a node whose underlay address is IPv6, a
@@ -17,7 +17,7 @@ import (
 // VTEPs are routed from the bridge by an IPv6 rule; a second Apply
 // writes nothing, and egress none removes it all.
 func TestHostPortIPv6Underlay(t *testing.T) {
-	ns := testns.New(t)
+	ns := testkit.New(t)
 	k, dp := openIn(t, ns)
 	self, other := netip.MustParseAddr("2001:db8:ff::1"), netip.MustParseAddr("2001:db8:ff::2")
 	n := plan.Network{Name: "pods", VNI: 200, MTU: 1430, Egress: plan.EgressSNAT, FloodVTEPs: []netip.Addr{other}, HostPortVTEPs: []netip.Addr{other},
@@ -38,13 +38,13 @@ func TestHostPortIPv6Underlay(t *testing.T) {
 	}
 	state := func() string {
 		return strings.Join([]string{
-			testns.Run(t, ns, "ip", "-6", "addr", "show", "dev", "skn200", "scope", "global"),
-			testns.Run(t, ns, "ip", "link", "show", "skn200"),
-			testns.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"),
-			testns.Run(t, ns, "ip", "-4", "route", "show", "table", "all", "proto", "83"),
-			testns.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500"),
-			testns.Run(t, ns, "ip", "-6", "neigh", "show", "nud", "permanent"),
-			testns.Run(t, ns, "bridge", "fdb", "show", "dev", "skv200"),
+			testkit.Run(t, ns, "ip", "-6", "addr", "show", "dev", "skn200", "scope", "global"),
+			testkit.Run(t, ns, "ip", "link", "show", "skn200"),
+			testkit.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"),
+			testkit.Run(t, ns, "ip", "-4", "route", "show", "table", "all", "proto", "83"),
+			testkit.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500"),
+			testkit.Run(t, ns, "ip", "-6", "neigh", "show", "nud", "permanent"),
+			testkit.Run(t, ns, "bridge", "fdb", "show", "dev", "skv200"),
 		}, "\n")
 	}
 	got := state()
@@ -77,7 +77,7 @@ func TestHostPortIPv6Underlay(t *testing.T) {
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	if out := testns.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500") + testns.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"); strings.TrimSpace(out) != "" {
+	if out := testkit.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500") + testkit.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"); strings.TrimSpace(out) != "" {
 		t.Errorf("egress none left host port routing behind:\n%s", out)
 	}
 }
@@ -91,7 +91,7 @@ func TestHostPortIPv6Underlay(t *testing.T) {
 // host addresses the IPv6 routes, rule and address go, the IPv4 ones
 // stay.
 func TestHostPortHostAddrs(t *testing.T) {
-	ns := testns.New(t)
+	ns := testkit.New(t)
 	k, dp := openIn(t, ns)
 	self, other, third := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3")
 	n := plan.Network{Name: "pods", VNI: 200, Egress: plan.EgressSNAT, FloodVTEPs: []netip.Addr{other, third}, HostPortVTEPs: []netip.Addr{other, third},
@@ -111,12 +111,12 @@ func TestHostPortHostAddrs(t *testing.T) {
 	}
 	state := func() string {
 		return strings.Join([]string{
-			testns.Run(t, ns, "ip", "addr", "show", "dev", "skn200", "scope", "global"),
-			testns.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"),
-			testns.Run(t, ns, "ip", "-4", "route", "show", "table", "all", "proto", "83"),
-			testns.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500"),
-			testns.Run(t, ns, "ip", "-4", "rule", "show", "pref", "2500"),
-			testns.Run(t, ns, "ip", "-6", "neigh", "show", "nud", "permanent"),
+			testkit.Run(t, ns, "ip", "addr", "show", "dev", "skn200", "scope", "global"),
+			testkit.Run(t, ns, "ip", "-6", "route", "show", "table", "all", "proto", "83"),
+			testkit.Run(t, ns, "ip", "-4", "route", "show", "table", "all", "proto", "83"),
+			testkit.Run(t, ns, "ip", "-6", "rule", "show", "pref", "2500"),
+			testkit.Run(t, ns, "ip", "-4", "rule", "show", "pref", "2500"),
+			testkit.Run(t, ns, "ip", "-6", "neigh", "show", "nud", "permanent"),
 		}, "\n")
 	}
 	got := state()
@@ -161,7 +161,7 @@ func TestHostPortHostAddrs(t *testing.T) {
 		{"ip", "-6", "neigh", "show", "dev", "skn200", "nud", "permanent"},
 		{"ip", "-6", "neigh", "show", "to", "2001:db8:ff::2", "nud", "permanent"},
 	} {
-		if out := testns.Run(t, ns, cmd...); strings.TrimSpace(out) != "" {
+		if out := testkit.Run(t, ns, cmd...); strings.TrimSpace(out) != "" {
 			t.Errorf("without host addresses, %v still shows:\n%s", cmd, out)
 		}
 	}
@@ -174,7 +174,7 @@ func TestHostPortHostAddrs(t *testing.T) {
 // closed when the test ends.
 func openIn(t *testing.T, ns string) (nl.Kernel, *Datapath) {
 	t.Helper()
-	k, err := nl.Open(testns.Path(ns))
+	k, err := nl.Open(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // kernelState renders what a namespace holds of Skiff's datapath, as seen
@@ -39,7 +39,7 @@ func kernelState(t *testing.T, ns string) string {
 			} `json:"info_slave_data"`
 		} `json:"linkinfo"`
 	}
-	testns.JSON(t, ns, &links, "ip", "-j", "-d", "link", "show")
+	testkit.JSON(t, ns, &links, "ip", "-j", "-d", "link", "show")
 	var lines []string
 	for _, l := range links {
 		if !strings.HasPrefix(l.Name, "sk") && !strings.HasPrefix(l.Name, "br-") && !strings.HasPrefix(l.Name, "fv") {
@@ -63,7 +63,7 @@ func kernelState(t *testing.T, ns string) string {
 			Master string   `json:"master"`
 			State  string   `json:"state"`
 		}
-		testns.JSON(t, ns, &fdb, "bridge", "-j", "fdb", "show", "dev", l.Name)
+		testkit.JSON(t, ns, &fdb, "bridge", "-j", "fdb", "show", "dev", l.Name)
 		for _, f := range fdb {
 			if f.State == "permanent" && f.Master != "" {
 				continue // the port's own address, the kernel's
@@ -84,7 +84,7 @@ func kernelState(t *testing.T, ns string) string {
 				Scope  string `json:"scope"`
 			} `json:"addr_info"`
 		}
-		testns.JSON(t, ns, &addrs, "ip", "-j", "addr", "show", "dev", l.Name)
+		testkit.JSON(t, ns, &addrs, "ip", "-j", "addr", "show", "dev", l.Name)
 		for _, a := range addrs {
 			for _, i := range a.Info {
 				if i.Scope != "link" {
@@ -97,24 +97,24 @@ func kernelState(t *testing.T, ns string) string {
 			MAC   string   `json:"lladdr"`
 			State []string `json:"state"`
 		}
-		testns.JSON(t, ns, &neigh, "ip", "-j", "neigh", "show", "dev", l.Name)
+		testkit.JSON(t, ns, &neigh, "ip", "-j", "neigh", "show", "dev", l.Name)
 		for _, n := range neigh {
 			if slices.Contains(n.State, "PERMANENT") {
 				lines = append(lines, fmt.Sprintf("neigh %s %s %s", l.Name, n.Dst, n.MAC))
 			}
 		}
 	}
-	for _, l := range strings.Split(testns.Run(t, ns, "ip", "route", "show", "table", "all", "proto", "83"), "\n") {
+	for _, l := range strings.Split(testkit.Run(t, ns, "ip", "route", "show", "table", "all", "proto", "83"), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
 			lines = append(lines, "route "+l)
 		}
 	}
-	for _, l := range strings.Split(testns.Run(t, ns, "ip", "rule", "show", "pref", "2500"), "\n") {
+	for _, l := range strings.Split(testkit.Run(t, ns, "ip", "rule", "show", "pref", "2500"), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
 			lines = append(lines, "rule "+l)
 		}
 	}
-	if out, err := testns.Try(ns, "nft", "list", "table", "inet", "skiff"); err == nil {
+	if out, err := testkit.Try(ns, "nft", "list", "table", "inet", "skiff"); err == nil {
 		for _, l := range strings.Split(out, "\n") {
 			if l = strings.TrimSpace(l); strings.HasSuffix(l, "drop") || strings.HasSuffix(l, "masquerade") || strings.HasSuffix(l, "notrack") || strings.HasPrefix(l, "type ") {
 				lines = append(lines, "nft "+l)
@@ -198,13 +198,13 @@ func lines(parts ...string) string {
 // (a bridge named like Skiff's but without its mark, another bridge with an
 // FDB entry, a policy rule at Skiff's priority) are never touched.
 func TestApplyTransitions(t *testing.T) {
-	ns := testns.New(t)
-	testns.Run(t, ns, "ip", "link", "add", "skforeign", "type", "bridge")
-	testns.Run(t, ns, "ip", "link", "add", "br-foreign", "type", "bridge")
-	testns.Run(t, ns, "ip", "link", "add", "fv0", "type", "veth", "peer", "name", "fv1")
-	testns.Run(t, ns, "ip", "link", "set", "fv0", "master", "br-foreign")
-	testns.Run(t, ns, "bridge", "fdb", "add", "02:aa:00:00:00:01", "dev", "fv0", "master", "static")
-	testns.Run(t, ns, "ip", "rule", "add", "pref", "2500", "iif", "fv1", "lookup", "100")
+	ns := testkit.New(t)
+	testkit.Run(t, ns, "ip", "link", "add", "skforeign", "type", "bridge")
+	testkit.Run(t, ns, "ip", "link", "add", "br-foreign", "type", "bridge")
+	testkit.Run(t, ns, "ip", "link", "add", "fv0", "type", "veth", "peer", "name", "fv1")
+	testkit.Run(t, ns, "ip", "link", "set", "fv0", "master", "br-foreign")
+	testkit.Run(t, ns, "bridge", "fdb", "add", "02:aa:00:00:00:01", "dev", "fv0", "master", "static")
+	testkit.Run(t, ns, "ip", "rule", "add", "pref", "2500", "iif", "fv1", "lookup", "100")
 	k, dp := openIn(t, ns)
 	r1 := remote("r1", "blue", "02:00:00:00:00:01", "198.51.100.5/24", vtep2)
 	r1moved := remote("r1", "blue", "02:00:00:00:00:01", "198.51.100.5/24", vtep3)
@@ -324,8 +324,8 @@ nft type filter hook forward priority filter; policy accept;`)},
 // TestApplyRepairsDrift deletes Skiff's objects behind its back and checks
 // that the next Apply restores exactly the planned state.
 func TestApplyRepairsDrift(t *testing.T) {
-	ns := testns.New(t)
-	k, err := nl.Open(testns.Path(ns))
+	ns := testkit.New(t)
+	k, err := nl.Open(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestApplyRepairsDrift(t *testing.T) {
 		{"ip", "link", "set", "skb100", "mtu", "1300"},
 		{"bridge", "fdb", "append", "02:00:00:00:00:99", "dev", "skv100", "dst", "192.0.2.9", "self", "permanent"},
 	} {
-		testns.Run(t, ns, drift...)
+		testkit.Run(t, ns, drift...)
 		if err := dp.Apply(p); err != nil {
 			t.Fatalf("after %v: %v", drift, err)
 		}
@@ -353,9 +353,9 @@ func TestApplyRepairsDrift(t *testing.T) {
 }
 
 func TestApplyRefusesForeignNameClash(t *testing.T) {
-	ns := testns.New(t)
-	testns.Run(t, ns, "ip", "link", "add", "skb100", "type", "veth", "peer", "name", "fpeer")
-	k, err := nl.Open(testns.Path(ns))
+	ns := testkit.New(t)
+	testkit.Run(t, ns, "ip", "link", "add", "skb100", "type", "veth", "peer", "name", "fpeer")
+	k, err := nl.Open(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestApplyRefusesForeignNameClash(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "skb100 exists and is not Skiff's") {
 		t.Fatalf("apply over a foreign skb100: %v", err)
 	}
-	if out := testns.Run(t, ns, "ip", "-d", "link", "show", "skb100"); !strings.Contains(out, "veth") || strings.Contains(out, "skiff") {
+	if out := testkit.Run(t, ns, "ip", "-d", "link", "show", "skb100"); !strings.Contains(out, "veth") || strings.Contains(out, "skiff") {
 		t.Fatalf("the foreign skb100 was changed: %s", out)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestTapPorts plumbs a VM port's tap in a real namespace: Plumb makes a
@@ -17,8 +17,8 @@ import (
 // ready, plumbing again keeps the same tap, Apply of a plan without the
 // port removes its tap, and a foreign link of the tap's name is refused.
 func TestTapPorts(t *testing.T) {
-	ns := testns.New(t)
-	path := testns.Path(ns)
+	ns := testkit.New(t)
+	path := testkit.Path(ns)
 	k, err := nl.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestTapPorts(t *testing.T) {
 	if out.HostIf != tap || out.MTU != 1450 || len(out.Gateways) != 1 || out.Gateways[0].String() != "198.51.100.1" {
 		t.Fatalf("plumbed %+v", out)
 	}
-	if got := testns.Run(t, ns, "ip", "-d", "link", "show", tap); !strings.Contains(got, "tun type tap pi off vnet_hdr on persist on") ||
+	if got := testkit.Run(t, ns, "ip", "-d", "link", "show", tap); !strings.Contains(got, "tun type tap pi off vnet_hdr on persist on") ||
 		!strings.Contains(got, "alias skiff:ep:vm1-0") || !strings.Contains(got, "mtu 1450") {
 		t.Fatalf("tap: %s", got)
 	}
@@ -60,7 +60,7 @@ func TestTapPorts(t *testing.T) {
 	if !strings.Contains(state, "link "+tap+" tun mtu 1450 up=true alias=\"skiff:ep:vm1-0\" master skb100 port-learning=true neigh-suppress=true") {
 		t.Fatalf("tap not on the bridge:\n%s", state)
 	}
-	idx := testns.Run(t, ns, "cat", "/sys/class/net/"+tap+"/ifindex")
+	idx := testkit.Run(t, ns, "cat", "/sys/class/net/"+tap+"/ifindex")
 	if _, err := plumb(vm); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestTapPorts(t *testing.T) {
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	if k.Writes() != w || kernelState(t, ns) != state || testns.Run(t, ns, "cat", "/sys/class/net/"+tap+"/ifindex") != idx {
+	if k.Writes() != w || kernelState(t, ns) != state || testkit.Run(t, ns, "cat", "/sys/class/net/"+tap+"/ifindex") != idx {
 		t.Fatal("plumbing and applying again changed the tap")
 	}
 	// The port leaves the plan (deleted while the agent was away): Apply
@@ -77,7 +77,7 @@ func TestTapPorts(t *testing.T) {
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testns.Try(ns, "ip", "link", "show", tap); err == nil {
+	if _, err := testkit.Try(ns, "ip", "link", "show", tap); err == nil {
 		t.Fatal("the tap of a port that left the plan stayed")
 	}
 	if !strings.Contains(kernelState(t, ns), "link skb100 bridge") {
@@ -90,14 +90,14 @@ func TestTapPorts(t *testing.T) {
 		}
 	}
 	// Someone else's link of the tap's name is left alone.
-	testns.Run(t, ns, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
+	testkit.Run(t, ns, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
 	if _, err := plumb(vm); err == nil || !strings.Contains(err.Error(), "is not this endpoint's") {
 		t.Fatalf("plumb over a foreign tap: %v", err)
 	}
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testns.Try(ns, "ip", "link", "show", tap); err != nil {
+	if _, err := testkit.Try(ns, "ip", "link", "show", tap); err != nil {
 		t.Fatal("Apply deleted a foreign tap")
 	}
 	if _, err := plumb(plan.Endpoint{Name: "x", Network: "blue", Kind: plan.KindVFIO}); err == nil || !strings.Contains(err.Error(), "kind \"vfio\"") {

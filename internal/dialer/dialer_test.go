@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 func TestParse(t *testing.T) {
@@ -73,20 +75,14 @@ func serve(t *testing.T, addr string) (*grpc.Server, string) {
 // as the agent's session retries its calls.
 func answeredBy(t *testing.T, conn *grpc.ClientConn) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var p peer.Peer
+	var p peer.Peer
+	testkit.Eventually(t, "a replica answering", 10*time.Second, testkit.NoError(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
-		cancel()
-		if err == nil {
-			return p.Addr.String()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no replica answered: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	}))
+	return p.Addr.String()
 }
 
 // failover checks that conn moves to the other replica when the one it

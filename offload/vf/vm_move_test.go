@@ -34,6 +34,7 @@ import (
 	"github.com/skiff-sdn/skiff/offload/vf"
 	"github.com/skiff-sdn/skiff/offload/vf/vftest"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const vfCount = 4
@@ -196,7 +197,7 @@ func TestVFBackFromDestroyedNamespace(t *testing.T) {
 		guest.Run(t, guest.IP, "netns", "del", filepath.Base(ns[i]))
 	}
 	var stranded []vf.Ref
-	guest.WaitFor(t, "both VFs back in the init namespace", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "both VFs back in the init namespace", 20*time.Second, func() (bool, string) {
 		var err error
 		stranded, err = r.mover.Stranded(r.refs)
 		return err == nil && len(stranded) == 2, fmt.Sprintf("%v %v", stranded, err)

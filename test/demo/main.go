@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const (
@@ -87,8 +87,8 @@ func run() error {
 		{"ip", "netns", "add", ul},
 		{"ip", "netns", "exec", ul, "ip", "link", "set", "lo", "up"},
 		// A fixed address: a bridge that follows its ports' lowest MAC
-		// cuts off nodes that resolved it before (testns.UnderlayMAC).
-		append([]string{"ip", "netns", "exec", ul, "ip"}, testns.UnderlayBridgeArgs("ul0")...),
+		// cuts off nodes that resolved it before (testkit.UnderlayMAC).
+		append([]string{"ip", "netns", "exec", ul, "ip"}, testkit.UnderlayBridgeArgs("ul0")...),
 		{"ip", "netns", "exec", ul, "ip", "addr", "add", "192.0.2.254/24", "dev", "ul0"},
 		{"ip", "netns", "exec", ul, "ip", "link", "set", "ul0", "up"},
 	}

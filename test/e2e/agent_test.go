@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // cluster is an underlay namespace with a bridge, the controller inside it
@@ -43,18 +43,18 @@ func newCluster(t testing.TB, names ...string) *cluster {
 // newClusterArgs is newCluster with more flags for some nodes' agents;
 // the agents of the nodes in later are not started (startAgent does).
 func newClusterArgs(t testing.TB, args map[string][]string, later []string, names ...string) *cluster {
-	testns.Require(t)
-	c := &cluster{t: t, ul: testns.New(t), data: t.TempDir(), nodes: map[string]*node{}}
-	testns.UnderlayBridge(t, c.ul, "ul0", "192.0.2.254/24")
+	testkit.Require(t)
+	c := &cluster{t: t, ul: testkit.New(t), data: t.TempDir(), nodes: map[string]*node{}}
+	testkit.UnderlayBridge(t, c.ul, "ul0", "192.0.2.254/24")
 	for i, n := range names {
-		ns := testns.New(t)
+		ns := testkit.New(t)
 		ip := fmt.Sprintf("192.0.2.%d", i+1)
 		peer := fmt.Sprintf("ulp%d", i)
-		testns.Run(t, c.ul, "ip", "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
-		testns.Run(t, c.ul, "ip", "link", "set", peer, "master", "ul0")
-		testns.Run(t, c.ul, "ip", "link", "set", peer, "up")
-		testns.Run(t, ns, "ip", "addr", "add", ip+"/24", "dev", "eth0")
-		testns.Run(t, ns, "ip", "link", "set", "eth0", "up")
+		testkit.Run(t, c.ul, "ip", "link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		testkit.Run(t, c.ul, "ip", "link", "set", peer, "master", "ul0")
+		testkit.Run(t, c.ul, "ip", "link", "set", peer, "up")
+		testkit.Run(t, ns, "ip", "addr", "add", ip+"/24", "dev", "eth0")
+		testkit.Run(t, ns, "ip", "link", "set", "eth0", "up")
 		dir := t.TempDir()
 		c.nodes[n] = &node{name: n, ns: ns, ip: ip, state: dir, socket: filepath.Join(dir, "agent.sock"), args: args[n]}
 	}
@@ -92,7 +92,7 @@ func (c *cluster) startController() {
 	if err := c.ctrl.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	eventually(c.t, func() error { _, err := c.ctl("get", "nodes"); return err })
+	testkit.Eventually(c.t, "", 20*time.Second, testkit.NoError(func() error { _, err := c.ctl("get", "nodes"); return err }))
 }
 
 func (c *cluster) startAgent(name string) {
@@ -111,7 +111,7 @@ func (c *cluster) startAgent(name string) {
 
 // ctl runs skiffctl inside the underlay namespace.
 func (c *cluster) ctl(args ...string) (string, error) {
-	return testns.Try(c.ul, append([]string{filepath.Join(binDir, "skiffctl"), "--controller", ctrlAddr}, args...)...)
+	return testkit.Try(c.ul, append([]string{filepath.Join(binDir, "skiffctl"), "--controller", ctrlAddr}, args...)...)
 }
 
 func (c *cluster) mustCtl(args ...string) string {
@@ -125,7 +125,7 @@ func (c *cluster) mustCtl(args ...string) string {
 
 // fdb returns a node's VXLAN forwarding entries of one VNI as "mac dst" lines.
 func (c *cluster) fdb(name string, vni int) string {
-	out, err := testns.Try(c.nodes[name].ns, "bridge", "fdb", "show", "dev", fmt.Sprintf("skv%d", vni))
+	out, err := testkit.Try(c.nodes[name].ns, "bridge", "fdb", "show", "dev", fmt.Sprintf("skv%d", vni))
 	if err != nil {
 		return "absent"
 	}
@@ -151,13 +151,13 @@ func TestAgentsFollowPlans(t *testing.T) {
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	c.mustCtl("network", "create", "red", "--vni", "200")
 	c.mustCtl("subnet", "create", "red-v4", "--network", "red", "--cidr", "203.0.113.0/24")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		out := c.mustCtl("get", "nodes")
 		if strings.Count(out, "true") != 3 {
 			return fmt.Errorf("not every agent connected:\n%s", out)
 		}
 		return nil
-	})
+	}))
 	start := time.Now()
 	c.mustCtl("endpoint", "create", "b1", "--network", "blue", "--node", "n1")
 	c.mustCtl("endpoint", "create", "b2", "--network", "blue", "--node", "n2")
@@ -179,17 +179,17 @@ func TestAgentsFollowPlans(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, check)
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(check))
 	t.Logf("endpoints created -> FDB entries on every relevant node: %v", time.Since(start))
 
 	// Drift: the VXLAN device and an FDB entry deleted by hand come back.
 	start = time.Now()
-	testns.Run(t, c.nodes["n1"].ns, "ip", "link", "del", "skv100")
-	eventually(t, check)
+	testkit.Run(t, c.nodes["n1"].ns, "ip", "link", "del", "skv100")
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(check))
 	t.Logf("deleted VXLAN device restored in %v", time.Since(start))
 	start = time.Now()
-	testns.Run(t, c.nodes["n2"].ns, "bridge", "fdb", "del", r3, "dev", "skv200", "dst", "192.0.2.3", "self")
-	eventually(t, check)
+	testkit.Run(t, c.nodes["n2"].ns, "bridge", "fdb", "del", r3, "dev", "skv200", "dst", "192.0.2.3", "self")
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(check))
 	t.Logf("deleted FDB entry restored in %v", time.Since(start))
 
 	// Restart with the controller down: nothing in n1's kernel changes.
@@ -198,13 +198,13 @@ func TestAgentsFollowPlans(t *testing.T) {
 	stop(c.ctrl)
 	stop(n1.agent)
 	c.startAgent("n1")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		b, _ := os.ReadFile(n1.log)
 		if !strings.Contains(string(b), "datapath applied") {
 			return fmt.Errorf("restarted agent has not applied its saved plan yet")
 		}
 		return nil
-	})
+	}))
 	time.Sleep(500 * time.Millisecond)
 	if ev := mon(); ev != "" {
 		t.Fatalf("agent restart with the controller down changed the kernel:\n%s", ev)
@@ -215,13 +215,13 @@ func TestAgentsFollowPlans(t *testing.T) {
 	// The controller returns; the agent resumes without a snapshot.
 	mon = monitor(t, n1.ns)
 	c.startController()
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		b, _ := os.ReadFile(n1.log)
 		if !strings.Contains(string(b), "plan in sync") {
 			return fmt.Errorf("agent has not resumed its plan stream")
 		}
 		return nil
-	})
+	}))
 	time.Sleep(300 * time.Millisecond)
 	if ev := mon(); ev != "" {
 		t.Fatalf("reconnecting changed the kernel:\n%s", ev)
@@ -232,9 +232,9 @@ func TestAgentsFollowPlans(t *testing.T) {
 	c.mustCtl("delete", "endpoint", "b2")
 	c.mustCtl("delete", "network", "blue")
 	want["n1"][100], want["n2"][100] = "absent", "absent"
-	eventually(t, check)
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(check))
 	for _, n := range []string{"n1", "n2", "n3"} {
-		if out := testns.Run(t, c.nodes[n].ns, "ip", "link", "show"); strings.Contains(out, "skb100") {
+		if out := testkit.Run(t, c.nodes[n].ns, "ip", "link", "show"); strings.Contains(out, "skb100") {
 			t.Fatalf("%s still has skb100:\n%s", n, out)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,17 +15,8 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/controller/bgp"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
-
-func freeTCPPort(b testing.TB) int {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // frrReceived returns the prefixes FRR's bgpd has received from its EVPN
 // neighbours.
@@ -60,7 +50,7 @@ func BenchmarkBGPFRR100k(b *testing.B) {
 		b.Fatalf("FRR is not installed (%v): run hack/deps.sh", err)
 	}
 	for i := 0; i < b.N; i++ {
-		spPort, frrPort := freeTCPPort(b), freeTCPPort(b)
+		spPort, frrPort := testkit.FreePort(b), testkit.FreePort(b)
 		dir, err := os.MkdirTemp("", "skiff-frr-bench-")
 		if err != nil {
 			b.Fatal(err)

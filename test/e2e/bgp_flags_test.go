@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestBGPBadInput: skiff-controller refuses bad BGP flags and files with
@@ -48,7 +50,7 @@ func TestBGPBadInput(t *testing.T) {
 		}
 	}
 
-	addr := freePort(t)
+	addr := testkit.FreeAddr(t)
 	startController(t, addr, "--data-dir", t.TempDir())
 	for _, sub := range []string{"peers", "routes"} {
 		out, errOut, err := skiffctl(addr, "bgp", sub)

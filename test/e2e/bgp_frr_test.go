@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const frrDir = "/usr/lib/frr"
@@ -48,9 +48,9 @@ func startFRR(t testing.TB, ns, bgpConf string) *frr {
 		t.Fatalf("chown %s: %v: %s", dir, err, out)
 	}
 	f.zebra = f.daemon("zebra")
-	eventually(t, func() error { _, err := os.Stat(filepath.Join(dir, "zserv.api")); return err })
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := os.Stat(filepath.Join(dir, "zserv.api")); return err }))
 	f.bgp = f.daemon("bgpd")
-	eventually(t, func() error { _, err := f.vtysh("show bgp summary json"); return err })
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := f.vtysh("show bgp summary json"); return err }))
 	t.Cleanup(f.stop)
 	return f
 }
@@ -105,7 +105,7 @@ func stopDaemon(c *exec.Cmd) {
 }
 
 func (f *frr) vtysh(cmd string) (string, error) {
-	return testns.Try(f.ns, "vtysh", "--vty_socket", f.dir, "-c", cmd)
+	return testkit.Try(f.ns, "vtysh", "--vty_socket", f.dir, "-c", cmd)
 }
 
 // frrRoute is one EVPN path as FRR's JSON shows it.
@@ -209,38 +209,38 @@ func TestBGPInteropFRR(t *testing.T) {
 			t.Logf("controller log:\n%s", tail(string(b), 60))
 		}
 	})
-	eventually(t, func() error { _, err := c.ctl("get", "nodes"); return err })
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := c.ctl("get", "nodes"); return err }))
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 
 	// The bare-metal server: underlay address, a bridge with a kernel
 	// VXLAN device (VNI 100) and a host behind the bridge.
-	bm := testns.New(t)
-	testns.Run(t, c.ul, "ip", "link", "add", "ulpbm", "type", "veth", "peer", "name", "eth0", "netns", bm)
-	testns.Run(t, c.ul, "ip", "link", "set", "ulpbm", "master", "ul0", "up")
-	testns.Run(t, bm, "ip", "addr", "add", "192.0.2.50/24", "dev", "eth0")
-	testns.Run(t, bm, "ip", "link", "set", "eth0", "up")
-	testns.Run(t, bm, "ip", "link", "add", "br100", "type", "bridge")
-	testns.Run(t, bm, "ip", "link", "add", "vxlan100", "type", "vxlan", "id", "100", "dstport", "4789", "local", "192.0.2.50", "nolearning")
-	testns.Run(t, bm, "ip", "link", "set", "vxlan100", "master", "br100", "up")
-	testns.Run(t, bm, "ip", "link", "set", "br100", "up")
-	host := testns.New(t)
+	bm := testkit.New(t)
+	testkit.Run(t, c.ul, "ip", "link", "add", "ulpbm", "type", "veth", "peer", "name", "eth0", "netns", bm)
+	testkit.Run(t, c.ul, "ip", "link", "set", "ulpbm", "master", "ul0", "up")
+	testkit.Run(t, bm, "ip", "addr", "add", "192.0.2.50/24", "dev", "eth0")
+	testkit.Run(t, bm, "ip", "link", "set", "eth0", "up")
+	testkit.Run(t, bm, "ip", "link", "add", "br100", "type", "bridge")
+	testkit.Run(t, bm, "ip", "link", "add", "vxlan100", "type", "vxlan", "id", "100", "dstport", "4789", "local", "192.0.2.50", "nolearning")
+	testkit.Run(t, bm, "ip", "link", "set", "vxlan100", "master", "br100", "up")
+	testkit.Run(t, bm, "ip", "link", "set", "br100", "up")
+	host := testkit.New(t)
 	const hostMAC, hostIP = "02:bb:00:00:00:01", "198.51.100.200"
-	testns.Run(t, bm, "ip", "link", "add", "hbm", "type", "veth", "peer", "name", "eth0", "netns", host)
-	testns.Run(t, bm, "ip", "link", "set", "hbm", "master", "br100", "up")
-	testns.Run(t, host, "ip", "link", "set", "eth0", "address", hostMAC, "mtu", "1450")
-	testns.Run(t, host, "ip", "addr", "add", hostIP+"/24", "dev", "eth0")
-	testns.Run(t, host, "ip", "link", "set", "eth0", "up")
+	testkit.Run(t, bm, "ip", "link", "add", "hbm", "type", "veth", "peer", "name", "eth0", "netns", host)
+	testkit.Run(t, bm, "ip", "link", "set", "hbm", "master", "br100", "up")
+	testkit.Run(t, host, "ip", "link", "set", "eth0", "address", hostMAC, "mtu", "1450")
+	testkit.Run(t, host, "ip", "addr", "add", hostIP+"/24", "dev", "eth0")
+	testkit.Run(t, host, "ip", "link", "set", "eth0", "up")
 	f := startFRR(t, bm, bmConf)
 
 	// Two pods on n1.
 	sock := c.nodes["n1"].socket
-	eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", cniConf("blue", sock, "1.1.0")); return err })
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", cniConf("blue", sock, "1.1.0")); return err }))
 	type pod struct{ id, ns, ip, mac string }
 	add := func(id string) pod {
 		t.Helper()
-		p := pod{id: id, ns: testns.New(t)}
-		out, err := cniRun("ADD", id, testns.Path(p.ns), "eth0", cniConf("blue", sock, "1.1.0"))
+		p := pod{id: id, ns: testkit.New(t)}
+		out, err := cniRun("ADD", id, testkit.Path(p.ns), "eth0", cniConf("blue", sock, "1.1.0"))
 		if err != nil {
 			t.Fatalf("ADD %s: %v", id, err)
 		}
@@ -255,20 +255,20 @@ func TestBGPInteropFRR(t *testing.T) {
 
 	// The session comes up and FRR holds Skiff's routes: type 2 per pod and
 	// type 3 for n1, next hop n1's VTEP, RT 64512:100, VXLAN encapsulation.
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		out, _ := c.ctl("bgp", "peers")
 		if !strings.Contains(out, "192.0.2.50") || !strings.Contains(out, "established") {
 			return fmt.Errorf("skiffctl bgp peers:\n%s", out)
 		}
 		return nil
-	})
+	}))
 	skiffRoute := func(typ int, mac, ip string) func(frrRoute) bool {
 		return func(r frrRoute) bool {
 			return r.Type == typ && r.MAC == mac && (ip == "" || r.IP == ip) && r.NextHop == "192.0.2.1" &&
 				strings.Contains(r.Comm, "RT:64512:100") && strings.Contains(r.Comm, "ET:8")
 		}
 	}
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		rs, err := f.evpnRoutes()
 		if err != nil {
 			return err
@@ -279,21 +279,21 @@ func TestBGPInteropFRR(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}))
 
 	// The host speaks first (its MAC becomes known to zebra and is
 	// advertised); then both directions over VXLAN.
-	eventually(t, func() error {
-		_, err := testns.Try(host, "ping", "-c", "1", "-W", "1", pa.ip)
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		err := testkit.Ping(host, pa.ip, 1, time.Second)
 		return err
-	})
-	eventually(t, func() error {
+	}))
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		out, err := c.ctl("bgp", "routes", "--vni", "100")
 		if err != nil || !strings.Contains(out, hostMAC) || !strings.Contains(out, "192.0.2.50") {
 			return fmt.Errorf("skiffctl bgp routes lacks the host: %v\n%s", err, out)
 		}
 		return nil
-	})
+	}))
 	var table struct {
 		Routes []struct {
 			Type         int `json:"type"`
@@ -323,26 +323,26 @@ func TestBGPInteropFRR(t *testing.T) {
 	if len(table.Routes) != 5 || learned != 2 {
 		t.Errorf("skiffctl bgp routes -o json: %d routes, %d learned; want 5 and 2 (pods a, b, n1's type 3; host, server's type 3)", len(table.Routes), learned)
 	}
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		fdb := c.fdb("n1", 100)
 		if !strings.Contains(fdb, hostMAC+" 192.0.2.50") || !strings.Contains(fdb, "00:00:00:00:00:00 192.0.2.50") {
 			return fmt.Errorf("n1 fdb lacks the external VTEP: %s", fdb)
 		}
 		return nil
-	})
-	t.Logf("pod -> host: %s", testns.Run(t, pa.ns, "ping", "-c", "2", "-W", "2", hostIP))
-	t.Logf("host -> pod: %s", testns.Run(t, host, "ping", "-c", "2", "-W", "2", pb.ip))
+	}))
+	t.Logf("pod -> host: %s", testkit.Run(t, pa.ns, "ping", "-c", "2", "-W", "2", hostIP))
+	t.Logf("host -> pod: %s", testkit.Run(t, host, "ping", "-c", "2", "-W", "2", pb.ip))
 	rs, _ := f.evpnRoutes()
 	t.Logf("FRR EVPN table: %v", rs)
 	t.Logf("skiffctl bgp routes:\n%s", c.mustCtl("bgp", "routes"))
 	t.Logf("skiffctl bgp peers:\n%s", c.mustCtl("bgp", "peers"))
 	t.Logf("n1 fdb: %s", c.fdb("n1", 100))
-	bmFDB := func() string { out, _ := testns.Try(bm, "bridge", "fdb", "show", "dev", "vxlan100"); return out }
+	bmFDB := func() string { out, _ := testkit.Try(bm, "bridge", "fdb", "show", "dev", "vxlan100"); return out }
 	t.Logf("server fdb:\n%s", bmFDB())
 	if out := bmFDB(); !strings.Contains(out, pa.mac+" dst 192.0.2.1") || !strings.Contains(out, "00:00:00:00:00:00 dst 192.0.2.1") {
 		t.Fatalf("the bare-metal server's VXLAN lacks Skiff's entries:\n%s", out)
 	}
-	metrics, _ := testns.Try(c.ul, "curl", "-s", "http://192.0.2.254:9200/metrics")
+	metrics, _ := testkit.Try(c.ul, "curl", "-s", "http://192.0.2.254:9200/metrics")
 	for _, want := range []string{`skiff_bgp_session_established{peer="192.0.2.50"} 1`, `skiff_bgp_routes_advertised{type="2"} 2`,
 		`skiff_bgp_routes_advertised{type="3"} 1`, `skiff_bgp_routes_learned{type="3"} 1`} {
 		if !strings.Contains(metrics, want) {
@@ -371,13 +371,13 @@ func TestBGPInteropFRR(t *testing.T) {
 		}
 	}()
 	f.restartBGP()
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		out, _ := c.ctl("bgp", "peers")
 		if !strings.Contains(out, "established") {
 			return fmt.Errorf("session not back:\n%s", out)
 		}
 		return nil
-	})
+	}))
 	time.Sleep(9 * time.Second) // past the hold time
 	close(watchDone)
 	if got, changed := <-watchErr; changed {
@@ -386,13 +386,13 @@ func TestBGPInteropFRR(t *testing.T) {
 	if after := planRev(); after != revBefore {
 		t.Fatalf("n1's plan changed during the flap: %s, before %s", after, revBefore)
 	}
-	testns.Run(t, pa.ns, "ping", "-c", "1", "-W", "2", hostIP)
+	testkit.MustPing(t, pa.ns, hostIP, 1, 2*time.Second)
 
 	// Deleting pod a withdraws its route: FRR and zebra's FDB drop it.
-	if _, err := cniRun("DEL", pa.id, testns.Path(pa.ns), "eth0", cniConf("blue", sock, "1.1.0")); err != nil {
+	if _, err := cniRun("DEL", pa.id, testkit.Path(pa.ns), "eth0", cniConf("blue", sock, "1.1.0")); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		rs, err := f.evpnRoutes()
 		if err != nil {
 			return err
@@ -407,18 +407,18 @@ func TestBGPInteropFRR(t *testing.T) {
 			return fmt.Errorf("the server still forwards to pod a: %s", bmFDB())
 		}
 		return nil
-	})
+	}))
 
 	// Stopping FRR: after the import hold time (8s) n1 forgets the external
 	// VTEP and host; pod b no longer reaches the host.
 	f.stop()
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if fdb := c.fdb("n1", 100); strings.Contains(fdb, "192.0.2.50") {
 			return fmt.Errorf("n1 still has external entries: %s", fdb)
 		}
 		return nil
-	})
-	if _, err := testns.Try(pb.ns, "ping", "-c", "1", "-W", "1", hostIP); err == nil {
+	}))
+	if err := testkit.Ping(pb.ns, hostIP, 1, time.Second); err == nil {
 		t.Fatal("pod b still reaches the host after FRR stopped")
 	}
 	out := c.mustCtl("bgp", "routes", "--vni", "100")
@@ -429,17 +429,10 @@ func TestBGPInteropFRR(t *testing.T) {
 	// Node lost: n1's agent dies, its status lease goes, and so do the
 	// routes of its endpoints (the endpoint itself stays in the store).
 	stop(c.nodes["n1"].agent)
-	deadline := time.Now().Add(45 * time.Second)
-	for {
+	testkit.Eventually(t, "routes of the lost node withdrawn", 45*time.Second, func() (bool, string) {
 		out = c.mustCtl("bgp", "routes", "--vni", "100")
-		if !strings.Contains(out, pb.mac) && !strings.Contains(out, "local") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("routes of a lost node still advertised:\n%s", out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return !strings.Contains(out, pb.mac) && !strings.Contains(out, "local"), "still advertised:\n" + out
+	})
 	if !strings.Contains(c.mustCtl("get", "endpoints"), pb.ip) {
 		t.Fatal("pod b's endpoint left the store")
 	}

@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestSkiffctl drives the real CLI against the real controller: creation,
 // JSON output with the proto's field names, and bad input refused with the
 // field and the reason while nothing is stored.
 func TestSkiffctl(t *testing.T) {
-	addr := freePort(t)
+	addr := testkit.FreeAddr(t)
 	startController(t, addr, "--data-dir", t.TempDir())
 	run := func(args ...string) string {
 		t.Helper()

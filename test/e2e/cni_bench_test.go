@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // BenchmarkCNI compares skiff-cni with the CNI project's reference bridge
@@ -80,30 +80,30 @@ func benchCNI(b *testing.B) {
 	skiffConf := cniConf("blue", n1.socket, "1.1.0")
 	refConf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"ref","type":"bridge","bridge":"refbr0","isGateway":true,
 		"ipam":{"type":"host-local","subnet":"203.0.113.0/24","dataDir":%q}}`, b.TempDir())
-	eventually(b, func() error { _, err := cniRun("STATUS", "", "", "", skiffConf); return err })
+	testkit.Eventually(b, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", skiffConf); return err }))
 	skiffBin, refBin := filepath.Join(refDir, "skiff-cni"), filepath.Join(refDir, "bridge")
 	pods := make([]string, 30)
 	for i := range pods {
-		pods[i] = testns.New(b)
+		pods[i] = testkit.New(b)
 	}
 
 	// Sequential ADD/DEL latency, interleaved so both see the same noise.
 	const rounds = 40
 	var sAdd, sDel, rAdd, rDel []time.Duration
 	// Warm both (the first ADD creates the bridge).
-	plugin(b, n1.ns, skiffBin, "ADD", "warm", testns.Path(pods[0]), skiffConf)
-	plugin(b, n1.ns, refBin, "ADD", "warm", testns.Path(pods[1]), refConf)
+	plugin(b, n1.ns, skiffBin, "ADD", "warm", testkit.Path(pods[0]), skiffConf)
+	plugin(b, n1.ns, refBin, "ADD", "warm", testkit.Path(pods[1]), refConf)
 	for i := range rounds {
 		id := fmt.Sprintf("seq-%d", i)
-		p := testns.Path(pods[2+i%20])
+		p := testkit.Path(pods[2+i%20])
 		sAdd = append(sAdd, plugin(b, n1.ns, skiffBin, "ADD", id, p, skiffConf))
 		sDel = append(sDel, plugin(b, n1.ns, skiffBin, "DEL", id, p, skiffConf))
-		q := testns.Path(pods[2+(i+10)%20])
+		q := testkit.Path(pods[2+(i+10)%20])
 		rAdd = append(rAdd, plugin(b, n1.ns, refBin, "ADD", id, q, refConf))
 		rDel = append(rDel, plugin(b, n1.ns, refBin, "DEL", id, q, refConf))
 	}
-	plugin(b, n1.ns, skiffBin, "DEL", "warm", testns.Path(pods[0]), skiffConf)
-	plugin(b, n1.ns, refBin, "DEL", "warm", testns.Path(pods[1]), refConf)
+	plugin(b, n1.ns, skiffBin, "DEL", "warm", testkit.Path(pods[0]), skiffConf)
+	plugin(b, n1.ns, refBin, "DEL", "warm", testkit.Path(pods[1]), refConf)
 
 	// A burst of 30 concurrent ADDs, then their DELs.
 	burst := func(bin, conf string) (total time.Duration, each []time.Duration) {
@@ -114,7 +114,7 @@ func benchCNI(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d, err := tryPlugin(n1.ns, bin, "ADD", fmt.Sprintf("burst-%d", i), testns.Path(ns), conf)
+				d, err := tryPlugin(n1.ns, bin, "ADD", fmt.Sprintf("burst-%d", i), testkit.Path(ns), conf)
 				if err != nil {
 					b.Error(err)
 				}
@@ -129,7 +129,7 @@ func benchCNI(b *testing.B) {
 			b.FailNow()
 		}
 		for i, ns := range pods {
-			plugin(b, n1.ns, bin, "DEL", fmt.Sprintf("burst-%d", i), testns.Path(ns), conf)
+			plugin(b, n1.ns, bin, "DEL", fmt.Sprintf("burst-%d", i), testkit.Path(ns), conf)
 		}
 		return total, each
 	}
@@ -137,12 +137,12 @@ func benchCNI(b *testing.B) {
 	rBurst, rEach := burst(refBin, refConf)
 
 	// Time from ADD returning on n1 to the pod answering a pod on n2.
-	peer := testns.New(b)
-	plugin(b, n2.ns, skiffBin, "ADD", "peer", testns.Path(peer), cniConf("blue", n2.socket, "1.1.0"))
+	peer := testkit.New(b)
+	plugin(b, n2.ns, skiffBin, "ADD", "peer", testkit.Path(peer), cniConf("blue", n2.socket, "1.1.0"))
 	var reach []time.Duration
 	for i := range 10 {
 		id := fmt.Sprintf("reach-%d", i)
-		out, err := cniRun("ADD", id, testns.Path(pods[i]), "eth0", skiffConf)
+		out, err := cniRun("ADD", id, testkit.Path(pods[i]), "eth0", skiffConf)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func benchCNI(b *testing.B) {
 		_ = json.Unmarshal([]byte(out), &r)
 		ip := strings.Split(r.IPs[0].Address, "/")[0]
 		for {
-			if _, err := testns.Try(peer, "ping", "-c", "1", "-W", "0.1", "-i", "0.05", ip); err == nil {
+			if _, err := testkit.Try(peer, "ping", "-c", "1", "-W", "0.1", "-i", "0.05", ip); err == nil {
 				break
 			}
 			if time.Since(start) > 20*time.Second {
@@ -159,7 +159,7 @@ func benchCNI(b *testing.B) {
 			}
 		}
 		reach = append(reach, time.Since(start))
-		if _, err := cniRun("DEL", id, testns.Path(pods[i]), "eth0", skiffConf); err != nil {
+		if _, err := cniRun("DEL", id, testkit.Path(pods[i]), "eth0", skiffConf); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -167,8 +167,8 @@ func benchCNI(b *testing.B) {
 	// Throughput: Skiff pod to pod across nodes; plain kernel VXLAN and a
 	// bridge set up by hand between the same two nodes; the raw underlay.
 	pa, pb := pods[20], pods[21]
-	outA, _ := cniRun("ADD", "tp-a", testns.Path(pa), "eth0", skiffConf)
-	if _, err := cniRun("ADD", "tp-b", testns.Path(pb), "eth0", cniConf("blue", n2.socket, "1.1.0")); err != nil {
+	outA, _ := cniRun("ADD", "tp-a", testkit.Path(pa), "eth0", skiffConf)
+	if _, err := cniRun("ADD", "tp-b", testkit.Path(pb), "eth0", cniConf("blue", n2.socket, "1.1.0")); err != nil {
 		b.Fatal(err)
 	}
 	_ = outA
@@ -202,7 +202,7 @@ func benchCNI(b *testing.B) {
 // firstIPv4 returns the first IPv4 address of eth0 in namespace ns.
 func firstIPv4(b testing.TB, ns string) string {
 	b.Helper()
-	out := testns.Run(b, ns, "ip", "-o", "-4", "addr", "show", "dev", "eth0")
+	out := testkit.Run(b, ns, "ip", "-o", "-4", "addr", "show", "dev", "eth0")
 	f := strings.Fields(out)
 	for i, w := range f {
 		if w == "inet" {
@@ -217,7 +217,7 @@ func firstIPv4(b testing.TB, ns string) string {
 // over 4 seconds.
 func iperf(b *testing.B, clientNS, serverNS, serverIP string) float64 {
 	b.Helper()
-	testns.Run(b, serverNS, "iperf3", "-s", "-1", "-D", "-B", serverIP)
+	testkit.Run(b, serverNS, "iperf3", "-s", "-1", "-D", "-B", serverIP)
 	var res struct {
 		End struct {
 			SumReceived struct {
@@ -228,7 +228,7 @@ func iperf(b *testing.B, clientNS, serverNS, serverIP string) float64 {
 	var out string
 	var err error
 	for range 50 {
-		if out, err = testns.Try(clientNS, "iperf3", "-c", serverIP, "-t", "4", "-J"); err == nil {
+		if out, err = testkit.Try(clientNS, "iperf3", "-c", serverIP, "-t", "4", "-J"); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -260,10 +260,10 @@ func handVXLAN(b *testing.B, ns1, ns2, pod1, pod2 string) string {
 			{"ip", "link", "add", "hvp", "mtu", "1450", "type", "veth", "peer", "name", "eth9", "netns", s.pod},
 			{"ip", "link", "set", "hvp", "master", "hbr", "up"},
 		} {
-			testns.Run(b, s.node, cmd...)
+			testkit.Run(b, s.node, cmd...)
 		}
-		testns.Run(b, s.pod, "ip", "addr", "add", s.ip+"/24", "dev", "eth9")
-		testns.Run(b, s.pod, "ip", "link", "set", "eth9", "up")
+		testkit.Run(b, s.pod, "ip", "addr", "add", s.ip+"/24", "dev", "eth9")
+		testkit.Run(b, s.pod, "ip", "link", "set", "eth9", "up")
 	}
 	return sides[1].ip
 }

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // podNS makes a pod's namespace that the test may delete itself (as a
@@ -20,7 +21,7 @@ func podNS(t *testing.T, name string) string {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}
 	t.Cleanup(func() {
-		if _, err := os.Stat(testns.Path(name)); err == nil {
+		if _, err := os.Stat(testkit.Path(name)); err == nil {
 			_ = exec.Command("ip", "netns", "del", name).Run()
 		}
 	})
@@ -49,7 +50,7 @@ func TestConcurrentDeletesLogNoError(t *testing.T) {
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	conf := cniConf("blue", c.nodes["n1"].socket, "1.1.0")
-	eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", conf); return err })
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", conf); return err }))
 	const pods = 30
 	names := make([]string, pods)
 	for i := range names {
@@ -79,7 +80,7 @@ func TestConcurrentDeletesLogNoError(t *testing.T) {
 		}
 	}
 	run(func(i int) error {
-		_, err := cniRun("ADD", names[i], testns.Path(names[i]), "eth0", conf)
+		_, err := cniRun("ADD", names[i], testkit.Path(names[i]), "eth0", conf)
 		return err
 	})
 	if got := strings.Count(c.mustCtl("get", "endpoints"), "\n") - 1; got != pods {
@@ -89,7 +90,7 @@ func TestConcurrentDeletesLogNoError(t *testing.T) {
 	errs := make(chan error, pods)
 	for i := range pods {
 		wg.Go(func() {
-			netns := testns.Path(names[i])
+			netns := testkit.Path(names[i])
 			if i%2 == 0 {
 				// The sandbox is gone before the DEL: the runtime passes
 				// no namespace.
@@ -109,12 +110,12 @@ func TestConcurrentDeletesLogNoError(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	eventually(t, func() error {
-		if got := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")); got != "lo: eth0" {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if got := linkNames(testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")); got != "lo: eth0" {
 			return fmt.Errorf("n1 has links %s", got)
 		}
 		return nil
-	})
+	}))
 	if out := c.mustCtl("get", "endpoints"); strings.Count(out, "\n") != 1 {
 		t.Errorf("endpoints left:\n%s", out)
 	}

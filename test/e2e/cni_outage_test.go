@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestCNIDelWhileControllerDown: with the controller killed, a pod's CNI
@@ -18,9 +18,9 @@ func TestCNIDelWhileControllerDown(t *testing.T) {
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	conf := cniConf("blue", c.nodes["n1"].socket, "1.1.0")
-	eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", conf); return err })
-	pod := testns.New(t)
-	out, err := cniRun("ADD", "gone-pod", testns.Path(pod), "eth0", conf)
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", conf); return err }))
+	pod := testkit.New(t)
+	out, err := cniRun("ADD", "gone-pod", testkit.Path(pod), "eth0", conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,28 +32,28 @@ func TestCNIDelWhileControllerDown(t *testing.T) {
 
 	stop(c.ctrl)
 	start := time.Now()
-	if _, err := cniRun("DEL", "gone-pod", testns.Path(pod), "eth0", conf); err != nil {
+	if _, err := cniRun("DEL", "gone-pod", testkit.Path(pod), "eth0", conf); err != nil {
 		t.Fatalf("DEL with the controller down: %v", err)
 	}
 	t.Logf("DEL with the controller down took %v", time.Since(start))
-	if links := testns.Run(t, pod, "ip", "-o", "link", "show"); strings.Contains(links, "eth0") {
+	if links := testkit.Run(t, pod, "ip", "-o", "link", "show"); strings.Contains(links, "eth0") {
 		t.Errorf("the pod's interface is still there: %s", links)
 	}
-	if links := testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"); strings.Contains(links, "skp") {
+	if links := testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"); strings.Contains(links, "skp") {
 		t.Errorf("the host side is still there: %s", links)
 	}
 	// DEL again (runtimes retry) is still fine.
-	if _, err := cniRun("DEL", "gone-pod", testns.Path(pod), "eth0", conf); err != nil {
+	if _, err := cniRun("DEL", "gone-pod", testkit.Path(pod), "eth0", conf); err != nil {
 		t.Fatalf("second DEL with the controller down: %v", err)
 	}
 
 	c.startController()
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if out := c.mustCtl("get", "endpoints"); strings.Count(out, "\n") != 1 {
 			return fmt.Errorf("endpoints left:\n%s", out)
 		}
 		return nil
-	})
+	}))
 	// The address is free: it can be asked for by name.
 	if out := c.mustCtl("endpoint", "create", "probe", "--network", "blue", "--node", "n2", "--ip", addr); !strings.Contains(out, "created") {
 		t.Fatalf("address %s not freed: %s", addr, out)

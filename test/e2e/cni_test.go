@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // cniRun executes skiff-cni exactly as a runtime does: CNI_* in the
@@ -61,22 +62,22 @@ func TestCNIPlugin(t *testing.T) {
 	c.mustCtl("network", "create", "red", "--vni", "200")
 	c.mustCtl("subnet", "create", "red-v4", "--network", "red", "--cidr", "203.0.113.0/24")
 	sock := func(n string) string { return c.nodes[n].socket }
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		for n := range c.nodes {
 			if _, err := cniRun("STATUS", "", "", "", cniConf("blue", sock(n), "1.1.0")); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}))
 
 	type pod struct {
 		id, ns, conf, ip, mac, out string
 	}
 	add := func(id, network, node, version string) *pod {
 		t.Helper()
-		p := &pod{id: id, ns: testns.New(t), conf: cniConf(network, sock(node), version)}
-		out, err := cniRun("ADD", id, testns.Path(p.ns), "eth0", p.conf)
+		p := &pod{id: id, ns: testkit.New(t), conf: cniConf(network, sock(node), version)}
+		out, err := cniRun("ADD", id, testkit.Path(p.ns), "eth0", p.conf)
 		if err != nil {
 			t.Fatalf("ADD %s: %v", id, err)
 		}
@@ -85,7 +86,7 @@ func TestCNIPlugin(t *testing.T) {
 			t.Fatalf("ADD %s printed %q: %v", id, out, err)
 		}
 		if version != "0.4.0" {
-			if len(r.Interfaces) != 2 || r.Interfaces[1].Sandbox != testns.Path(p.ns) || len(r.IPs) != 1 || r.IPs[0].Interface == nil || *r.IPs[0].Interface != 1 {
+			if len(r.Interfaces) != 2 || r.Interfaces[1].Sandbox != testkit.Path(p.ns) || len(r.IPs) != 1 || r.IPs[0].Interface == nil || *r.IPs[0].Interface != 1 {
 				t.Fatalf("ADD %s result %s", id, out)
 			}
 			if len(r.Routes) != 1 || r.Routes[0].Dst != "0.0.0.0/0" || r.Routes[0].GW != r.IPs[0].Gateway {
@@ -99,19 +100,19 @@ func TestCNIPlugin(t *testing.T) {
 	pb := add("ctr-b", "blue", "n2", "1.0.0")
 	pc := add("ctr-c", "red", "n3", "0.4.0")
 	pd := add("ctr-d", "red", "n1", "1.1.0")
-	testns.Run(t, pa.ns, "ping", "-c", "2", "-W", "2", pb.ip)
+	testkit.MustPing(t, pa.ns, pb.ip, 2, 2*time.Second)
 	// Every pod reaches its gateway, answered by its own node.
-	testns.Run(t, pa.ns, "ping", "-c", "1", "-W", "2", "198.51.100.1")
-	testns.Run(t, pb.ns, "ping", "-c", "1", "-W", "2", "198.51.100.1")
-	testns.Run(t, pc.ns, "ping", "-c", "1", "-W", "2", "203.0.113.1")
+	testkit.MustPing(t, pa.ns, "198.51.100.1", 1, 2*time.Second)
+	testkit.MustPing(t, pb.ns, "198.51.100.1", 1, 2*time.Second)
+	testkit.MustPing(t, pc.ns, "203.0.113.1", 1, 2*time.Second)
 	// Networks are isolated, even on a node that forwards and hosts both.
-	testns.Run(t, c.nodes["n1"].ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	testkit.Run(t, c.nodes["n1"].ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	for _, dst := range []string{pc.ip, pd.ip} {
-		if _, err := testns.Try(pa.ns, "ping", "-c", "1", "-W", "1", dst); err == nil {
+		if err := testkit.Ping(pa.ns, dst, 1, time.Second); err == nil {
 			t.Fatalf("blue pod reached red pod %s", dst)
 		}
 	}
-	testns.Run(t, pd.ns, "ping", "-c", "1", "-W", "2", pc.ip)
+	testkit.MustPing(t, pd.ns, pc.ip, 1, 2*time.Second)
 
 	// CHECK with the previous result passes; after the address is removed
 	// it fails.
@@ -124,54 +125,54 @@ func TestCNIPlugin(t *testing.T) {
 		b, _ := json.Marshal(conf)
 		return string(b)
 	}
-	if _, err := cniRun("CHECK", pa.id, testns.Path(pa.ns), "eth0", withPrev(pa)); err != nil {
+	if _, err := cniRun("CHECK", pa.id, testkit.Path(pa.ns), "eth0", withPrev(pa)); err != nil {
 		t.Fatalf("CHECK: %v", err)
 	}
-	testns.Run(t, pb.ns, "ip", "addr", "flush", "dev", "eth0")
-	if _, err := cniRun("CHECK", pb.id, testns.Path(pb.ns), "eth0", withPrev(pb)); err == nil || !strings.Contains(err.Error(), "lacks address") {
+	testkit.Run(t, pb.ns, "ip", "addr", "flush", "dev", "eth0")
+	if _, err := cniRun("CHECK", pb.id, testkit.Path(pb.ns), "eth0", withPrev(pb)); err == nil || !strings.Contains(err.Error(), "lacks address") {
 		t.Fatalf("CHECK of a broken interface: %v", err)
 	}
-	testns.Run(t, pb.ns, "ip", "addr", "add", pb.ip+"/24", "dev", "eth0")
+	testkit.Run(t, pb.ns, "ip", "addr", "add", pb.ip+"/24", "dev", "eth0")
 
 	// DEL leaves no interface, no FDB entry elsewhere, no allocation; a
 	// second DEL and a DEL after the namespace is gone succeed.
-	before := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"))
-	if _, err := cniRun("DEL", pa.id, testns.Path(pa.ns), "eth0", pa.conf); err != nil {
+	before := linkNames(testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"))
+	if _, err := cniRun("DEL", pa.id, testkit.Path(pa.ns), "eth0", pa.conf); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if _, err := cniRun("DEL", pa.id, testns.Path(pa.ns), "eth0", pa.conf); err != nil {
+	if _, err := cniRun("DEL", pa.id, testkit.Path(pa.ns), "eth0", pa.conf); err != nil {
 		t.Fatalf("second DEL: %v", err)
 	}
-	if out, _ := testns.Try(pa.ns, "ip", "link", "show", "eth0"); !strings.Contains(out, "does not exist") {
+	if out, _ := testkit.Try(pa.ns, "ip", "link", "show", "eth0"); !strings.Contains(out, "does not exist") {
 		t.Fatalf("eth0 still in the pod after DEL: %s", out)
 	}
 	if strings.Contains(c.mustCtl("get", "endpoints"), pa.ip+"/") {
 		t.Fatal("pa's address is still allocated")
 	}
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if strings.Contains(c.fdb("n2", 100), pa.mac) {
 			return fmt.Errorf("n2 still forwards to pa")
 		}
 		return nil
-	})
+	}))
 	// n1 had no other blue endpoint: its host veth goes, and so does the
 	// network's bridge and VXLAN device, which its plan no longer holds.
-	eventually(t, func() error {
-		after := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"))
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		after := linkNames(testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"))
 		// Left: lo, eth0, and the red network with ctr-d's host veth.
 		if strings.Contains(after, "skb100") || strings.Contains(after, "skv100") || strings.Count(after, "skp") != 1 {
 			return fmt.Errorf("after DEL n1 has %s (before: %s)", after, before)
 		}
 		return nil
-	})
-	testns.Run(t, pc.ns, "true")
+	}))
+	testkit.Run(t, pc.ns, "true")
 	if _, err := cniRun("DEL", pc.id, "/var/run/netns/gone-"+pc.id, "eth0", pc.conf); err != nil {
 		t.Fatalf("DEL with the namespace gone: %v", err)
 	}
 
 	// ADD after DEL of the same container works.
 	pa2 := add("ctr-a", "blue", "n1", "1.1.0")
-	testns.Run(t, pa2.ns, "ping", "-c", "1", "-W", "2", pb.ip)
+	testkit.MustPing(t, pa2.ns, pb.ip, 1, 2*time.Second)
 
 	// GC removes this network's endpoints of containers that are gone.
 	add("ctr-gone", "blue", "n1", "1.1.0")
@@ -189,10 +190,10 @@ func TestCNIBadConfig(t *testing.T) {
 	c := newCluster(t, "n1")
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
-	ns := testns.New(t)
+	ns := testkit.New(t)
 	sock := c.nodes["n1"].socket
-	eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", cniConf("blue", sock, "1.1.0")); return err })
-	before := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"))
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", cniConf("blue", sock, "1.1.0")); return err }))
+	before := linkNames(testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"))
 	for _, bad := range []struct {
 		name, conf string
 		code       int
@@ -205,7 +206,7 @@ func TestCNIBadConfig(t *testing.T) {
 		{"malformed JSON", `{"cniVersion":"1.1.0",`, 6, ""},
 		{"bad mtu", `{"cniVersion":"1.1.0","name":"x","type":"skiff-cni","network":"blue","mtu":-5,"socket":"` + sock + `"}`, 7, `"mtu"`},
 	} {
-		out, err := cniRun("ADD", "ctr-bad", testns.Path(ns), "eth0", bad.conf)
+		out, err := cniRun("ADD", "ctr-bad", testkit.Path(ns), "eth0", bad.conf)
 		if err == nil {
 			t.Errorf("%s: ADD succeeded", bad.name)
 			continue
@@ -219,10 +220,10 @@ func TestCNIBadConfig(t *testing.T) {
 			t.Errorf("%s: got %s (%v), want code %d saying %q", bad.name, out, err, bad.code, bad.words)
 		}
 	}
-	if after := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")); after != before {
+	if after := linkNames(testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")); after != before {
 		t.Fatalf("bad configs left links:\n%s\n%s", before, after)
 	}
-	if out := testns.Run(t, ns, "ip", "-o", "link", "show"); strings.Contains(out, "eth0") {
+	if out := testkit.Run(t, ns, "ip", "-o", "link", "show"); strings.Contains(out, "eth0") {
 		t.Fatalf("bad configs left an interface in the pod: %s", out)
 	}
 	if out := c.mustCtl("get", "endpoints"); strings.Count(out, "\n") != 1 {
@@ -243,35 +244,35 @@ func TestCNICycles(t *testing.T) {
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	conf := cniConf("blue", c.nodes["n1"].socket, "1.1.0")
-	ns := testns.New(t)
-	eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", conf); return err })
+	ns := testkit.New(t)
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", conf); return err }))
 	// One warm-up cycle creates the network's bridge and VXLAN device.
-	if _, err := cniRun("ADD", "warm", testns.Path(ns), "eth0", conf); err != nil {
+	if _, err := cniRun("ADD", "warm", testkit.Path(ns), "eth0", conf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cniRun("DEL", "warm", testns.Path(ns), "eth0", conf); err != nil {
+	if _, err := cniRun("DEL", "warm", testkit.Path(ns), "eth0", conf); err != nil {
 		t.Fatal(err)
 	}
 	// With no endpoint left, the node holds no Skiff device at all.
 	const base = "lo: eth0"
 	settled := func() error {
-		if got := linkNames(testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")); got != base {
+		if got := linkNames(testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")); got != base {
 			return fmt.Errorf("n1 has links %s, want %s", got, base)
 		}
 		return nil
 	}
-	eventually(t, settled)
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(settled))
 	for i := range 100 {
 		id := fmt.Sprintf("cycle-%d", i%7)
-		if _, err := cniRun("ADD", id, testns.Path(ns), "eth0", conf); err != nil {
+		if _, err := cniRun("ADD", id, testkit.Path(ns), "eth0", conf); err != nil {
 			t.Fatalf("cycle %d ADD: %v", i, err)
 		}
-		if _, err := cniRun("DEL", id, testns.Path(ns), "eth0", conf); err != nil {
+		if _, err := cniRun("DEL", id, testkit.Path(ns), "eth0", conf); err != nil {
 			t.Fatalf("cycle %d DEL: %v", i, err)
 		}
 	}
-	eventually(t, settled)
-	if out := testns.Run(t, ns, "ip", "-o", "link", "show"); strings.Contains(out, "eth0") {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(settled))
+	if out := testkit.Run(t, ns, "ip", "-o", "link", "show"); strings.Contains(out, "eth0") {
 		t.Fatalf("interface leaked in the pod: %s", out)
 	}
 	if out := c.mustCtl("get", "endpoints"); strings.Count(out, "\n") != 1 {

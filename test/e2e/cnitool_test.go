@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // cnitool runs the CNI project's cnitool with a network configuration
@@ -29,7 +30,7 @@ func TestCNIThroughCnitool(t *testing.T) {
 	c := newCluster(t, "n1", "n2")
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
-	pa, pb := testns.New(t), testns.New(t)
+	pa, pb := testkit.New(t), testkit.New(t)
 	confs := map[string]string{}
 	for name, n := range c.nodes {
 		dir := t.TempDir()
@@ -38,24 +39,24 @@ func TestCNIThroughCnitool(t *testing.T) {
 			t.Fatal(err)
 		}
 		confs[name] = dir
-		eventually(t, func() error {
-			out, err := cnitool(t, dir, "status", "blue", testns.Path(pa))
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+			out, err := cnitool(t, dir, "status", "blue", testkit.Path(pa))
 			if err != nil {
 				return fmt.Errorf("status on %s: %v %s", name, err, out)
 			}
 			return nil
-		})
+		}))
 	}
 	for _, x := range []struct{ node, ns string }{{"n1", pa}, {"n2", pb}} {
-		if out, err := cnitool(t, confs[x.node], "add", "blue", testns.Path(x.ns)); err != nil {
+		if out, err := cnitool(t, confs[x.node], "add", "blue", testkit.Path(x.ns)); err != nil {
 			t.Fatalf("cnitool add on %s: %v\n%s", x.node, err, out)
 		}
-		if out, err := cnitool(t, confs[x.node], "check", "blue", testns.Path(x.ns)); err != nil {
+		if out, err := cnitool(t, confs[x.node], "check", "blue", testkit.Path(x.ns)); err != nil {
 			t.Fatalf("cnitool check on %s: %v\n%s", x.node, err, out)
 		}
 	}
 	ipOf := func(ns string) string {
-		out := testns.Run(t, ns, "ip", "-o", "-4", "addr", "show", "dev", "eth0")
+		out := testkit.Run(t, ns, "ip", "-o", "-4", "addr", "show", "dev", "eth0")
 		f := strings.Fields(out)
 		for i, w := range f {
 			if w == "inet" {
@@ -65,10 +66,10 @@ func TestCNIThroughCnitool(t *testing.T) {
 		t.Fatalf("no address in %s: %s", ns, out)
 		return ""
 	}
-	testns.Run(t, pa, "ping", "-c", "2", "-W", "2", ipOf(pb))
-	testns.Run(t, pb, "iperf3", "-s", "-1", "-D", "-B", ipOf(pb))
-	eventually(t, func() error {
-		out, err := testns.Try(pa, "iperf3", "-c", ipOf(pb), "-t", "2", "-J")
+	testkit.MustPing(t, pa, ipOf(pb), 2, 2*time.Second)
+	testkit.Run(t, pb, "iperf3", "-s", "-1", "-D", "-B", ipOf(pb))
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		out, err := testkit.Try(pa, "iperf3", "-c", ipOf(pb), "-t", "2", "-J")
 		if err != nil {
 			return fmt.Errorf("iperf3: %v %s", err, out)
 		}
@@ -76,12 +77,12 @@ func TestCNIThroughCnitool(t *testing.T) {
 			return fmt.Errorf("iperf3 printed no throughput: %s", out)
 		}
 		return nil
-	})
+	}))
 	for _, x := range []struct{ node, ns string }{{"n1", pa}, {"n2", pb}} {
-		if out, err := cnitool(t, confs[x.node], "del", "blue", testns.Path(x.ns)); err != nil {
+		if out, err := cnitool(t, confs[x.node], "del", "blue", testkit.Path(x.ns)); err != nil {
 			t.Fatalf("cnitool del on %s: %v\n%s", x.node, err, out)
 		}
-		if out, _ := testns.Try(x.ns, "ip", "link", "show", "eth0"); !strings.Contains(out, "does not exist") {
+		if out, _ := testkit.Try(x.ns, "ip", "link", "show", "eth0"); !strings.Contains(out, "does not exist") {
 			t.Fatalf("eth0 left in the pod on %s", x.node)
 		}
 	}

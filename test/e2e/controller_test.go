@@ -12,6 +12,7 @@ import (
 	"time"
 
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 func setupNetwork(t *testing.T, m skiffv1.ManagementServiceClient, name string, vni uint32, cidr string) {
@@ -89,7 +90,7 @@ func checkUnique(t *testing.T, eps map[string]*skiffv1.Endpoint) map[string]bool
 }
 
 func TestEmbeddedAllocationsSurviveSIGKILL(t *testing.T) {
-	addr, data := freePort(t), t.TempDir()
+	addr, data := testkit.FreeAddr(t), t.TempDir()
 	c := startController(t, addr, "--data-dir", data)
 	m := mgmt(t, addr)
 	setupNetwork(t, m, "blue", 100, "198.51.100.0/22")
@@ -141,7 +142,7 @@ func startEtcd(t *testing.T) string {
 	if err != nil {
 		t.Fatal("etcd is not installed: run `make deps` (Debian etcd-server)")
 	}
-	client, peer := "http://"+freePort(t), "http://"+freePort(t)
+	client, peer := "http://"+testkit.FreeAddr(t), "http://"+testkit.FreeAddr(t)
 	dir := t.TempDir()
 	logf, _ := os.Create(filepath.Join(dir, "etcd.log"))
 	cmd := exec.Command(bin, "--name", "e2e", "--data-dir", filepath.Join(dir, "data"),
@@ -158,7 +159,7 @@ func startEtcd(t *testing.T) string {
 
 func TestReplicasOnExternalEtcd(t *testing.T) {
 	etcdURL := startEtcd(t)
-	a, b := freePort(t), freePort(t)
+	a, b := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	startController(t, a, "--etcd-endpoints", etcdURL)
 	startController(t, b, "--etcd-endpoints", etcdURL)
 	ma, mb := mgmt(t, a), mgmt(t, b)
@@ -194,7 +195,7 @@ func TestReplicasOnExternalEtcd(t *testing.T) {
 		}
 	}
 	// Both replicas compute the same plan.
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		pa, err1 := ma.GetPlan(context.Background(), &skiffv1.GetPlanRequest{Node: "node-1"})
 		pb, err2 := mb.GetPlan(context.Background(), &skiffv1.GetPlanRequest{Node: "node-1"})
 		if err1 != nil || err2 != nil {
@@ -204,23 +205,7 @@ func TestReplicasOnExternalEtcd(t *testing.T) {
 			return fmt.Errorf("plans differ or incomplete: %d and %d local endpoints", len(pa.LocalEndpoints), len(pb.LocalEndpoints))
 		}
 		return nil
-	})
-}
-
-// eventually retries f until it succeeds or 20 seconds pass.
-func eventually(t testing.TB, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	}))
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // BenchmarkCNIDPUHost times CNI ADD and DEL of pods with a VF on a
@@ -27,29 +27,29 @@ func benchCNIDPUHost(b *testing.B) {
 	const pods = 40
 	c := newDPUCluster(b, pods)
 	h1, n2 := c.nodes["h1"], c.nodes["n2"]
-	eventually(b, func() error {
+	testkit.Eventually(b, "", 20*time.Second, testkit.NoError(func() error {
 		for _, n := range []*node{h1, n2} {
 			if _, err := cniRun("STATUS", "", "", "", cniConf("blue", n.socket, "1.1.0")); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}))
 	cniBin := filepath.Join(binDir, "skiff-cni")
 	var addVF, addVeth, delVF, delVeth []time.Duration
 	type pod struct{ id, ns, node, conf string }
 	var made []pod
 	for i := range pods {
-		vf := pod{fmt.Sprintf("vf-%d", i), testns.New(b), h1.ns, vfConf("blue", h1.socket, i)}
-		ve := pod{fmt.Sprintf("ve-%d", i), testns.New(b), n2.ns, cniConf("blue", n2.socket, "1.1.0")}
-		addVF = append(addVF, plugin(b, vf.node, cniBin, "ADD", vf.id, testns.Path(vf.ns), vf.conf))
-		addVeth = append(addVeth, plugin(b, ve.node, cniBin, "ADD", ve.id, testns.Path(ve.ns), ve.conf))
+		vf := pod{fmt.Sprintf("vf-%d", i), testkit.New(b), h1.ns, vfConf("blue", h1.socket, i)}
+		ve := pod{fmt.Sprintf("ve-%d", i), testkit.New(b), n2.ns, cniConf("blue", n2.socket, "1.1.0")}
+		addVF = append(addVF, plugin(b, vf.node, cniBin, "ADD", vf.id, testkit.Path(vf.ns), vf.conf))
+		addVeth = append(addVeth, plugin(b, ve.node, cniBin, "ADD", ve.id, testkit.Path(ve.ns), ve.conf))
 		made = append(made, vf, ve)
 	}
 	for i := 0; i < len(made); i += 2 {
 		vf, ve := made[i], made[i+1]
-		delVF = append(delVF, plugin(b, vf.node, cniBin, "DEL", vf.id, testns.Path(vf.ns), vf.conf))
-		delVeth = append(delVeth, plugin(b, ve.node, cniBin, "DEL", ve.id, testns.Path(ve.ns), ve.conf))
+		delVF = append(delVF, plugin(b, vf.node, cniBin, "DEL", vf.id, testkit.Path(vf.ns), vf.conf))
+		delVeth = append(delVeth, plugin(b, ve.node, cniBin, "DEL", ve.id, testkit.Path(ve.ns), ve.conf))
 	}
 	b.Logf("CNI ADD, %d pods each: dpu-host VF p50 %.1f ms p99 %.1f ms; software veth p50 %.1f ms p99 %.1f ms",
 		pods, ms(pct(addVF, .5)), ms(pct(addVF, .99)), ms(pct(addVeth, .5)), ms(pct(addVeth, .99)))

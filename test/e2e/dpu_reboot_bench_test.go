@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // BenchmarkDPUReboot250 times a DPU's recovery at 250 endpoints on the
@@ -40,12 +40,12 @@ func benchDPUReboot(b testing.TB, pods int) {
 	c := newDPUCluster(b, pods)
 	h1, d1, n2 := c.nodes["h1"], c.nodes["d1"], c.nodes["n2"]
 	var batch strings.Builder
-	eventually(b, func() error {
+	testkit.Eventually(b, "", 20*time.Second, testkit.NoError(func() error {
 		_, err := cniRun("STATUS", "", "", "", cniConf("blue", h1.socket, "1.1.0"))
 		return err
-	})
-	peer := testns.New(b)
-	out, err := cniRun("ADD", "peer", testns.Path(peer), "eth0", cniConf("blue", n2.socket, "1.1.0"))
+	}))
+	peer := testkit.New(b)
+	out, err := cniRun("ADD", "peer", testkit.Path(peer), "eth0", cniConf("blue", n2.socket, "1.1.0"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,13 +61,13 @@ func benchDPUReboot(b testing.TB, pods int) {
 	sem := make(chan struct{}, 4)
 	errs := make(chan error, pods)
 	for i := range pods {
-		podNS[i] = testns.New(b)
+		podNS[i] = testkit.New(b)
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := tryPlugin(h1.ns, cniBin, "ADD", fmt.Sprintf("vf-%d", i), testns.Path(podNS[i]), vfConf("blue", h1.socket, i)); err != nil {
+			if _, err := tryPlugin(h1.ns, cniBin, "ADD", fmt.Sprintf("vf-%d", i), testkit.Path(podNS[i]), vfConf("blue", h1.socket, i)); err != nil {
 				errs <- err
 			}
 		}()
@@ -79,7 +79,7 @@ func benchDPUReboot(b testing.TB, pods int) {
 	}
 	b.Logf("%d VF pods ADDed on the dpu-host (4 at a time) in %v", pods, time.Since(start).Round(time.Millisecond))
 	attached := func() int {
-		out, err := testns.Try(d1.ns, "ip", "-o", "link", "show", "master", "skb100")
+		out, err := testkit.Try(d1.ns, "ip", "-o", "link", "show", "master", "skb100")
 		if err != nil { // no bridge
 			return 0
 		}
@@ -96,9 +96,9 @@ func benchDPUReboot(b testing.TB, pods int) {
 	stop(d1.agent)
 	batch.Reset()
 	for i := range pods {
-		testns.Run(b, podNS[i], "ip", "link", "del", "eth0")
+		testkit.Run(b, podNS[i], "ip", "link", "del", "eth0")
 	}
-	for _, l := range strings.Split(testns.Run(b, d1.ns, "ip", "-o", "link", "show"), "\n") {
+	for _, l := range strings.Split(testkit.Run(b, d1.ns, "ip", "-o", "link", "show"), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 2 {
 			continue
@@ -108,11 +108,11 @@ func benchDPUReboot(b testing.TB, pods int) {
 		}
 	}
 	ipBatch(b, d1.ns, batch.String())
-	testns.Run(b, d1.ns, "nft", "flush", "ruleset")
+	testkit.Run(b, d1.ns, "nft", "flush", "ruleset")
 	if n := attached(); n != 0 {
 		b.Fatalf("%d representors still on a bridge after the reboot", n)
 	}
-	if out := testns.Run(b, d1.ns, "ip", "-o", "link", "show"); strings.Contains(out, "skiff:") {
+	if out := testkit.Run(b, d1.ns, "ip", "-o", "link", "show"); strings.Contains(out, "skiff:") {
 		b.Fatalf("Skiff's objects survived the reboot:\n%s", out)
 	}
 	batch.Reset()
@@ -134,7 +134,7 @@ func benchDPUReboot(b testing.TB, pods int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for i := range pods {
-		if out := testns.Run(b, podNS[i], "ip", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, " inet ") {
+		if out := testkit.Run(b, podNS[i], "ip", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, " inet ") {
 			b.Fatalf("pod %d's re-created VF has no address: %s", i, out)
 		}
 	}
@@ -164,7 +164,7 @@ func benchDPUReboot(b testing.TB, pods int) {
 		bb.ReportMetric(float64(moved.Milliseconds()), "vfs-back-ms")
 	}
 	for _, i := range []int{0, pods - 1} {
-		testns.Run(b, podNS[i], "ping", "-c", "1", "-W", "2", peerIP)
+		testkit.MustPing(b, podNS[i], peerIP, 1, 2*time.Second)
 	}
 }
 
@@ -175,7 +175,7 @@ func ipBatch(t testing.TB, ns, cmds string) {
 	if err := os.WriteFile(f, []byte(cmds), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, ns, "ip", "-batch", f)
+	testkit.Run(t, ns, "ip", "-batch", f)
 }
 
 // movedBack gives the times of the "VF re-created" lines of an agent's log.

@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // dualPod is a pod made by the CNI plugin on a dual-stack network.
@@ -26,8 +27,8 @@ type dualPod struct {
 // must list both, each with its family's gateway and default route.
 func (c *cluster) addDualPod(t testing.TB, id, network, node, gw4, gw6 string) dualPod {
 	t.Helper()
-	p := dualPod{ns: testns.New(t)}
-	out, err := cniRun("ADD", id, testns.Path(p.ns), "eth0", cniConf(network, c.nodes[node].socket, "1.1.0"))
+	p := dualPod{ns: testkit.New(t)}
+	out, err := cniRun("ADD", id, testkit.Path(p.ns), "eth0", cniConf(network, c.nodes[node].socket, "1.1.0"))
 	if err != nil {
 		t.Fatalf("ADD %s: %v", id, err)
 	}
@@ -97,7 +98,7 @@ func TestDualStack(t *testing.T) {
 	l := c.addDualPod(t, "pod-l", "ds", "n1", gw4, gw6)
 
 	// The pod's interface: both addresses, a default route per family.
-	if out := testns.Run(t, a.ns, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via "+gw6) {
+	if out := testkit.Run(t, a.ns, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "via "+gw6) {
 		t.Errorf("pod a's IPv6 default route is not via the gateway %s: %q", gw6, out)
 	}
 	for _, p := range []dualPod{a, b, l} {
@@ -106,21 +107,21 @@ func TestDualStack(t *testing.T) {
 			if dst == p.v6 {
 				continue
 			}
-			testns.Run(t, p.ns, "ping", "-6", "-c", "1", "-W", "2", dst)
+			testkit.MustPing(t, p.ns, dst, 1, 2*time.Second)
 		}
-		testns.Run(t, p.ns, "ping", "-c", "1", "-W", "2", gw4)
+		testkit.MustPing(t, p.ns, gw4, 1, 2*time.Second)
 	}
-	testns.Run(t, a.ns, "ping", "-c", "1", "-W", "2", b.v4)
-	listenIn(t, b.ns, net.JoinHostPort(b.v6, "8080"))
-	listenIn(t, l.ns, net.JoinHostPort(l.v6, "8080"))
-	eventually(t, func() error {
+	testkit.MustPing(t, a.ns, b.v4, 1, 2*time.Second)
+	testkit.Serve(t, b.ns, net.JoinHostPort(b.v6, "8080"), "ok")
+	testkit.Serve(t, l.ns, net.JoinHostPort(l.v6, "8080"), "ok")
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		for _, dst := range []string{b.v6, l.v6} {
-			if !connects(a.ns, dst, "8080") {
+			if !testkit.Connects(a.ns, net.JoinHostPort(dst, "8080"), time.Second) {
 				return fmt.Errorf("pod a does not connect to [%s]:8080", dst)
 			}
 		}
 		return nil
-	})
+	}))
 	// Duplicate address detection: the pods' and the gateway's global
 	// addresses are never tentative (no DAD: every node holds the
 	// gateway); once the link-local addresses' DAD is over (about a
@@ -128,26 +129,26 @@ func TestDualStack(t *testing.T) {
 	// the nodes (every node's bridge has the gateway MAC, so the same
 	// link-local address).
 	for _, ns := range []string{a.ns, b.ns, c.nodes["n1"].ns, c.nodes["n2"].ns} {
-		if out := testns.Run(t, ns, "ip", "-6", "addr", "show", "scope", "global"); strings.Contains(out, "tentative") {
+		if out := testkit.Run(t, ns, "ip", "-6", "addr", "show", "scope", "global"); strings.Contains(out, "tentative") {
 			t.Errorf("a global IPv6 address is tentative (DAD was not turned off for it):\n%s", out)
 		}
-		eventually(t, func() error {
-			out := testns.Run(t, ns, "ip", "-6", "addr", "show")
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+			out := testkit.Run(t, ns, "ip", "-6", "addr", "show")
 			for _, l := range strings.Split(out, "\n") {
 				if strings.Contains(l, "tentative") && !strings.Contains(l, "dadfailed") {
 					return fmt.Errorf("DAD still running:\n%s", out)
 				}
 			}
 			return nil
-		})
-		if out := testns.Run(t, ns, "ip", "-6", "addr", "show"); strings.Contains(out, "dadfailed") {
+		}))
+		if out := testkit.Run(t, ns, "ip", "-6", "addr", "show"); strings.Contains(out, "dadfailed") {
 			t.Errorf("an IPv6 address failed DAD:\n%s", out)
 		}
 	}
 	// The gateway's IPv6 address is on each node's bridge, with the
 	// network's gateway MAC answering for it.
 	for _, n := range []string{"n1", "n2"} {
-		if out := testns.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "show", "dev", "skb100"); !strings.Contains(out, gw6+"/64") {
+		if out := testkit.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "show", "dev", "skb100"); !strings.Contains(out, gw6+"/64") {
 			t.Errorf("%s: the bridge lacks the IPv6 gateway %s/64:\n%s", n, gw6, out)
 		}
 	}
@@ -175,12 +176,12 @@ func TestEgressIPv6(t *testing.T) {
 	c.mustCtl("subnet", "create", "flat-v4", "--network", "flat", "--cidr", "203.0.113.0/25")
 	c.mustCtl("subnet", "create", "flat-v6", "--network", "flat", "--cidr", "2001:db8:300::/64")
 	const inet6 = "2001:db8:ffff::200"
-	testns.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
-	testns.Run(t, c.ul, "ip", "-6", "addr", "add", inet6+"/128", "dev", "lo")
+	testkit.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
+	testkit.Run(t, c.ul, "ip", "-6", "addr", "add", inet6+"/128", "dev", "lo")
 	for name, n := range c.nodes {
 		own := "2001:db8:ff::" + strings.TrimPrefix(name, "n")
-		testns.Run(t, n.ns, "ip", "-6", "addr", "add", own+"/64", "dev", "eth0", "nodad")
-		testns.Run(t, n.ns, "ip", "-6", "route", "add", inet6+"/128", "via", "2001:db8:ff::fe")
+		testkit.Run(t, n.ns, "ip", "-6", "addr", "add", own+"/64", "dev", "eth0", "nodad")
+		testkit.Run(t, n.ns, "ip", "-6", "route", "add", inet6+"/128", "via", "2001:db8:ff::fe")
 	}
 	c.waitCNI(t, "pods")
 	a := c.addDualPod(t, "snat-a", "pods", "n1", "198.51.100.1", "2001:db8:100::1")
@@ -193,31 +194,31 @@ func TestEgressIPv6(t *testing.T) {
 		t.Errorf("the outside saw the snat pod's IPv6 ping from %q, want n1's address 2001:db8:ff::1", seen)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		if v := strings.TrimSpace(testns.Run(t, c.nodes[n].ns, "sysctl", "-n", "net.ipv6.conf.all.forwarding")); v != "1" {
+		if v := strings.TrimSpace(testkit.Run(t, c.nodes[n].ns, "sysctl", "-n", "net.ipv6.conf.all.forwarding")); v != "1" {
 			t.Errorf("%s: net.ipv6.conf.all.forwarding = %s: the agent did not turn IPv6 forwarding on for a snat or routed network with an IPv6 subnet", n, v)
 		}
 	}
 
 	// none: nothing out, even with a route back; nothing in.
-	testns.Run(t, c.ul, "ip", "-6", "route", "add", "2001:db8:200::/64", "via", "2001:db8:ff::1")
-	if _, err := testns.Try(t1.ns, "ping", "-6", "-c", "1", "-W", "1", inet6); err == nil {
+	testkit.Run(t, c.ul, "ip", "-6", "route", "add", "2001:db8:200::/64", "via", "2001:db8:ff::1")
+	if err := testkit.Ping(t1.ns, inet6, 1, time.Second); err == nil {
 		t.Error("a pod of a network with egress none reached the outside over IPv6")
 	}
-	if _, err := testns.Try(c.ul, "ping", "-6", "-c", "1", "-W", "1", t1.v6); err == nil {
+	if err := testkit.Ping(c.ul, t1.v6, 1, time.Second); err == nil {
 		t.Error("the outside reached a pod of a network with egress none over IPv6")
 	}
 	for _, dst := range []string{t1.v6, t2.v6} {
-		if _, err := testns.Try(a.ns, "ping", "-6", "-c", "1", "-W", "1", dst); err == nil {
+		if err := testkit.Ping(a.ns, dst, 1, time.Second); err == nil {
 			t.Errorf("the snat pod reached tenant pod %s over IPv6", dst)
 		}
 	}
 
 	// routed: leaves with the pod's own IPv6 address; answered once the
 	// outside routes the subnet back.
-	if _, err := testns.Try(r.ns, "ping", "-6", "-c", "1", "-W", "1", inet6); err == nil {
+	if err := testkit.Ping(r.ns, inet6, 1, time.Second); err == nil {
 		t.Error("a routed pod was answered over IPv6 by an outside with no route back: its address was translated")
 	}
-	testns.Run(t, c.ul, "ip", "-6", "route", "add", "2001:db8:300::/64", "via", "2001:db8:ff::2")
+	testkit.Run(t, c.ul, "ip", "-6", "route", "add", "2001:db8:300::/64", "via", "2001:db8:ff::2")
 	if seen := outsideSees(t, c.ul, r.ns, inet6, "2001:db8:ff::1", "2001:db8:ff::2", r.v6); seen != r.v6 {
 		t.Errorf("the outside saw the routed pod's IPv6 ping from %q, want the pod's own %s", seen, r.v6)
 	}
@@ -234,9 +235,9 @@ func newIPv6UnderlayCluster(t testing.TB) (*cluster, map[string]string) {
 		args[n] = []string{"--underlay-ip", ip}
 	}
 	c := newClusterArgs(t, args, []string{"n1", "n2"}, "n1", "n2")
-	testns.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
+	testkit.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
 	for n, ip := range vtep {
-		testns.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "add", ip+"/64", "dev", "eth0", "nodad")
+		testkit.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "add", ip+"/64", "dev", "eth0", "nodad")
 		c.startAgent(n)
 	}
 	return c, vtep
@@ -262,35 +263,35 @@ func TestIPv6Underlay(t *testing.T) {
 		t.Errorf("the nodes did not register their IPv6 VTEPs:\n%s", out)
 	}
 	for n, other := range map[string]string{"n1": "n2", "n2": "n1"} {
-		if out := testns.Run(t, c.nodes[n].ns, "ip", "-d", "link", "show", "skv100"); !strings.Contains(out, "local "+vtep[n]) {
+		if out := testkit.Run(t, c.nodes[n].ns, "ip", "-d", "link", "show", "skv100"); !strings.Contains(out, "local "+vtep[n]) {
 			t.Errorf("%s: skv100 is not on the IPv6 VTEP %s:\n%s", n, vtep[n], out)
 		}
 		// The flood entry comes with the delta bringing the other
 		// node's pod, which n applies in its own time: pod-b's CNI ADD
 		// returning on n2 says nothing of n1, which may not have the
 		// entry yet.
-		eventually(t, func() error {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 			if out := c.fdb(n, 100); !strings.Contains(out, "00:00:00:00:00:00 "+vtep[other]) {
 				return fmt.Errorf("%s: no flood entry to %s's IPv6 VTEP %s:\n%s", n, other, vtep[other], out)
 			}
 			return nil
-		})
+		}))
 	}
 	// Full-size packets, not fragmented: 1430 bytes of IPv4 (1402 of
 	// ICMP data) and of IPv6 (1382).
-	testns.Run(t, a.ns, "ping", "-c", "2", "-W", "2", "-M", "do", "-s", "1402", b.v4)
-	testns.Run(t, a.ns, "ping", "-6", "-c", "2", "-W", "2", "-M", "do", "-s", "1382", b.v6)
-	testns.Run(t, b.ns, "ping", "-6", "-c", "1", "-W", "2", gw6)
-	listenIn(t, b.ns, net.JoinHostPort(b.v6, "8080"))
-	listenIn(t, b.ns, net.JoinHostPort(b.v4, "8080"))
-	eventually(t, func() error {
+	testkit.Run(t, a.ns, "ping", "-c", "2", "-W", "2", "-M", "do", "-s", "1402", b.v4)
+	testkit.Run(t, a.ns, "ping", "-6", "-c", "2", "-W", "2", "-M", "do", "-s", "1382", b.v6)
+	testkit.MustPing(t, b.ns, gw6, 1, 2*time.Second)
+	testkit.Serve(t, b.ns, net.JoinHostPort(b.v6, "8080"), "ok")
+	testkit.Serve(t, b.ns, net.JoinHostPort(b.v4, "8080"), "ok")
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		for _, dst := range []string{b.v6, b.v4} {
-			if !connects(a.ns, dst, "8080") {
+			if !testkit.Connects(a.ns, net.JoinHostPort(dst, "8080"), time.Second) {
 				return fmt.Errorf("pod a does not connect to %s", net.JoinHostPort(dst, "8080"))
 			}
 		}
 		return nil
-	})
+	}))
 	// The pods' traffic really crosses the underlay in IPv6: the
 	// underlay's bridge counts VXLAN over IPv6 and over IPv4 while pod a
 	// pings b over IPv4.
@@ -300,9 +301,9 @@ func TestIPv6Underlay(t *testing.T) {
 	if err := os.WriteFile(f, []byte(rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, c.ul, "nft", "-f", f)
-	testns.Run(t, a.ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", b.v4)
-	out := testns.Run(t, c.ul, "nft", "list", "table", "bridge", "ul6")
+	testkit.Run(t, c.ul, "nft", "-f", f)
+	testkit.Run(t, a.ns, "ping", "-c", "3", "-i", "0.2", "-W", "2", b.v4)
+	out := testkit.Run(t, c.ul, "nft", "list", "table", "bridge", "ul6")
 	count := func(family string) int {
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, `comment "`+family+`"`) {
@@ -371,9 +372,9 @@ func newHostAddrCluster(t *testing.T, v6 bool) (*cluster, map[bool]map[string]st
 		}
 	}
 	c := newClusterArgs(t, args, []string{"n1", "n2"}, "n1", "n2")
-	testns.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
+	testkit.Run(t, c.ul, "ip", "-6", "addr", "add", "2001:db8:ff::fe/64", "dev", "ul0", "nodad")
 	for n := range v4s {
-		testns.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "add", v6s[n]+"/64", "dev", "eth0", "nodad")
+		testkit.Run(t, c.nodes[n].ns, "ip", "-6", "addr", "add", v6s[n]+"/64", "dev", "eth0", "nodad")
 		c.startAgent(n)
 	}
 	return c, map[bool]map[string]string{false: v4s, true: v6s}
@@ -410,16 +411,16 @@ func nodeToPod(t *testing.T, c *cluster, pods map[string]dualPod, self map[bool]
 	if v6 {
 		port = "8086"
 	}
-	listenIn(t, pods["b"].ns, net.JoinHostPort(addr("b"), port))
-	eventually(t, func() error {
-		if !connects(n1, addr("b"), port) {
+	testkit.Serve(t, pods["b"].ns, net.JoinHostPort(addr("b"), port), "ok")
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if !testkit.Connects(n1, net.JoinHostPort(addr("b"), port), time.Second) {
 			return fmt.Errorf("n1 does not connect to pod b (n2) on %s", net.JoinHostPort(addr("b"), port))
 		}
 		return nil
-	})
+	}))
 	// The node's local pod, and the pods' first hop.
-	testns.Run(t, n1, append(ping, "-c", "1", "-W", "2", addr("a"))...)
-	if out := testns.Run(t, pods["a"].ns, "ip", fam, "route", "show", "default"); !strings.Contains(out, "via "+gw) {
+	testkit.Run(t, n1, append(ping, "-c", "1", "-W", "2", addr("a"))...)
+	if out := testkit.Run(t, pods["a"].ns, "ip", fam, "route", "show", "default"); !strings.Contains(out, "via "+gw) {
 		t.Errorf("pod a's IPv%s default route is not the anycast gateway %s: %s", fam[1:], gw, out)
 	}
 	// A pod reaches the other node's address through the overlay, with
@@ -430,15 +431,15 @@ func nodeToPod(t *testing.T, c *cluster, pods map[string]dualPod, self map[bool]
 	// Isolation: the node cannot reach the none network's pod on the
 	// other node; the none pod cannot reach the snat pods nor the other
 	// node; the snat pod cannot reach the none pods.
-	if _, err := testns.Try(n1, append(ping, "-c", "1", "-W", "1", addr("t2"))...); err == nil {
+	if _, err := testkit.Try(n1, append(ping, "-c", "1", "-W", "1", addr("t2"))...); err == nil {
 		t.Errorf("n1 reached the none network's pod %s on n2", addr("t2"))
 	}
 	for _, dst := range []string{addr("b"), me["n2"]} {
-		if _, err := testns.Try(pods["t1"].ns, append(ping, "-c", "1", "-W", "1", dst)...); err == nil {
+		if _, err := testkit.Try(pods["t1"].ns, append(ping, "-c", "1", "-W", "1", dst)...); err == nil {
 			t.Errorf("a pod of the none network reached %s", dst)
 		}
 	}
-	if _, err := testns.Try(pods["a"].ns, append(ping, "-c", "1", "-W", "1", addr("t2"))...); err == nil {
+	if _, err := testkit.Try(pods["a"].ns, append(ping, "-c", "1", "-W", "1", addr("t2"))...); err == nil {
 		t.Errorf("the snat pod reached the none network's pod %s", addr("t2"))
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // BenchmarkEgressSNAT measures TCP throughput from a pod to an address
@@ -22,29 +22,29 @@ func BenchmarkEgressSNAT(b *testing.B) {
 	c.mustCtl("network", "create", "pods", "--vni", "100", "--egress", "snat")
 	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/25")
 	const inet = "203.0.113.200"
-	testns.Run(b, c.ul, "ip", "addr", "add", inet+"/32", "dev", "lo")
-	testns.Run(b, n1.ns, "ip", "route", "add", inet+"/32", "via", "192.0.2.254")
+	testkit.Run(b, c.ul, "ip", "addr", "add", inet+"/32", "dev", "lo")
+	testkit.Run(b, n1.ns, "ip", "route", "add", inet+"/32", "via", "192.0.2.254")
 	c.waitCNI(b, "pods")
-	ns := testns.New(b)
-	if _, err := cniRun("ADD", "egress-bench", testns.Path(ns), "eth0", cniConf("pods", n1.socket, "1.1.0")); err != nil {
+	ns := testkit.New(b)
+	if _, err := cniRun("ADD", "egress-bench", testkit.Path(ns), "eth0", cniConf("pods", n1.socket, "1.1.0")); err != nil {
 		b.Fatal(err)
 	}
 
 	// The hand-built reference: 198.51.100.248/30 on a veth, the node
 	// masquerading it with a table of its own.
-	ref := testns.New(b)
-	testns.Run(b, n1.ns, "ip", "link", "add", "refh", "type", "veth", "peer", "name", "eth0", "netns", ref)
-	testns.Run(b, n1.ns, "ip", "addr", "add", "198.51.100.249/30", "dev", "refh")
-	testns.Run(b, n1.ns, "ip", "link", "set", "refh", "up")
-	testns.Run(b, ref, "ip", "addr", "add", "198.51.100.250/30", "dev", "eth0")
-	testns.Run(b, ref, "ip", "link", "set", "eth0", "up")
-	testns.Run(b, ref, "ip", "route", "add", "default", "via", "198.51.100.249")
+	ref := testkit.New(b)
+	testkit.Run(b, n1.ns, "ip", "link", "add", "refh", "type", "veth", "peer", "name", "eth0", "netns", ref)
+	testkit.Run(b, n1.ns, "ip", "addr", "add", "198.51.100.249/30", "dev", "refh")
+	testkit.Run(b, n1.ns, "ip", "link", "set", "refh", "up")
+	testkit.Run(b, ref, "ip", "addr", "add", "198.51.100.250/30", "dev", "eth0")
+	testkit.Run(b, ref, "ip", "link", "set", "eth0", "up")
+	testkit.Run(b, ref, "ip", "route", "add", "default", "via", "198.51.100.249")
 	f := filepath.Join(b.TempDir(), "refnat.nft")
 	rules := "table ip refnat {\n chain post {\n  type nat hook postrouting priority srcnat;\n  ip saddr 198.51.100.248/30 masquerade\n }\n}\n"
 	if err := os.WriteFile(f, []byte(rules), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	testns.Run(b, n1.ns, "nft", "-f", f)
+	testkit.Run(b, n1.ns, "nft", "-f", f)
 
 	var skiff, hand float64
 	const rounds = 3

@@ -5,8 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestEgressIPBlock: NetworkPolicy egress rules still apply to traffic
@@ -22,24 +23,24 @@ func TestEgressIPBlock(t *testing.T) {
 	c.mustCtl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "198.51.100.0/24")
 	const denied, allowed = "203.0.113.200", "203.0.113.201"
 	for _, a := range []string{denied, allowed} {
-		testns.Run(t, c.ul, "ip", "addr", "add", a+"/32", "dev", "lo")
+		testkit.Run(t, c.ul, "ip", "addr", "add", a+"/32", "dev", "lo")
 		for _, n := range c.nodes {
-			testns.Run(t, n.ns, "ip", "route", "add", a+"/32", "via", "192.0.2.254")
+			testkit.Run(t, n.ns, "ip", "route", "add", a+"/32", "via", "192.0.2.254")
 		}
 	}
 	c.waitCNI(t, "pods")
 	add := func(id, node, app string) string {
 		t.Helper()
-		ns := testns.New(t)
+		ns := testkit.New(t)
 		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"pods","type":"skiff-cni","network":"pods","socket":%q,"labels":{"app":%q}}`, c.nodes[node].socket, app)
-		if _, err := cniRun("ADD", id, testns.Path(ns), "eth0", conf); err != nil {
+		if _, err := cniRun("ADD", id, testkit.Path(ns), "eth0", conf); err != nil {
 			t.Fatalf("ADD %s: %v", id, err)
 		}
 		return ns
 	}
 	web, other := add("web", "n1", "web"), add("other", "n2", "other")
 	reaches := func(ns, addr string) bool {
-		_, err := testns.Try(ns, "ping", "-c", "1", "-W", "1", addr)
+		err := testkit.Ping(ns, addr, 1, time.Second)
 		return err == nil
 	}
 	for _, ns := range []string{web, other} {
@@ -63,12 +64,12 @@ spec:
 		t.Fatal(err)
 	}
 	c.mustCtl("policy", "apply", "-f", file)
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if reaches(web, denied) {
 			return fmt.Errorf("web still reaches %s, which its egress policy excepts", denied)
 		}
 		return nil
-	})
+	}))
 	for _, ch := range []struct {
 		name      string
 		got, want bool
@@ -83,10 +84,10 @@ spec:
 	}
 
 	c.mustCtl("delete", "policy", "default/web-out")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if !reaches(web, denied) {
 			return fmt.Errorf("web does not reach %s after its policy was deleted", denied)
 		}
 		return nil
-	})
+	}))
 }

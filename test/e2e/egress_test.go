@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestEgress: a network's egress decides what leaves the overlay, on
@@ -36,9 +37,9 @@ func TestEgress(t *testing.T) {
 		t.Errorf("skiffctl get networks does not show tenant's egress as none:\n%s", out)
 	}
 	const inet = "203.0.113.200"
-	testns.Run(t, c.ul, "ip", "addr", "add", inet+"/32", "dev", "lo")
+	testkit.Run(t, c.ul, "ip", "addr", "add", inet+"/32", "dev", "lo")
 	for _, n := range c.nodes {
-		testns.Run(t, n.ns, "ip", "route", "add", inet+"/32", "via", "192.0.2.254")
+		testkit.Run(t, n.ns, "ip", "route", "add", inet+"/32", "via", "192.0.2.254")
 	}
 	c.waitCNI(t, "pods")
 	add := func(id, network, node string) (string, string) { return c.addPod(t, id, network, node) }
@@ -52,34 +53,34 @@ func TestEgress(t *testing.T) {
 		t.Errorf("the outside saw the snat pod's connection from %q, want n1's address 192.0.2.1", seen)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		if v := strings.TrimSpace(testns.Run(t, c.nodes[n].ns, "sysctl", "-n", "net.ipv4.ip_forward")); v != "1" {
+		if v := strings.TrimSpace(testkit.Run(t, c.nodes[n].ns, "sysctl", "-n", "net.ipv4.ip_forward")); v != "1" {
 			t.Errorf("%s: net.ipv4.ip_forward = %s: the agent did not turn forwarding on for a snat or routed network", n, v)
 		}
 	}
-	if out := testns.Run(t, c.nodes["n1"].ns, "nft", "list", "table", "inet", "skiff"); !strings.Contains(out, "masquerade") {
+	if out := testkit.Run(t, c.nodes["n1"].ns, "nft", "list", "table", "inet", "skiff"); !strings.Contains(out, "masquerade") {
 		t.Errorf("n1's table has no masquerade rule:\n%s", out)
 	}
 
 	// none: nothing out, even with a route back; nothing in.
-	testns.Run(t, c.ul, "ip", "route", "add", "198.51.100.128/25", "via", "192.0.2.1")
-	if _, err := testns.Try(t1, "ping", "-c", "1", "-W", "1", inet); err == nil {
+	testkit.Run(t, c.ul, "ip", "route", "add", "198.51.100.128/25", "via", "192.0.2.1")
+	if err := testkit.Ping(t1, inet, 1, time.Second); err == nil {
 		t.Error("a pod of a network with egress none reached the outside")
 	}
-	if _, err := testns.Try(c.ul, "ping", "-c", "1", "-W", "1", t1IP); err == nil {
+	if err := testkit.Ping(c.ul, t1IP, 1, time.Second); err == nil {
 		t.Error("the outside reached a pod of a network with egress none")
 	}
 	for _, dst := range []string{t1IP, t2IP} {
-		if _, err := testns.Try(a, "ping", "-c", "1", "-W", "1", dst); err == nil {
+		if err := testkit.Ping(a, dst, 1, time.Second); err == nil {
 			t.Errorf("the snat pod reached tenant pod %s", dst)
 		}
 	}
 
 	// routed: leaves with the pod's address; answered once the outside
 	// routes the subnet back.
-	if _, err := testns.Try(r, "ping", "-c", "1", "-W", "1", inet); err == nil {
+	if err := testkit.Ping(r, inet, 1, time.Second); err == nil {
 		t.Error("a routed pod was answered by an outside with no route back: its address was translated")
 	}
-	testns.Run(t, c.ul, "ip", "route", "add", "203.0.113.0/25", "via", "192.0.2.2")
+	testkit.Run(t, c.ul, "ip", "route", "add", "203.0.113.0/25", "via", "192.0.2.2")
 	if seen := outsideSees(t, c.ul, r, inet, "192.0.2.1", "192.0.2.2", rIP); seen != rIP {
 		t.Errorf("the outside saw the routed pod's connection from %q, want the pod's own %s", seen, rIP)
 	}
@@ -103,10 +104,10 @@ func outsideSees(t *testing.T, outside, from, addr string, candidates ...string)
 	if err := os.WriteFile(f, []byte(rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, outside, "nft", "-f", f)
-	defer testns.Run(t, outside, "nft", "delete", "table", "inet", "egresstest")
-	testns.Run(t, from, append(ping, "-c", "3", "-i", "0.2", "-W", "2", addr)...)
-	out := testns.Run(t, outside, "nft", "list", "table", "inet", "egresstest")
+	testkit.Run(t, outside, "nft", "-f", f)
+	defer testkit.Run(t, outside, "nft", "delete", "table", "inet", "egresstest")
+	testkit.Run(t, from, append(ping, "-c", "3", "-i", "0.2", "-W", "2", addr)...)
+	out := testkit.Run(t, outside, "nft", "list", "table", "inet", "egresstest")
 	var seen []string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "packets 3 ") {
@@ -124,22 +125,22 @@ func outsideSees(t *testing.T, outside, from, addr string, candidates ...string)
 // network.
 func (c *cluster) waitCNI(t testing.TB, network string) {
 	t.Helper()
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		for n := range c.nodes {
 			if _, err := cniRun("STATUS", "", "", "", cniConf(network, c.nodes[n].socket, "1.1.0")); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
+	}))
 }
 
 // addPod runs the CNI's ADD for a new pod namespace on network at node,
 // returning the namespace and the pod's first address.
 func (c *cluster) addPod(t *testing.T, id, network, node string) (ns, ip string) {
 	t.Helper()
-	ns = testns.New(t)
-	out, err := cniRun("ADD", id, testns.Path(ns), "eth0", cniConf(network, c.nodes[node].socket, "1.1.0"))
+	ns = testkit.New(t)
+	out, err := cniRun("ADD", id, testkit.Path(ns), "eth0", cniConf(network, c.nodes[node].socket, "1.1.0"))
 	if err != nil {
 		t.Fatalf("ADD %s: %v", id, err)
 	}

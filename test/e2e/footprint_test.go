@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // procStats returns a process's resident set (KiB) and CPU time used
@@ -63,12 +63,12 @@ func BenchmarkAgentFootprint(b *testing.B) {
 func footprint(b *testing.B) {
 	c := newCluster(b, "n1")
 	pid := c.nodes["n1"].agent.Process.Pid
-	eventually(b, func() error {
+	testkit.Eventually(b, "", 20*time.Second, testkit.NoError(func() error {
 		if !strings.Contains(c.mustCtl("get", "nodes"), "true") {
 			return fmt.Errorf("agent not connected")
 		}
 		return nil
-	})
+	}))
 	time.Sleep(2 * time.Second)
 	rssIdle, _ := procStats(b, pid)
 	cpuIdle := idleCPU(b, pid, 10*time.Second)
@@ -76,11 +76,11 @@ func footprint(b *testing.B) {
 	// The load runs inside the underlay namespace, where the controller
 	// listens: this test binary, re-executed as a loader.
 	start := time.Now()
-	out, err := testns.Try(c.ul, "env", "SKIFF_E2E_LOADER="+ctrlAddr, os.Args[0])
+	out, err := testkit.Try(c.ul, "env", "SKIFF_E2E_LOADER="+ctrlAddr, os.Args[0])
 	if err != nil {
 		b.Fatalf("loader: %v\n%s", err, out)
 	}
-	eventually(b, func() error {
+	testkit.Eventually(b, "", 20*time.Second, testkit.NoError(func() error {
 		total := 0
 		for i := range 10 {
 			total += strings.Count(c.fdb("n1", 1000+i), " ")
@@ -89,7 +89,7 @@ func footprint(b *testing.B) {
 			return fmt.Errorf("%d VXLAN FDB entries so far", total)
 		}
 		return nil
-	})
+	}))
 	converged := time.Since(start)
 	time.Sleep(3 * time.Second)
 	rssLoaded, _ := procStats(b, pid)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,27 +20,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 var binDir string
 
 func TestMain(m *testing.M) {
-	if addr := os.Getenv("SKIFF_E2E_LISTEN"); addr != "" {
-		// A TCP server for connection probes: says "ok" and hangs up.
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "listen:", err)
-			os.Exit(1)
-		}
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				os.Exit(1)
-			}
-			_, _ = c.Write([]byte("ok"))
-			c.Close()
-		}
-	}
 	if addr := os.Getenv("SKIFF_E2E_LOADER"); addr != "" {
 		if err := runLoader(addr); err != nil {
 			fmt.Fprintln(os.Stderr, "loader:", err)
@@ -90,17 +74,6 @@ func removeDeadBinDirs() {
 	}
 }
 
-// freePort returns a loopback address with a port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // proc is a running binary whose output goes to a file shown on failure.
 type proc struct {
 	cmd  *exec.Cmd
@@ -132,20 +105,17 @@ func startController(t *testing.T, addr string, args ...string) *proc {
 	})
 	conn := dial(t, addr)
 	hc := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.Eventually(t, "controller on "+addr+" ready", 60*time.Second, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		cancel()
 		if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
-			return p
+			return true, ""
 		}
-		if cmd.ProcessState != nil || time.Now().After(deadline) {
-			b, _ := os.ReadFile(logf)
-			t.Fatalf("controller on %s did not become ready: %v\n%s", addr, err, b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		b, _ := os.ReadFile(logf)
+		return false, fmt.Sprintf("%v %v\n%s", r.GetStatus(), err, b)
+	})
+	return p
 }
 
 func (p *proc) kill() {
@@ -188,24 +158,4 @@ func skiffctl(addr string, args ...string) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	return out.String(), errb.String(), err
-}
-
-// listenIn runs a TCP server on addr inside namespace ns until the test
-// ends: every connection gets "ok".
-func listenIn(t *testing.T, ns, addr string) {
-	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns, os.Args[0])
-	cmd.Env = append(os.Environ(), "SKIFF_E2E_LISTEN="+addr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-}
-
-// connects reports whether a TCP connection from namespace ns to addr gets
-// the listener's "ok" within a second.
-func connects(ns, ip, port string) bool {
-	out, err := exec.Command("ip", "netns", "exec", ns, "timeout", "1", "bash", "-c",
-		"exec 3<>/dev/tcp/"+ip+"/"+port+"; head -c2 <&3").Output()
-	return err == nil && string(out) == "ok"
 }

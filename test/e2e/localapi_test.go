@@ -8,9 +8,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestLocalAPIAndTraffic plumbs pods (namespaces) through each agent's
@@ -26,17 +27,17 @@ func TestLocalAPIAndTraffic(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range c.nodes {
 		st, err := os.Stat(n.socket)
-		eventually(t, func() error { st, err = os.Stat(n.socket); return err })
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { st, err = os.Stat(n.socket); return err }))
 		if st.Mode().Perm() != 0o600 {
 			t.Fatalf("%s socket mode %v, want 0600", n.name, st.Mode().Perm())
 		}
-		eventually(t, func() error {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 			s, err := localapi.NewClient(n.socket).Status(ctx)
 			if err != nil || !s.Ready {
 				return fmt.Errorf("%s not ready: %+v %v", n.name, s, err)
 			}
 			return nil
-		})
+		}))
 	}
 	type pod struct {
 		ns   string
@@ -45,9 +46,9 @@ func TestLocalAPIAndTraffic(t *testing.T) {
 	pods := map[string]*pod{}
 	add := func(name, network, nodeName string) *pod {
 		t.Helper()
-		p := &pod{ns: testns.New(t)}
+		p := &pod{ns: testkit.New(t)}
 		r, err := localapi.NewClient(c.nodes[nodeName].socket).Create(ctx, localapi.CreateRequest{
-			Name: name, Network: network, NetNS: testns.Path(p.ns), IfName: "eth0", Labels: map[string]string{"app": name}})
+			Name: name, Network: network, NetNS: testkit.Path(p.ns), IfName: "eth0", Labels: map[string]string{"app": name}})
 		if err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
@@ -62,23 +63,23 @@ func TestLocalAPIAndTraffic(t *testing.T) {
 	if len(pa.resp.IPs) != 1 || pa.resp.Gateways[0] != "198.51.100.1" || pa.resp.MTU != 1450 {
 		t.Fatalf("create response %+v", pa.resp)
 	}
-	if out := testns.Run(t, pa.ns, "ip", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, pa.resp.IPs[0]) {
+	if out := testkit.Run(t, pa.ns, "ip", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, pa.resp.IPs[0]) {
 		t.Fatalf("pod address missing: %s", out)
 	}
-	if out := testns.Run(t, pa.ns, "ip", "route", "show", "default"); !strings.Contains(out, "via 198.51.100.1 dev eth0") {
+	if out := testkit.Run(t, pa.ns, "ip", "route", "show", "default"); !strings.Contains(out, "via 198.51.100.1 dev eth0") {
 		t.Fatalf("pod default route: %s", out)
 	}
 	ipOf := func(p *pod) string { return strings.Split(p.resp.IPs[0], "/")[0] }
 
 	// Same network across nodes: reachable, over VXLAN.
-	testns.Run(t, pa.ns, "ping", "-c", "3", "-W", "2", ipOf(pb))
-	testns.Run(t, pb.ns, "ping", "-c", "2", "-W", "2", ipOf(pa))
+	testkit.MustPing(t, pa.ns, ipOf(pb), 3, 2*time.Second)
+	testkit.MustPing(t, pb.ns, ipOf(pa), 2, 2*time.Second)
 	// Different networks: isolated.
-	if out, err := testns.Try(pa.ns, "ping", "-c", "2", "-W", "1", ipOf(pc)); err == nil {
+	if out, err := testkit.Try(pa.ns, "ping", "-c", "2", "-W", "1", ipOf(pc)); err == nil {
 		t.Fatalf("blue pod reached a red pod:\n%s", out)
 	}
 	// Counters reach the controller.
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		var eps []struct {
 			Name     string `json:"name"`
 			Counters struct {
@@ -94,33 +95,33 @@ func TestLocalAPIAndTraffic(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("no counters for pa yet: %+v", eps)
-	})
+	}))
 
 	// The controller dies: established forwarding goes on.
 	stop(c.ctrl)
-	testns.Run(t, pa.ns, "ping", "-c", "2", "-W", "2", ipOf(pb))
+	testkit.MustPing(t, pa.ns, ipOf(pb), 2, 2*time.Second)
 	c.startController()
 	for _, n := range c.nodes {
-		eventually(t, func() error {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 			s, err := localapi.NewClient(n.socket).Status(ctx)
 			if err != nil || !s.Ready {
 				return fmt.Errorf("%s not back: %+v %v", n.name, s, err)
 			}
 			return nil
-		})
+		}))
 	}
 
 	// Bad requests are refused and leave nothing behind.
 	cl := localapi.NewClient(c.nodes["n1"].socket)
-	before := testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")
+	before := testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show")
 	for _, bad := range []struct {
 		req  localapi.CreateRequest
 		code string
 	}{
-		{localapi.CreateRequest{Name: "x1", Network: "nope", NetNS: testns.Path(pa.ns), IfName: "eth1"}, "not-found"},
-		{localapi.CreateRequest{Name: "x2", Network: "blue", NetNS: testns.Path(pa.ns), IfName: "this-name-is-too-long"}, "invalid"},
+		{localapi.CreateRequest{Name: "x1", Network: "nope", NetNS: testkit.Path(pa.ns), IfName: "eth1"}, "not-found"},
+		{localapi.CreateRequest{Name: "x2", Network: "blue", NetNS: testkit.Path(pa.ns), IfName: "this-name-is-too-long"}, "invalid"},
 		{localapi.CreateRequest{Name: "x3", Network: "blue", NetNS: "/nonexistent", IfName: "eth1"}, "invalid"},
-		{localapi.CreateRequest{Name: "pa", Network: "blue", NetNS: testns.Path(pa.ns), IfName: "eth1"}, "exists"},
+		{localapi.CreateRequest{Name: "pa", Network: "blue", NetNS: testkit.Path(pa.ns), IfName: "eth1"}, "exists"},
 	} {
 		_, err := cl.Create(ctx, bad.req)
 		var le *localapi.Error
@@ -128,7 +129,7 @@ func TestLocalAPIAndTraffic(t *testing.T) {
 			t.Errorf("create %+v: %v, want code %s", bad.req, err, bad.code)
 		}
 	}
-	if after := testns.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"); linkNames(after) != linkNames(before) {
+	if after := testkit.Run(t, c.nodes["n1"].ns, "ip", "-o", "link", "show"); linkNames(after) != linkNames(before) {
 		t.Fatalf("refused requests changed n1's links:\n%s\n%s", before, after)
 	}
 	if out := c.mustCtl("get", "endpoints"); strings.Contains(out, "x1") || strings.Contains(out, "x2") || strings.Contains(out, "x3") {
@@ -143,18 +144,18 @@ func TestLocalAPIAndTraffic(t *testing.T) {
 	if err := cl.Delete(ctx, "pa"); err != nil {
 		t.Fatalf("second delete: %v", err)
 	}
-	if out, _ := testns.Try(pa.ns, "ip", "link", "show", "eth0"); !strings.Contains(out, "does not exist") {
+	if out, _ := testkit.Try(pa.ns, "ip", "link", "show", "eth0"); !strings.Contains(out, "does not exist") {
 		t.Fatalf("pod interface still there: %s", out)
 	}
 	if strings.Contains(c.mustCtl("get", "endpoints"), "pa ") {
 		t.Fatal("endpoint pa still stored")
 	}
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if f := c.fdb("n2", 100); strings.Contains(f, pa.resp.MAC) {
 			return fmt.Errorf("n2 still forwards pa's MAC: %s", f)
 		}
 		return nil
-	})
+	}))
 }
 
 func linkNames(ipLinkOutput string) string {

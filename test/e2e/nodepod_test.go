@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestNodeToPod: a node's own traffic reaches pods on every node of a
@@ -29,7 +31,7 @@ func TestNodeToPod(t *testing.T) {
 	// Strict reverse-path filtering (RHEL's default): the paths between
 	// a node and pods are symmetric.
 	for _, n := range c.nodes {
-		testns.Run(t, n.ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1")
+		testkit.Run(t, n.ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1")
 	}
 	add := func(id, network, node string) (string, string) { return c.addPod(t, id, network, node) }
 	a, aIP := add("pod-a", "pods", "n1")
@@ -49,31 +51,31 @@ func TestNodeToPod(t *testing.T) {
 	if seen := outsideSees(t, a, n2, aIP, "192.0.2.2", gw); seen != "192.0.2.2" {
 		t.Errorf("pod a (n1) saw n2's ping from %q, want n2's address 192.0.2.2", seen)
 	}
-	listenIn(t, b, bIP+":8080")
-	eventually(t, func() error {
-		if !connects(n1, bIP, "8080") {
+	testkit.Serve(t, b, bIP+":8080", "ok")
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if !testkit.Connects(n1, net.JoinHostPort(bIP, "8080"), time.Second) {
 			return fmt.Errorf("n1 does not connect to pod b (n2) on %s:8080", bIP)
 		}
 		return nil
-	})
+	}))
 	// n3 has no pod: it reaches both nodes' pods all the same (ping,
 	// TCP), from its own address, and not the none network's.
 	n3 := c.nodes["n3"].ns
 	if seen := outsideSees(t, a, n3, aIP, "192.0.2.3", gw); seen != "192.0.2.3" {
 		t.Errorf("pod a (n1) saw n3's ping from %q, want n3's address 192.0.2.3", seen)
 	}
-	eventually(t, func() error {
-		if !connects(n3, bIP, "8080") {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if !testkit.Connects(n3, net.JoinHostPort(bIP, "8080"), time.Second) {
 			return fmt.Errorf("n3 (no pods) does not connect to pod b (n2) on %s:8080", bIP)
 		}
 		return nil
-	})
-	if _, err := testns.Try(n3, "ping", "-c", "1", "-W", "1", t2IP); err == nil {
+	}))
+	if err := testkit.Ping(n3, t2IP, 1, time.Second); err == nil {
 		t.Errorf("n3 reached the none network's pod %s on n2", t2IP)
 	}
 	// The node's local pods, as before, and the pods' first hop.
-	testns.Run(t, n1, "ping", "-c", "1", "-W", "2", aIP)
-	if out := testns.Run(t, a, "ip", "route", "show", "default"); !strings.Contains(out, "via "+gw) {
+	testkit.MustPing(t, n1, aIP, 1, 2*time.Second)
+	if out := testkit.Run(t, a, "ip", "route", "show", "default"); !strings.Contains(out, "via "+gw) {
 		t.Errorf("pod a's default route is not the anycast gateway %s: %s", gw, out)
 	}
 	// A pod reaches the other node's address through the overlay, with
@@ -85,23 +87,23 @@ func TestNodeToPod(t *testing.T) {
 	// Isolation: the node cannot reach the none network's pod on the
 	// other node; the none pod cannot reach the snat network's pods
 	// (through the host port routes) nor the other node.
-	if _, err := testns.Try(n1, "ping", "-c", "1", "-W", "1", t2IP); err == nil {
+	if err := testkit.Ping(n1, t2IP, 1, time.Second); err == nil {
 		t.Errorf("n1 reached the none network's pod %s on n2", t2IP)
 	}
 	for _, dst := range []string{bIP, "192.0.2.2"} {
-		if _, err := testns.Try(t1, "ping", "-c", "1", "-W", "1", dst); err == nil {
+		if err := testkit.Ping(t1, dst, 1, time.Second); err == nil {
 			t.Errorf("a pod of the none network reached %s", dst)
 		}
 	}
-	if _, err := testns.Try(a, "ping", "-c", "1", "-W", "1", t2IP); err == nil {
+	if err := testkit.Ping(a, t2IP, 1, time.Second); err == nil {
 		t.Errorf("the snat pod reached the none network's pod %s", t2IP)
 	}
 	// Two snat networks: each node has a host port on both, and routes
 	// the other network's remote pods through it; a pod of one still
 	// cannot reach the other's pods, across nodes or on its own.
-	testns.Run(t, n1, "ping", "-c", "1", "-W", "2", o2IP)
+	testkit.MustPing(t, n1, o2IP, 1, 2*time.Second)
 	for _, x := range []struct{ from, to string }{{a, o2IP}, {a, o1IP}, {o1, bIP}} {
-		if _, err := testns.Try(x.from, "ping", "-c", "1", "-W", "1", x.to); err == nil {
+		if err := testkit.Ping(x.from, x.to, 1, time.Second); err == nil {
 			t.Errorf("a pod of one snat network reached %s of another", x.to)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestOwnerRecords drives owner records through the real CLI and
@@ -13,7 +15,7 @@ import (
 // owner in the endpoint table, and go with the record when it is deleted
 // with its endpoints; bad records are refused naming the field.
 func TestOwnerRecords(t *testing.T) {
-	addr := freePort(t)
+	addr := testkit.FreeAddr(t)
 	startController(t, addr, "--data-dir", t.TempDir())
 	run := func(args ...string) string {
 		t.Helper()

@@ -2,12 +2,13 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestOwnerLabelsMovePolicy: pods made by the CNI plugin take their labels
@@ -22,10 +23,10 @@ func TestOwnerLabelsMovePolicy(t *testing.T) {
 	type pod struct{ ns, ip string }
 	add := func(id, node, nsName string) pod {
 		t.Helper()
-		ns := testns.New(t)
+		ns := testkit.New(t)
 		conf := cniConf("blue", c.nodes[node].socket, "1.1.0") // its labels (app=web) lose to the record's
-		eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", conf); return err })
-		if _, err := cniRunAs(nsName, id, "ADD", testns.Path(ns), conf); err != nil {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", conf); return err }))
+		if _, err := cniRunAs(nsName, id, "ADD", testkit.Path(ns), conf); err != nil {
 			t.Fatal(err)
 		}
 		return pod{ns, firstIPv4(t, ns)}
@@ -34,8 +35,8 @@ func TestOwnerLabelsMovePolicy(t *testing.T) {
 	c.mustCtl("owner", "set", "pod:shop/client", "--label", "app=other")
 	client, db := add("client", "n1", "shop"), add("db", "n2", "shop")
 	c.mustCtl("owner", "set", "pod:shop/db", "--label", "app=db")
-	listenIn(t, db.ns, db.ip+":5201")
-	tcp := func() bool { return connects(client.ns, db.ip, "5201") }
+	testkit.Serve(t, db.ns, db.ip+":5201", "ok")
+	tcp := func() bool { return testkit.Connects(client.ns, net.JoinHostPort(db.ip, "5201"), time.Second) }
 	file := filepath.Join(t.TempDir(), "p.yaml")
 	os.WriteFile(file, []byte(`apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -47,12 +48,12 @@ spec:
     ports: [{protocol: TCP, port: 5201}]
 `), 0o600)
 	c.mustCtl("policy", "apply", "-f", file)
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if tcp() {
 			return fmt.Errorf("the client (app=other) reaches the db")
 		}
 		return nil
-	})
+	}))
 	change := func(what string, want bool, args ...string) {
 		t.Helper()
 		start := time.Now()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // stream is an open plan stream of one node.
@@ -76,7 +77,7 @@ func createEP(t *testing.T, m skiffv1.ManagementServiceClient, name, network, no
 // streams, deltas only to relevant nodes, and resumption without a full
 // resend, across a controller restart too.
 func TestPlanStreams(t *testing.T) {
-	addr, data := freePort(t), t.TempDir()
+	addr, data := testkit.FreeAddr(t), t.TempDir()
 	ctrl := startController(t, addr, "--data-dir", data)
 	m, a := mgmt(t, addr), agentClient(t, addr)
 	setupNetwork(t, m, "blue", 100, "198.51.100.0/24")
@@ -90,13 +91,13 @@ func TestPlanStreams(t *testing.T) {
 	last := createEP(t, m, "r3", "red", "n3")
 
 	// Wait until the planner has seen the last change.
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		p, err := m.GetPlan(context.Background(), &skiffv1.GetPlanRequest{Node: "n3"})
 		if err != nil || p.Revision < last.Revision {
 			return fmt.Errorf("plan of n3 at %d, want >= %d (%v)", p.GetRevision(), last.Revision, err)
 		}
 		return nil
-	})
+	}))
 
 	want := map[string]struct{ nets, local, remote, flood string }{
 		"n1": {"[blue]", "[b1]", "[b2]", "blue=[192.0.2.2]"},
@@ -175,7 +176,7 @@ func TestPlanStreams(t *testing.T) {
 }
 
 func TestStreamNeedsRegistration(t *testing.T) {
-	addr := freePort(t)
+	addr := testkit.FreeAddr(t)
 	startController(t, addr, "--data-dir", t.TempDir())
 	c, err := agentClient(t, addr).StreamPlan(context.Background(), &skiffv1.StreamPlanRequest{Node: "ghost"})
 	if err == nil {

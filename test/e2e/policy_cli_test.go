@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const twoPolicies = `apiVersion: networking.k8s.io/v1
@@ -32,7 +34,7 @@ spec:
 // skiffctl: several documents at once, all or none, listed with the
 // proto's field names, namespaces labeled, policies deleted.
 func TestPolicyObjects(t *testing.T) {
-	addr := freePort(t)
+	addr := testkit.FreeAddr(t)
 	startController(t, addr, "--data-dir", t.TempDir())
 	dir := t.TempDir()
 	write := func(name, body string) string {

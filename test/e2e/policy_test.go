@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,7 +12,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/cni"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestPolicyEnforcedAcrossNodes applies a Kubernetes NetworkPolicy with
@@ -24,27 +25,27 @@ func TestPolicyEnforcedAcrossNodes(t *testing.T) {
 	type pod struct{ ns, ip string }
 	add := func(id, node, app string) pod {
 		t.Helper()
-		ns := testns.New(t)
+		ns := testkit.New(t)
 		conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"blue","type":"skiff-cni","network":"blue","socket":%q,"labels":{"app":%q}}`, c.nodes[node].socket, app)
-		eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", conf); return err })
-		if _, err := cniRun("ADD", id, testns.Path(ns), "eth0", conf); err != nil {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", conf); return err }))
+		if _, err := cniRun("ADD", id, testkit.Path(ns), "eth0", conf); err != nil {
 			t.Fatal(err)
 		}
 		return pod{ns, firstIPv4(t, ns)}
 	}
 	web, other, db := add("web", "n1", "web"), add("other", "n1", "other"), add("db", "n2", "db")
-	listenIn(t, db.ns, db.ip+":5201")
-	tcp := func(from pod) bool { return connects(from.ns, db.ip, "5201") }
+	testkit.Serve(t, db.ns, db.ip+":5201", "ok")
+	tcp := func(from pod) bool { return testkit.Connects(from.ns, net.JoinHostPort(db.ip, "5201"), time.Second) }
 	ping := func(from, to pod) bool {
-		_, err := testns.Try(from.ns, "ping", "-c", "1", "-W", "1", to.ip)
+		err := testkit.Ping(from.ns, to.ip, 1, time.Second)
 		return err == nil
 	}
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if !tcp(web) || !tcp(other) {
 			return fmt.Errorf("no TCP to db before any policy")
 		}
 		return nil
-	})
+	}))
 	// Bad policies are refused with the field and the reason, all or
 	// none: a good document beside a bad one is not applied either.
 	good := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: good, namespace: default}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n---\n"
@@ -79,12 +80,12 @@ spec:
 `), 0o600)
 	start := time.Now()
 	c.mustCtl("policy", "apply", "-f", file)
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if tcp(other) {
 			return fmt.Errorf("other still reaches db")
 		}
 		return nil
-	})
+	}))
 	t.Logf("policy applied -> enforced on the other node in %v", time.Since(start))
 	checks := []struct {
 		name      string
@@ -124,7 +125,7 @@ spec:
 	// Visibility: db's rules counted what they allowed and dropped, in
 	// skiffctl and in the agent's metrics.
 	dbName := cni.EndpointName("db", "eth0")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		var ep struct {
 			PolicyCounters []struct {
 				Direction, Verdict string
@@ -144,9 +145,9 @@ spec:
 			return fmt.Errorf("db's policy counters lack allowed and dropped packets: %+v", ep.PolicyCounters)
 		}
 		return nil
-	})
+	}))
 	metric := func(node, name string) int {
-		out := testns.Run(t, c.ul, "curl", "-sf", "http://"+c.nodes[node].ip+":9100/metrics")
+		out := testkit.Run(t, c.ul, "curl", "-sf", "http://"+c.nodes[node].ip+":9100/metrics")
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, name+" ") {
 				n, _ := strconv.Atoi(strings.Fields(l)[1])
@@ -165,12 +166,12 @@ spec:
 	tables := func(n string) int { return metric(n, `skiff_agent_policy_writes_total{kind="table"}`) }
 	e2, t2, t1 := elems("n2"), tables("n2"), tables("n1")
 	web2 := add("web2", "n1", "web")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if !tcp(web2) {
 			return fmt.Errorf("the new web pod does not reach db")
 		}
 		return nil
-	})
+	}))
 	if d := elems("n2") - e2; d != 1 {
 		t.Errorf("n2 changed %d set elements for one new group member; want 1", d)
 	}
@@ -188,12 +189,12 @@ spec:
 		t.Errorf("with n2's agent down: web reaches db %v (want true), other %v (want false)", tcp(web), tcp(other))
 	}
 	c.startAgent("n2")
-	eventually(t, func() error {
-		if out, err := testns.Try(c.ul, "curl", "-sf", "http://"+c.nodes["n2"].ip+":9100/healthz"); err != nil || strings.TrimSpace(out) != "ok" {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if out, err := testkit.Try(c.ul, "curl", "-sf", "http://"+c.nodes["n2"].ip+":9100/healthz"); err != nil || strings.TrimSpace(out) != "ok" {
 			return fmt.Errorf("n2's agent not healthy: %v %q", err, out)
 		}
 		return nil
-	})
+	}))
 	if tb, el := tables("n2"), elems("n2"); tb != 0 || el != 0 {
 		t.Errorf("the restarted agent wrote to the policy table: %d table rewrites, %d set elements; want none", tb, el)
 	}
@@ -201,12 +202,12 @@ spec:
 		t.Errorf("after n2's agent restarted: web reaches db %v (want true), other %v (want false)", tcp(web), tcp(other))
 	}
 	c.mustCtl("delete", "policy", "default/db-from-web")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if !tcp(other) || !ping(web, db) {
 			return fmt.Errorf("isolation not lifted after the policy was deleted")
 		}
 		return nil
-	})
+	}))
 	// A namespace label change: db admits the namespaces labelled
 	// env=trusted; labelling "default" lets web in, unlabelling shuts it
 	// out again. The time is from the skiffctl call to the first
@@ -219,26 +220,26 @@ spec:
   ingress: [{from: [{namespaceSelector: {matchLabels: {env: trusted}}}]}]
 `), 0o600)
 	c.mustCtl("policy", "apply", "-f", file)
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if tcp(web) {
 			return fmt.Errorf("web reaches db before its namespace is trusted")
 		}
 		return nil
-	})
+	}))
 	start = time.Now()
 	c.mustCtl("namespace", "label", "default", "env=trusted")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if !tcp(web) {
 			return fmt.Errorf("web does not reach db after its namespace was labelled")
 		}
 		return nil
-	})
+	}))
 	t.Logf("namespace label -> enforced: %v", time.Since(start))
 	c.mustCtl("namespace", "label", "default", "env-")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if tcp(web) {
 			return fmt.Errorf("web still reaches db after the label was removed")
 		}
 		return nil
-	})
+	}))
 }

@@ -7,11 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/policytruth"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // The truth-table test (package policytruth): its NetworkPolicies, each
@@ -39,15 +40,15 @@ func policyTruth(t *testing.T, v6 bool) {
 	policytruth.Run(t, policytruth.Env{
 		LabelNamespace: func(t *testing.T, ns, k, v string) { c.mustCtl("namespace", "label", ns, k+"="+v) },
 		CreatePod: func(t *testing.T, p *policytruth.Pod) {
-			netns := testns.New(t)
+			netns := testkit.New(t)
 			lb, _ := yaml.Marshal(p.Labels)
 			lj, _ := yaml.YAMLToJSON(lb)
 			conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"blue","type":"skiff-cni","network":"blue","socket":%q,"labels":%s}`, c.nodes[p.Node].socket, lj)
-			eventually(t, func() error { _, err := cniRun("STATUS", "", "", "", conf); return err })
-			if _, err := cniRunIn(p.Namespace, "ADD", p.Name, testns.Path(netns), "eth0", conf); err != nil {
+			testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error { _, err := cniRun("STATUS", "", "", "", conf); return err }))
+			if _, err := cniRunIn(p.Namespace, "ADD", p.Name, testkit.Path(netns), "eth0", conf); err != nil {
 				t.Fatal(err)
 			}
-			p.NetNS, p.IP = testns.Path(netns), firstIPv4(t, netns)
+			p.NetNS, p.IP = testkit.Path(netns), firstIPv4(t, netns)
 			if v6 {
 				p.IP = firstIPv6(t, netns)
 			}
@@ -66,7 +67,7 @@ func policyTruth(t *testing.T, v6 bool) {
 // firstIPv6 returns the global IPv6 address of a pod's eth0.
 func firstIPv6(t testing.TB, ns string) string {
 	t.Helper()
-	f := strings.Fields(testns.Run(t, ns, "ip", "-o", "-6", "addr", "show", "dev", "eth0", "scope", "global"))
+	f := strings.Fields(testkit.Run(t, ns, "ip", "-o", "-6", "addr", "show", "dev", "eth0", "scope", "global"))
 	for i, w := range f {
 		if w == "inet6" {
 			return strings.Split(f[i+1], "/")[0]

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // connected reports whether a node's agent holds a plan stream (its local
@@ -30,7 +30,7 @@ func (c *cluster) connected(name string) bool {
 func (c *cluster) backAfter(t *testing.T, start time.Time) time.Duration {
 	t.Helper()
 	for name := range c.nodes {
-		eventually(t, func() error {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 			b, _ := os.ReadFile(c.ctrlLog)
 			if !strings.Contains(string(b), `msg="plan stream opened" node=`+name+" ") {
 				return fmt.Errorf("agent %s has no stream from the new controller", name)
@@ -39,7 +39,7 @@ func (c *cluster) backAfter(t *testing.T, start time.Time) time.Duration {
 				return fmt.Errorf("agent %s is not back", name)
 			}
 			return nil
-		})
+		}))
 	}
 	return time.Since(start)
 }
@@ -52,15 +52,15 @@ func (c *cluster) backAfter(t *testing.T, start time.Time) time.Duration {
 func TestAgentsBackAfterControllerRestart(t *testing.T) {
 	c := newCluster(t, "n1", "n2", "n3")
 	for name := range c.nodes {
-		eventually(t, func() error {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 			if !c.connected(name) {
 				return fmt.Errorf("agent %s is not connected", name)
 			}
 			return nil
-		})
+		}))
 	}
 	probe := func(name, path string) string {
-		out, err := testns.Try(c.ul, "curl", "-s", "-w", " %{http_code}", "http://"+c.nodes[name].ip+":9100"+path)
+		out, err := testkit.Try(c.ul, "curl", "-s", "-w", " %{http_code}", "http://"+c.nodes[name].ip+":9100"+path)
 		if err != nil {
 			return err.Error()
 		}
@@ -70,12 +70,12 @@ func TestAgentsBackAfterControllerRestart(t *testing.T) {
 		stop(c.ctrl)
 		if down > time.Second {
 			// Headless: ready on the plan it holds, and live.
-			eventually(t, func() error {
+			testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 				if got := probe("n1", "/readyz"); !strings.HasPrefix(got, "ready, headless: the last plan") || !strings.HasSuffix(got, " 200") {
 					return fmt.Errorf("/readyz with the controller down: %q", got)
 				}
 				return nil
-			})
+			}))
 			if got := probe("n1", "/livez"); got != "ok 200" {
 				t.Errorf("/livez with the controller down: %q", got)
 			}
@@ -92,13 +92,13 @@ func TestAgentsBackAfterControllerRestart(t *testing.T) {
 	}
 	// Vanished: the controller's packets are dropped before it dies, so
 	// no agent learns that its connection is gone; it returns 3 s later.
-	testns.Run(t, c.ul, "nft", "add table inet sktest { chain out { type filter hook output priority 0; tcp sport 7400 drop; }; }")
+	testkit.Run(t, c.ul, "nft", "add table inet sktest { chain out { type filter hook output priority 0; tcp sport 7400 drop; }; }")
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "netns", "exec", c.ul, "nft", "delete", "table", "inet", "sktest").Run()
 	})
 	stop(c.ctrl)
 	time.Sleep(3 * time.Second)
-	testns.Run(t, c.ul, "nft", "delete table inet sktest")
+	testkit.Run(t, c.ul, "nft", "delete table inet sktest")
 	start := time.Now()
 	c.startController()
 	serving := time.Now()

@@ -6,8 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestServiceDNAT: kube-proxy's Service rules, stood in for by nftables
@@ -61,8 +62,8 @@ type services struct {
 
 func serviceDNAT(t *testing.T, c *cluster, s services) {
 	t.Helper()
-	listenIn(t, s.a, net.JoinHostPort(s.aIP, "8080"))
-	listenIn(t, s.b, net.JoinHostPort(s.bIP, "8080"))
+	testkit.Serve(t, s.a, net.JoinHostPort(s.aIP, "8080"), "ok")
+	testkit.Serve(t, s.b, net.JoinHostPort(s.bIP, "8080"), "ok")
 	to := func(ip string) string {
 		if s.family == "ip6" {
 			return "[" + ip + "]:8080"
@@ -91,35 +92,35 @@ func serviceDNAT(t *testing.T, c *cluster, s services) {
 		t.Fatal(err)
 	}
 	for _, n := range c.nodes {
-		testns.Run(t, n.ns, "nft", "-f", f)
+		testkit.Run(t, n.ns, "nft", "-f", f)
 		// A node routes the Service addresses like any address, as a
 		// default route would (the test's nodes have none).
-		testns.Run(t, n.ns, "ip", "route", "add", s.vipNet, "via", s.via)
+		testkit.Run(t, n.ns, "ip", "route", "add", s.vipNet, "via", s.via)
 	}
-	eventually(t, func() error {
-		if !connects(s.a, s.remoteVIP, "80") {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if !testkit.Connects(s.a, net.JoinHostPort(s.remoteVIP, "80"), time.Second) {
 			return fmt.Errorf("pod a (n1) does not reach the ClusterIP backed by pod b (n2)")
 		}
 		return nil
-	})
-	if !connects(s.a, s.selfVIP, "80") {
+	}))
+	if !testkit.Connects(s.a, net.JoinHostPort(s.selfVIP, "80"), time.Second) {
 		t.Error("pod a does not reach itself through its ClusterIP (hairpin)")
 	}
-	if !connects(c.nodes["n1"].ns, s.remoteVIP, "80") {
+	if !testkit.Connects(c.nodes["n1"].ns, net.JoinHostPort(s.remoteVIP, "80"), time.Second) {
 		t.Error("node n1 does not reach the ClusterIP backed by pod b (n2)")
 	}
 	for _, ip := range s.nodeIPs {
-		if !connects(c.ul, ip, "30080") {
+		if !testkit.Connects(c.ul, net.JoinHostPort(ip, "30080"), time.Second) {
 			t.Errorf("the NodePort on %s (backend pod b on n2) does not answer the underlay", ip)
 		}
 	}
 
-	other := testns.New(t)
+	other := testkit.New(t)
 	conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"pods","type":"skiff-cni","network":"pods","socket":%q,"labels":{"app":"other"}}`, c.nodes["n1"].socket)
-	if _, err := cniRun("ADD", "pod-other", testns.Path(other), "eth0", conf); err != nil {
+	if _, err := cniRun("ADD", "pod-other", testkit.Path(other), "eth0", conf); err != nil {
 		t.Fatalf("ADD pod-other: %v", err)
 	}
-	if !connects(other, s.remoteVIP, "80") {
+	if !testkit.Connects(other, net.JoinHostPort(s.remoteVIP, "80"), time.Second) {
 		t.Fatal("before any policy, pod other does not reach the ClusterIP backed by pod b")
 	}
 	pol := filepath.Join(t.TempDir(), "web-only.yaml")
@@ -135,16 +136,16 @@ spec:
 		t.Fatal(err)
 	}
 	c.mustCtl("policy", "apply", "-f", pol)
-	eventually(t, func() error {
-		if connects(other, s.remoteVIP, "80") {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if testkit.Connects(other, net.JoinHostPort(s.remoteVIP, "80"), time.Second) {
 			return fmt.Errorf("pod other (app=other) still reaches pod b through the ClusterIP after the policy")
 		}
 		return nil
-	})
-	if !connects(s.a, s.remoteVIP, "80") {
+	}))
+	if !testkit.Connects(s.a, net.JoinHostPort(s.remoteVIP, "80"), time.Second) {
 		t.Error("pod a (app=web) no longer reaches pod b through the ClusterIP: the policy must match the DNATed port 8080, not the Service's 80")
 	}
-	if connects(other, s.bIP, "8080") {
+	if testkit.Connects(other, net.JoinHostPort(s.bIP, "8080"), time.Second) {
 		t.Error("pod other reaches pod b directly despite the policy")
 	}
 }

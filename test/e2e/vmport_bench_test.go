@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // BenchmarkVMPort measures, over 10 VM ports made one after another on
@@ -32,9 +32,9 @@ func benchVMPort(b *testing.B, g kernelvm.Guest) {
 	c.mustCtl("network", "create", "blue", "--vni", "100")
 	c.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
 	n1, n2 := c.nodes["n1"], c.nodes["n2"]
-	podNS := testns.New(b)
+	podNS := testkit.New(b)
 	if _, err := localapi.NewClient(n2.socket).Create(b.Context(), localapi.CreateRequest{Name: "pod2", Network: "blue",
-		NetNS: testns.Path(podNS), IfName: "eth0"}); err != nil {
+		NetNS: testkit.Path(podNS), IfName: "eth0"}); err != nil {
 		b.Fatal(err)
 	}
 	const runs = 10
@@ -67,7 +67,7 @@ func benchVMPort(b *testing.B, g kernelvm.Guest) {
 		c.mustCtl("port", "delete", "--vm", fmt.Sprintf("bench%d", i))
 	}
 	var sum, count float64
-	for _, l := range strings.Split(testns.Run(b, n1.ns, "curl", "-s", "http://"+n1.ip+":9100/metrics"), "\n") {
+	for _, l := range strings.Split(testkit.Run(b, n1.ns, "curl", "-s", "http://"+n1.ip+":9100/metrics"), "\n") {
 		if v, ok := strings.CutPrefix(l, "skiff_agent_dhcp_answer_seconds_sum "); ok {
 			fmt.Sscan(v, &sum)
 		}

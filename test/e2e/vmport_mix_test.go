@@ -3,13 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // mixInit is the /init of the guests of TestVMsAndPodsShareANetwork. It
@@ -36,7 +37,7 @@ for p in $peers; do
 	for i in $(seq 1 40); do ping -c 1 -W 1 $ip >/dev/null && { ok=1; break; }; done
 	[ -n "$ok" ] && echo "GUEST-PING-OK $ip" || echo "GUEST-PING-FAILED $ip"
 	ok=
-	for i in $(seq 1 10); do [ "$(nc -w 5 $ip $port)" = ok ] && { ok=1; break; }; sleep 1; done
+	for i in $(seq 1 10); do a=$(nc -w 5 $ip $port); [ "${a%% *}" = ok ] && { ok=1; break; }; sleep 1; done
 	[ -n "$ok" ] && echo "GUEST-TCP-OK $ip" || echo "GUEST-TCP-FAILED $ip"
 done
 echo GUEST-DONE
@@ -98,24 +99,24 @@ func TestVMsAndPodsShareANetwork(t *testing.T) {
 	ctx := context.Background()
 	n1, n2 := c.nodes["n1"], c.nodes["n2"]
 	for _, n := range []*node{n1, n2} {
-		eventually(t, func() error {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 			s, err := localapi.NewClient(n.socket).Status(ctx)
 			if err != nil || !s.Ready {
 				return fmt.Errorf("%s not ready: %+v %v", n.name, s, err)
 			}
 			return nil
-		})
+		}))
 	}
 	pod := func(n *node, name, network string) (ns, ip string) {
 		t.Helper()
-		ns = testns.New(t)
-		r, err := localapi.NewClient(n.socket).Create(ctx, localapi.CreateRequest{Name: name, Network: network, NetNS: testns.Path(ns), IfName: "eth0"})
+		ns = testkit.New(t)
+		r, err := localapi.NewClient(n.socket).Create(ctx, localapi.CreateRequest{Name: name, Network: network, NetNS: testkit.Path(ns), IfName: "eth0"})
 		if err != nil {
 			t.Fatalf("pod %s on %s: %v", name, n.name, err)
 		}
 		if len(r.IPs) > 0 {
 			ip = strings.Split(r.IPs[0], "/")[0]
-			listenIn(t, ns, ip+":5201")
+			testkit.Serve(t, ns, ip+":5201", "ok")
 		}
 		return ns, ip
 	}
@@ -134,8 +135,8 @@ func TestVMsAndPodsShareANetwork(t *testing.T) {
 		expectDone(t, "vm2", g2, peers2)
 		for _, from := range []string{pod1NS, pod2NS} {
 			for _, to := range []string{ip1, ip2} {
-				testns.Run(t, from, "ping", "-c", "1", "-W", "2", to)
-				if !connects(from, to, "5202") {
+				testkit.MustPing(t, from, to, 1, 2*time.Second)
+				if !testkit.Connects(from, net.JoinHostPort(to, "5202"), time.Second) {
 					t.Errorf("a pod cannot open TCP to the guest %s:5202", to)
 				}
 			}
@@ -153,13 +154,13 @@ func TestVMsAndPodsShareANetwork(t *testing.T) {
 		if ip != "" {
 			t.Fatalf("a pod on an L2-only network got address %s", ip)
 		}
-		testns.Run(t, pod3NS, "ip", "addr", "add", "203.0.113.20/24", "dev", "eth0")
-		listenIn(t, pod3NS, "203.0.113.20:5201")
+		testkit.Run(t, pod3NS, "ip", "addr", "add", "203.0.113.20/24", "dev", "eth0")
+		testkit.Serve(t, pod3NS, "203.0.113.20:5201", "ok")
 		peers := []string{"203.0.113.20:5201"}
 		g3, _ := bootMixGuest(t, g, n1.ns, v3.Port.HostIf, v3.Mac, "203.0.113.10/24", peers)
 		expectDone(t, "vm3", g3, peers)
-		testns.Run(t, pod3NS, "ping", "-c", "1", "-W", "2", "203.0.113.10")
-		if n := testns.Run(t, pod3NS, "ip", "neigh", "show", "203.0.113.10"); !strings.Contains(n, v3.Mac) {
+		testkit.MustPing(t, pod3NS, "203.0.113.10", 1, 2*time.Second)
+		if n := testkit.Run(t, pod3NS, "ip", "neigh", "show", "203.0.113.10"); !strings.Contains(n, v3.Mac) {
 			t.Errorf("the pod resolved the guest to %q, want %s", n, v3.Mac)
 		}
 		c.mustCtl("port", "delete", "--vm", "vm3")

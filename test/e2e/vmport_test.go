@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +15,8 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // guestInit is the guest's /init: it loads virtio-net, takes its address
@@ -33,7 +34,7 @@ udhcpc -i eth0 -f -q -n -t 20 -T 1 -O mtu -s /dhcp.sh || echo GUEST-DHCP-FAILED
 ping -c 2 -W 2 $router >/dev/null && echo GUEST-GW-OK || echo GUEST-GW-FAILED
 ping -c 2 -W 2 $peer >/dev/null && echo GUEST-PEER-OK || echo GUEST-PEER-FAILED
 ok=
-for i in $(seq 1 10); do [ "$(nc -w 5 $peer 5201)" = ok ] && { ok=1; break; }; sleep 1; done
+for i in $(seq 1 10); do a=$(nc -w 5 $peer 5201); [ "${a%% *}" = ok ] && { ok=1; break; }; sleep 1; done
 [ -n "$ok" ] && echo GUEST-TCP-OUT-OK || echo GUEST-TCP-OUT-FAILED
 nc -ll -p 5202 -e /bin/hello &
 sleep 1
@@ -201,7 +202,7 @@ func (c *cluster) port(args ...string) portJSON {
 
 // taps lists the tap devices in a namespace.
 func taps(t *testing.T, ns string) string {
-	return strings.ReplaceAll(linkNames(testns.Run(t, ns, "ip", "-o", "link", "show", "type", "tun")), ":", "")
+	return strings.ReplaceAll(linkNames(testkit.Run(t, ns, "ip", "-o", "link", "show", "type", "tun")), ":", "")
 }
 
 // TestVMPortGuest boots a real guest (Debian's kernel under qemu, a
@@ -219,23 +220,23 @@ func TestVMPortGuest(t *testing.T) {
 	ctx := context.Background()
 	n1, n2 := c.nodes["n1"], c.nodes["n2"]
 	for _, n := range []*node{n1, n2} {
-		eventually(t, func() error {
+		testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 			s, err := localapi.NewClient(n.socket).Status(ctx)
 			if err != nil || !s.Ready {
 				return fmt.Errorf("%s not ready: %+v %v", n.name, s, err)
 			}
 			return nil
-		})
+		}))
 	}
 	// A pod on n2, listening on TCP 5201.
-	podNS := testns.New(t)
-	pod, err := localapi.NewClient(n2.socket).Create(ctx, localapi.CreateRequest{Name: "pod2", Network: "blue", NetNS: testns.Path(podNS),
+	podNS := testkit.New(t)
+	pod, err := localapi.NewClient(n2.socket).Create(ctx, localapi.CreateRequest{Name: "pod2", Network: "blue", NetNS: testkit.Path(podNS),
 		IfName: "eth0", Labels: map[string]string{"app": "pod"}, Namespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	podIP := strings.Split(pod.IPs[0], "/")[0]
-	listenIn(t, podNS, podIP+":5201")
+	testkit.Serve(t, podNS, podIP+":5201", "ok")
 
 	// Bad input: a clear error naming the field, and nothing made.
 	c.mustCtl("port", "create", "--vm", "taken", "--network", "blue", "--node", "n1", "--mac", "02:00:00:00:aa:01")
@@ -259,12 +260,12 @@ func TestVMPortGuest(t *testing.T) {
 	if out := c.mustCtl("get", "endpoints"); strings.Contains(out, "vm1") || strings.Contains(out, "taken") {
 		t.Fatalf("refused ports left endpoints:\n%s", out)
 	}
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if got := taps(t, n1.ns); got != "" {
 			return fmt.Errorf("taps left on n1: %s", got)
 		}
 		return nil
-	})
+	}))
 	if out, err := c.ctl("port", "list", "--vm", "nobody"); err == nil || !strings.Contains(out, "nobody") {
 		t.Errorf("port list of an unknown VM: err %v, output %q", err, out)
 	}
@@ -276,7 +277,7 @@ func TestVMPortGuest(t *testing.T) {
 	if p.Owner != "vm:vm1" || p.Kind != "tap" || !p.Port.Ready || p.Port.HostIf == "" || len(p.Ips) != 1 {
 		t.Fatalf("port %+v", p)
 	}
-	if got := testns.Run(t, n1.ns, "ip", "-d", "link", "show", p.Port.HostIf); !strings.Contains(got, "master skb100") || !strings.Contains(got, "tun type tap") {
+	if got := testkit.Run(t, n1.ns, "ip", "-d", "link", "show", p.Port.HostIf); !strings.Contains(got, "master skb100") || !strings.Contains(got, "tun type tap") {
 		t.Fatalf("tap %s is not a tap on the network's bridge:\n%s", p.Port.HostIf, got)
 	}
 	if got := c.port("port", "get", p.Name); got.Name != p.Name || got.Port.HostIf != p.Port.HostIf {
@@ -294,12 +295,12 @@ func TestVMPortGuest(t *testing.T) {
 	expectGuest(t, lines, "GUEST-PEER-OK", 30*time.Second)
 	expectGuest(t, lines, "GUEST-TCP-OUT-OK", 30*time.Second)
 	expectGuest(t, lines, "GUEST-LISTENING", 30*time.Second)
-	testns.Run(t, podNS, "ping", "-c", "2", "-W", "2", vmIP)
-	if !connects(podNS, vmIP, "5202") {
+	testkit.MustPing(t, podNS, vmIP, 2, 2*time.Second)
+	if !testkit.Connects(podNS, net.JoinHostPort(vmIP, "5202"), time.Second) {
 		t.Fatalf("the pod on n2 cannot open TCP to the guest %s:5202", vmIP)
 	}
 	t.Logf("port create took %v; port create to guest's lease %v", created, reachable)
-	metrics := testns.Run(t, n1.ns, "curl", "-s", "http://"+n1.ip+":9100/metrics")
+	metrics := testkit.Run(t, n1.ns, "curl", "-s", "http://"+n1.ip+":9100/metrics")
 	for _, l := range strings.Split(metrics, "\n") {
 		if strings.HasPrefix(l, "skiff_agent_dhcp_answer_seconds_sum") || strings.HasPrefix(l, "skiff_agent_dhcp_answer_seconds_count") ||
 			strings.HasPrefix(l, "skiff_agent_dhcp_replies_total") {
@@ -312,7 +313,7 @@ func TestVMPortGuest(t *testing.T) {
 
 	// n1's agent restarts under traffic: the tap stays (same index), and
 	// no ping between the pod and the guest is lost.
-	tapIndex := strings.Fields(testns.Run(t, n1.ns, "ip", "-o", "link", "show", p.Port.HostIf))[0]
+	tapIndex := strings.Fields(testkit.Run(t, n1.ns, "ip", "-o", "link", "show", p.Port.HostIf))[0]
 	pinger := exec.Command("ip", "netns", "exec", podNS, "ping", "-i", "0.2", "-c", "25", "-W", "1", vmIP)
 	var pings strings.Builder
 	pinger.Stdout, pinger.Stderr = &pings, &pings
@@ -322,18 +323,18 @@ func TestVMPortGuest(t *testing.T) {
 	time.Sleep(time.Second)
 	stop(n1.agent)
 	c.startAgent("n1")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		s, err := localapi.NewClient(n1.socket).Status(ctx)
 		if err != nil || !s.Ready {
 			return fmt.Errorf("n1 not ready after its restart: %+v %v", s, err)
 		}
 		return nil
-	})
+	}))
 	_ = pinger.Wait()
 	if !strings.Contains(pings.String(), " 0% packet loss") {
 		t.Fatalf("pings from the pod to the guest across n1's agent restart:\n%s", pings.String())
 	}
-	if got := strings.Fields(testns.Run(t, n1.ns, "ip", "-o", "link", "show", p.Port.HostIf))[0]; got != tapIndex {
+	if got := strings.Fields(testkit.Run(t, n1.ns, "ip", "-o", "link", "show", p.Port.HostIf))[0]; got != tapIndex {
 		t.Fatalf("the tap was made again across the agent restart (index %s, was %s)", got, tapIndex)
 	}
 
@@ -345,19 +346,19 @@ func TestVMPortGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.mustCtl("policy", "apply", "-f", file)
-	eventually(t, func() error {
-		if connects(podNS, vmIP, "5202") {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if testkit.Connects(podNS, net.JoinHostPort(vmIP, "5202"), time.Second) {
 			return fmt.Errorf("the pod still reaches the guest under a policy that denies it")
 		}
 		return nil
-	})
+	}))
 	c.mustCtl("delete", "policy", "default/vm-from-web")
-	eventually(t, func() error {
-		if !connects(podNS, vmIP, "5202") {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
+		if !testkit.Connects(podNS, net.JoinHostPort(vmIP, "5202"), time.Second) {
 			return fmt.Errorf("the pod does not reach the guest once the policy is gone")
 		}
 		return nil
-	})
+	}))
 
 	// The local API of n1: a VM port without namespace, its owner vm:ID.
 	la := localapi.NewClient(n1.socket)
@@ -397,16 +398,16 @@ func TestVMPortGuest(t *testing.T) {
 
 	// Deleting the VM's ports removes its tap, and the guest is cut off.
 	c.mustCtl("port", "delete", "--vm", "vm1")
-	eventually(t, func() error {
+	testkit.Eventually(t, "", 20*time.Second, testkit.NoError(func() error {
 		if got := taps(t, n1.ns); got != "" {
 			return fmt.Errorf("taps left on n1 after the VM's ports were deleted: %s", got)
 		}
 		return nil
-	})
+	}))
 	if out := c.mustCtl("get", "endpoints"); strings.Contains(out, p.Name) {
 		t.Fatalf("endpoint %s left:\n%s", p.Name, out)
 	}
-	if _, err := testns.Try(podNS, "ping", "-c", "1", "-W", "1", vmIP); err == nil {
+	if err := testkit.Ping(podNS, vmIP, 1, time.Second); err == nil {
 		t.Fatalf("the pod still reaches the guest after its port was deleted")
 	}
 }

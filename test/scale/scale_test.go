@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 var (
@@ -106,7 +106,7 @@ func TestSmokeReplicas(t *testing.T) {
 // snapshot, and a whole-controller restart must not change its datapath
 // (ip monitor). Root: namespaces.
 func TestRealAgent(t *testing.T) {
-	testns.Require(t)
+	testkit.Require(t)
 	rep := smoke(t, Options{
 		Work: Workload{Kind: Local, Nodes: 20}, Replicas: 3, TLS: true, RealAgent: true,
 		Scenarios: []string{"failover"}, Creations: 100, Width: 8, Counters: time.Second,

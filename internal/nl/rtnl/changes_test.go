@@ -6,15 +6,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestChanges: a link added, set up or deleted by another process (and
 // acknowledged to it) is seen by the next Any, and only once; an address
 // change is not a link change.
 func TestChanges(t *testing.T) {
-	ns := testns.New(t)
-	s, err := rtnl.Subscribe(testns.Path(ns), unix.RTNLGRP_LINK)
+	ns := testkit.New(t)
+	s, err := rtnl.Subscribe(testkit.Path(ns), unix.RTNLGRP_LINK)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestChanges(t *testing.T) {
 		{"ip", "link", "set", "skc0", "up"},
 		{"ip", "link", "del", "skc0"},
 	} {
-		testns.Run(t, ns, step...)
+		testkit.Run(t, ns, step...)
 		if !s.Any() {
 			t.Fatalf("%v: not seen", step)
 		}
@@ -35,9 +35,9 @@ func TestChanges(t *testing.T) {
 			t.Fatalf("%v: seen twice", step)
 		}
 	}
-	testns.Run(t, ns, "ip", "link", "add", "skc2", "type", "veth", "peer", "name", "skc3")
+	testkit.Run(t, ns, "ip", "link", "add", "skc2", "type", "veth", "peer", "name", "skc3")
 	s.Any()
-	testns.Run(t, ns, "ip", "addr", "add", "192.0.2.1/24", "dev", "skc2")
+	testkit.Run(t, ns, "ip", "addr", "add", "192.0.2.1/24", "dev", "skc2")
 	if s.Any() {
 		t.Fatal("an address change counted as a link change")
 	}

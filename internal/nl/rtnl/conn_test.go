@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // addrRequest is an RTM_NEWADDR payload: struct ifaddrmsg and IFA_LOCAL,
@@ -27,7 +27,7 @@ func addrRequest(index int, p netip.Prefix) []byte {
 
 func ifindex(t *testing.T, ns, dev string) int {
 	t.Helper()
-	out := testns.Run(t, ns, "cat", "/sys/class/net/"+dev+"/ifindex")
+	out := testkit.Run(t, ns, "cat", "/sys/class/net/"+dev+"/ifindex")
 	var n int
 	for _, c := range strings.TrimSpace(out) {
 		n = n*10 + int(c-'0')
@@ -41,15 +41,15 @@ func ifindex(t *testing.T, ns, dev string) int {
 // and that a subscriber drains exactly the notifications of the changes
 // made before the drain, telling them apart by port id.
 func TestDoPipelined(t *testing.T) {
-	ns := testns.New(t)
-	testns.Run(t, ns, "ip", "link", "add", "skr0", "type", "veth", "peer", "name", "skr1")
+	ns := testkit.New(t)
+	testkit.Run(t, ns, "ip", "link", "add", "skr0", "type", "veth", "peer", "name", "skr1")
 	idx := ifindex(t, ns, "skr0")
-	sub, err := rtnl.Dial(testns.Path(ns), unix.RTNLGRP_IPV4_IFADDR)
+	sub, err := rtnl.Dial(testkit.Path(ns), unix.RTNLGRP_IPV4_IFADDR)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	c, err := rtnl.Dial(testns.Path(ns))
+	c, err := rtnl.Dial(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestDoPipelined(t *testing.T) {
 			t.Errorf("request %d: %v", i, e)
 		}
 	}
-	got := strings.Count(testns.Run(t, ns, "ip", "-4", "addr", "show", "dev", "skr0"), "inet 198.18.")
+	got := strings.Count(testkit.Run(t, ns, "ip", "-4", "addr", "show", "dev", "skr0"), "inet 198.18.")
 	if want := n - len(bad) + 1; got != want {
 		t.Errorf("%d addresses on skr0, want %d", got, want)
 	}
@@ -100,7 +100,7 @@ func TestDoPipelined(t *testing.T) {
 
 	// Every notification of those changes is queued before Do returned.
 	ours, others := 0, 0
-	testns.Run(t, ns, "ip", "addr", "add", "203.0.113.9/32", "dev", "skr0")
+	testkit.Run(t, ns, "ip", "addr", "add", "203.0.113.9/32", "dev", "skr0")
 	count, err := sub.Drain(func(h rtnl.Header, _ []byte) {
 		if h.PID == c.PortID() {
 			ours++

@@ -9,16 +9,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // splitNode is a namespace with a veth and n sockets in it.
 func splitNode(t *testing.T, n int) (ns string, idx int, cs []*rtnl.Conn) {
 	t.Helper()
-	ns = testns.New(t)
-	testns.Run(t, ns, "ip", "link", "add", "skr0", "type", "veth", "peer", "name", "skr1")
+	ns = testkit.New(t)
+	testkit.Run(t, ns, "ip", "link", "add", "skr0", "type", "veth", "peer", "name", "skr1")
 	for range n {
-		c, err := rtnl.Dial(testns.Path(ns))
+		c, err := rtnl.Dial(testkit.Path(ns))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func splitAddr(i int) netip.Prefix {
 
 func addresses(t *testing.T, ns string) int {
 	t.Helper()
-	return strings.Count(testns.Run(t, ns, "ip", "-4", "addr", "show", "dev", "skr0"), "inet 198.18.")
+	return strings.Count(testkit.Run(t, ns, "ip", "-4", "addr", "show", "dev", "skr0"), "inet 198.18.")
 }
 
 // TestSplit sends requests over two sockets at once, with refusals in the

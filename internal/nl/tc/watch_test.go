@@ -7,29 +7,29 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestWatch: a change made through an ignored socket is not reported,
 // nor a chain's coming and going; a change made by another process is,
 // on its device, once.
 func TestWatch(t *testing.T) {
-	ns := testns.New(t)
-	testns.Run(t, ns, "ip", "link", "add", "skw0", "type", "veth", "peer", "name", "skw1")
+	ns := testkit.New(t)
+	testkit.Run(t, ns, "ip", "link", "add", "skw0", "type", "veth", "peer", "name", "skw1")
 	index := func(dev string) int {
-		n, err := strconv.Atoi(strings.TrimSpace(testns.Run(t, ns, "cat", "/sys/class/net/"+dev+"/ifindex")))
+		n, err := strconv.Atoi(strings.TrimSpace(testkit.Run(t, ns, "cat", "/sys/class/net/"+dev+"/ifindex")))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	w, err := tc.NewWatch(testns.Path(ns))
+	w, err := tc.NewWatch(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	c, err := tc.Dial(testns.Path(ns))
+	c, err := tc.Dial(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +51,13 @@ func TestWatch(t *testing.T) {
 	// A chain made and deleted changes no filter: the kernel's chain
 	// notifications carry port id 0 whoever caused them (the agent's
 	// own first filter in a chain as well), so they are not counted.
-	testns.Run(t, ns, "tc", "chain", "add", "dev", "skw0", "ingress", "chain", "7")
-	testns.Run(t, ns, "tc", "chain", "del", "dev", "skw0", "ingress", "chain", "7")
+	testkit.Run(t, ns, "tc", "chain", "add", "dev", "skw0", "ingress", "chain", "7")
+	testkit.Run(t, ns, "tc", "chain", "del", "dev", "skw0", "ingress", "chain", "7")
 	if devs, lost := w.Changed(); len(devs) != 0 || lost {
 		t.Errorf("after a chain made and deleted: changed %v, lost %v", devs, lost)
 	}
-	testns.Run(t, ns, "tc", "qdisc", "add", "dev", "skw1", "clsact")
-	testns.Run(t, ns, "tc", "qdisc", "del", "dev", "skw0", "clsact")
+	testkit.Run(t, ns, "tc", "qdisc", "add", "dev", "skw1", "clsact")
+	testkit.Run(t, ns, "tc", "qdisc", "del", "dev", "skw0", "clsact")
 	devs, lost := w.Changed()
 	if lost || len(devs) != 2 || !devs[index("skw0")] || !devs[index("skw1")] {
 		t.Errorf("after iproute2's changes: changed %v, lost %v; want skw0 and skw1", devs, lost)

@@ -5,94 +5,47 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit/testca"
 )
 
-// pki is the cluster's certificate authority and the files made from it.
+// pki is the cluster's certificate authority (valid for two days) and the
+// files made from it in dir: name.pem and name-key.pem.
 type pki struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	dir string
+	ca  *testca.CA
 }
 
 func newPKI(dir string) (*pki, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testca.New("skiff-test-cluster-ca", 48*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "skiff-test-cluster-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
+	if _, err := ca.Write(dir); err != nil {
 		return nil, err
 	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &pki{dir: dir, cert: cert, key: key}
-	if err := p.write("ca", der, key); err != nil {
+	if _, err := ca.WriteKey(dir); err != nil {
 		return nil, err
 	}
-	return p, nil
+	return &pki{dir: dir, ca: ca}, nil
 }
 
 // path is the file of a certificate (name.pem) or key (name-key.pem).
-func (p *pki) path(name string) string { return filepath.Join(p.dir, name+".pem") }
-func (p *pki) keyPath(name string) string {
-	return filepath.Join(p.dir, name+"-key.pem")
-}
-
-func (p *pki) write(name string, der []byte, key *ecdsa.PrivateKey) error {
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(p.path(name), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(p.keyPath(name), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-}
+func (p *pki) path(name string) string    { return testca.CertFile(p.dir, name) }
+func (p *pki) keyPath(name string) string { return testca.KeyFile(p.dir, name) }
 
 // issue writes a certificate and key signed by the CA: a client
 // certificate for cn in orgs, or, with hosts, a server certificate for
 // those names and addresses too.
 func (p *pki) issue(name, cn string, orgs []string, hosts ...string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(48 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if len(hosts) > 0 {
-		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
-		for _, h := range hosts {
-			if ip := net.ParseIP(h); ip != nil {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-			} else {
-				tmpl.DNSNames = append(tmpl.DNSNames, h)
-			}
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
+	if _, _, err := p.ca.WriteCert(p.dir, name, testca.Cert{CN: cn, Orgs: orgs, Hosts: hosts}); err != nil {
 		return fmt.Errorf("cluster: certificate %s: %w", name, err)
 	}
-	return p.write(name, der, key)
+	return nil
 }
 
 // serviceAccountKey writes the key pair that signs service account tokens.

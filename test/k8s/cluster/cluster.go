@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // CacheDir is where hack/k8s/setup.sh keeps the Kubernetes binaries when
@@ -117,7 +117,7 @@ func Bin(t testing.TB, name string) string {
 // stopping it is cleaned up by the next Start on the machine.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	testns.Require(t)
+	testkit.Require(t)
 	if o.ControlPlaneOnly {
 		o.Nodes = 0
 	} else if o.Nodes == 0 {
@@ -198,7 +198,7 @@ func (c *Cluster) setup() error {
 		return err
 	}
 	run := func(ns string, args ...string) error {
-		if out, err := testns.Try(ns, args...); err != nil {
+		if out, err := testkit.Try(ns, args...); err != nil {
 			return fmt.Errorf("cluster: in %s: %s: %v: %s", ns, strings.Join(args, " "), err, out)
 		}
 		return nil
@@ -211,7 +211,7 @@ func (c *Cluster) setup() error {
 			return err
 		}
 	}
-	if err := run(c.Underlay, append([]string{"ip"}, testns.UnderlayBridgeArgs("ul0")...)...); err != nil {
+	if err := run(c.Underlay, append([]string{"ip"}, testkit.UnderlayBridgeArgs("ul0")...)...); err != nil {
 		return err
 	}
 	if err := run(c.Underlay, "ip", "addr", "add", fmt.Sprintf("%s/%d", APIServerIP, underlayLen), "dev", "ul0"); err != nil {
@@ -286,7 +286,7 @@ func (c *Cluster) startControlPlane() error {
 	}
 	run := func(name string, env []string, args ...string) (*proc, error) {
 		pr, err := start(spec{name: name, dir: c.Dir, group: c.rec.Cgroup + "/control",
-			enter: []string{"--net=/var/run/netns/" + c.Underlay}, env: env, args: args})
+			enter: []string{"--net=" + testkit.Path(c.Underlay)}, env: env, args: args})
 		if err == nil {
 			c.procs = append(c.procs, pr)
 		}
@@ -384,7 +384,7 @@ func (c *Cluster) Kubectl(args ...string) (string, error) {
 func (c *Cluster) KubectlIn(ns string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/var/run/netns/" + ns, "--",
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + testkit.Path(ns), "--",
 		filepath.Join(c.bin, "kubectl"), "--kubeconfig", c.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -449,8 +449,7 @@ spec:
 // is true (a node is Ready only once a CNI configuration is installed).
 func (c *Cluster) WaitNodes(t testing.TB, within time.Duration, ready bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testkit.Eventually(t, "nodes registered"+map[bool]string{true: " and Ready"}[ready], within, func() (bool, string) {
 		out, err := c.Kubectl("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 		ok := err == nil
 		for _, n := range c.Nodes {
@@ -458,19 +457,15 @@ func (c *Cluster) WaitNodes(t testing.TB, within time.Duration, ready bool) {
 				ok = false
 			}
 		}
-		if ok {
-			return
-		}
-		for _, n := range c.Nodes {
-			if n.kubelet != nil && n.kubelet.exited() {
-				t.Fatalf("kubelet of %s exited: %v\n%s", n.Name, n.kubelet.err, n.kubelet.tail(40))
+		if !ok {
+			for _, n := range c.Nodes {
+				if n.kubelet != nil && n.kubelet.exited() {
+					t.Fatalf("kubelet of %s exited: %v\n%s", n.Name, n.kubelet.err, n.kubelet.tail(40))
+				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes not registered%s after %v:\n%s %v", map[bool]string{true: " and Ready"}[ready], within, out, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ok, fmt.Sprintf("\n%s %v", out, err)
+	})
 }
 
 // WaitNodesReady waits until every node is Ready.
@@ -480,14 +475,8 @@ func (c *Cluster) WaitNodesReady(t testing.TB, within time.Duration) { c.WaitNod
 // namespace's default ServiceAccount: pods are refused until it exists.
 func (c *Cluster) WaitDefaultServiceAccount(t testing.TB, namespace string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := c.Kubectl("-n", namespace, "get", "serviceaccount", "default"); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no default ServiceAccount in %s after a minute", namespace)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the default ServiceAccount in "+namespace, time.Minute, testkit.NoError(func() error {
+		_, err := c.Kubectl("-n", namespace, "get", "serviceaccount", "default")
+		return err
+	}))
 }

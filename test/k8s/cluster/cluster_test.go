@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // referencePlugins builds the CNI project's bridge, host-local and
@@ -143,9 +144,9 @@ spec:
   ports: [{port: 80, targetPort: 8080, protocol: TCP}]
 `)
 	vip := strings.TrimSpace(c.MustKubectl(t, "get", "service", "echo", "-o", "jsonpath={.spec.clusterIP}"))
-	cluster.WaitFor(t, time.Minute, "kube-proxy of k1 to program the service "+vip, func() bool {
+	testkit.Eventually(t, "kube-proxy of k1 to program the service "+vip, time.Minute, func() (bool, string) {
 		out, _ := c.Nodes[0].Run("iptables-save", "-t", "nat")
-		return strings.Contains(out, vip+"/32") && strings.Contains(out, b1+":8080")
+		return strings.Contains(out, vip+"/32") && strings.Contains(out, b1+":8080"), ""
 	})
 	c.MustKubectl(t, "exec", "a1", "--", "probe", "tcp", vip+":80", "--timeout", "2s")
 
@@ -228,9 +229,9 @@ spec:
 	c.MustKubectl(t, "delete", "pod", "a1", "a2", "b1", "writer", "--wait=true", "--timeout=60s")
 	c.MustKubectl(t, "delete", "daemonset", "hostnet", "--cascade=foreground", "--wait=true", "--timeout=60s")
 	for _, n := range c.Nodes {
-		cluster.WaitFor(t, 30*time.Second, n.Name+" to have no running task", func() bool {
+		testkit.Eventually(t, n.Name+" to have no running task", 30*time.Second, func() (bool, string) {
 			out, err := n.Ctr("tasks", "ls", "-q")
-			return err == nil && strings.TrimSpace(out) == ""
+			return err == nil && strings.TrimSpace(out) == "", ""
 		})
 		ents, _ := os.ReadDir(filepath.Join(n.Dir, "host-local", "ref"))
 		for _, e := range ents {
@@ -259,7 +260,7 @@ spec:
 		t.Errorf("mounts left:\n%s", m)
 	}
 	for _, ns := range []string{c.Underlay, c.Nodes[0].NS, c.Nodes[1].NS} {
-		if _, err := os.Stat("/var/run/netns/" + ns); err == nil {
+		if _, err := os.Stat(testkit.Path(ns)); err == nil {
 			t.Errorf("namespace %s is still there", ns)
 		}
 	}

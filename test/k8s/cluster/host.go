@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // What a cluster changes on the machine, and how it is put back even when
@@ -266,7 +268,7 @@ func cleanup(r record) error {
 		errs = append(errs, removeCgroup(r.Cgroup))
 	}
 	for _, ns := range r.Netns {
-		if _, err := os.Stat("/var/run/netns/" + ns); err == nil {
+		if _, err := os.Stat(testkit.Path(ns)); err == nil {
 			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 				errs = append(errs, fmt.Errorf("ip netns del %s: %v: %s", ns, err, out))
 			}

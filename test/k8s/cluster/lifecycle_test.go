@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/internal/images"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const hostPod = `apiVersion: v1
@@ -63,17 +65,11 @@ func TestNodePowerAndLink(t *testing.T) {
 	if err := n.PowerOn(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testkit.Eventually(t, "pod p running again after power on", 2*time.Minute, func() (bool, string) {
 		out, _ := c.Kubectl("get", "pod", "p", "-o", `jsonpath={.status.containerStatuses[0].containerID} {.status.conditions[?(@.type=="Ready")].status}`)
-		if f := strings.Fields(out); len(f) == 2 && f[0] != cid && f[1] == "True" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod p not running again after power on: %q (was %s)", out, cid)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		f := strings.Fields(out)
+		return len(f) == 2 && f[0] != cid && f[1] == "True", fmt.Sprintf("%q (was %s)", out, cid)
+	})
 
 	n.MustRun(t, "ping", "-c", "1", "-W", "2", APIServerIP)
 	if err := n.SetLink(false); err != nil {
@@ -111,23 +107,19 @@ func TestDeadTestProcess(t *testing.T) {
 	}
 	defer helper.Process.Kill()
 	var r record
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testkit.Eventually(t, "the helper's cluster up", 3*time.Minute, func() (bool, string) {
 		if b, err := os.ReadFile(file); err == nil && json.Unmarshal(b, &r) == nil {
-			break
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(out.Name())
-			t.Fatalf("the helper's cluster did not come up:\n%s", b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		b, _ := os.ReadFile(out.Name())
+		return false, "\n" + string(b)
+	})
 	_ = helper.Process.Signal(syscall.SIGKILL)
 	_ = helper.Wait()
 
 	// What the dead process left: the pod's container, its pause and
 	// shim outlive it (they are not its children), with their mounts.
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for len(cgroupPids(r.Cgroup)) != 3 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond) // the rest dies of Pdeathsig
 	}
@@ -151,7 +143,7 @@ func TestDeadTestProcess(t *testing.T) {
 		t.Errorf("mounts still there: %v", m)
 	}
 	for _, ns := range r.Netns {
-		if _, err := os.Stat("/var/run/netns/" + ns); err == nil {
+		if _, err := os.Stat(testkit.Path(ns)); err == nil {
 			t.Errorf("namespace %s still there", ns)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // Node is a worker: a network namespace on the underlay and a mount
@@ -29,7 +31,7 @@ type Node struct {
 	c *Cluster
 	// Name is the node's name in Kubernetes.
 	Name string
-	// NS is its network namespace (/var/run/netns/NS).
+	// NS is its network namespace (testkit.Path(NS)).
 	NS string
 	// IP is its underlay address, the Node's InternalIP.
 	IP string
@@ -230,7 +232,7 @@ func (n *Node) start() error {
 
 // startHolder starts the process that holds the node's mount namespace.
 func (n *Node) startHolder() error {
-	p, err := start(spec{name: "holder", dir: n.Dir, group: n.group(), enter: []string{"--net=/var/run/netns/" + n.NS},
+	p, err := start(spec{name: "holder", dir: n.Dir, group: n.group(), enter: []string{"--net=" + testkit.Path(n.NS)},
 		args: []string{"unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", holderScript, "holder", n.Dir}})
 	if err != nil {
 		return err
@@ -435,20 +437,13 @@ func (n *Node) SetLink(up bool) error {
 // kubelet serves exec and logs for them from then on.
 func (n *Node) WaitKubelet(t testing.TB, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testkit.Eventually(t, "kubelet of "+n.Name+" back", within, func() (bool, string) {
 		ok, why := n.kubeletSynced()
-		if ok {
-			return
-		}
-		if n.kubelet.exited() {
+		if !ok && n.kubelet.exited() {
 			t.Fatalf("kubelet of %s exited: %v\n%s", n.Name, n.kubelet.err, n.kubelet.tail(40))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kubelet of %s not back after %v: %s", n.Name, within, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ok, why
+	})
 }
 
 // kubeletSynced asks the kubelet, through the API server's node proxy

@@ -3,7 +3,6 @@ package cluster
 import (
 	"fmt"
 	"os"
-	"testing"
 	"time"
 )
 
@@ -55,18 +54,4 @@ func (p *Process) Pid() int { return p.p.pid() }
 func (p *Process) Log() string {
 	b, _ := os.ReadFile(p.p.log)
 	return string(b)
-}
-
-// WaitFor polls cond every 100 ms until it holds, failing t after
-// within, and returns how long it took.
-func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return time.Since(start)
 }

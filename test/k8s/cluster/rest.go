@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // RESTConfig is a client configuration for the API server as the admin,
@@ -42,7 +42,7 @@ func (c *Cluster) Client(t testing.TB) kubernetes.Interface {
 
 func (c *Cluster) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var conn net.Conn
-	err := nl.InNetNS("/var/run/netns/"+c.Underlay, func() error {
+	err := testkit.InNetns(c.Underlay, func() error {
 		var err error
 		conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 		return err

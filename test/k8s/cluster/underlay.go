@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"net"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // StartInUnderlay starts a program of the test's own beside the control
@@ -13,7 +15,7 @@ import (
 // the program's process id.
 func (c *Cluster) StartInUnderlay(name string, args ...string) (int, error) {
 	p, err := start(spec{name: name, dir: c.Dir, group: c.rec.Cgroup + "/control",
-		enter: []string{"--net=/var/run/netns/" + c.Underlay}, args: args})
+		enter: []string{"--net=" + testkit.Path(c.Underlay)}, args: args})
 	if err != nil {
 		return 0, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestCNIGetsTheKubeletsVF: skiff-cni is the node's network, run by
@@ -55,19 +56,19 @@ func TestCNIGetsTheKubeletsVF(t *testing.T) {
 	// One VF asked: the kubelet allocates it, the CNI ADD asks for it.
 	c.Apply(t, vfPod("vf1", 1, DevInfoDir(n)))
 	var held string
-	cluster.WaitFor(t, time.Minute, "the kubelet to allocate vf1 a VF", func() bool {
+	testkit.Eventually(t, "the kubelet to allocate vf1 a VF", time.Minute, func() (bool, string) {
 		ids, err := PodVFs(ctx, n, "default", "vf1", resource)
 		if err == nil && len(ids) == 1 {
 			held = ids[0]
 		}
-		return held != ""
+		return held != "", ""
 	})
 	t.Logf("the pod resources API says the kubelet allocated %s to vf1", held)
 	want := []string{"deviceID " + held + ": this node's datapath (mode software) has no VF endpoints"}
 	var got string
-	cluster.WaitFor(t, 2*time.Minute, "vf1's sandbox to be refused by skiff-cni, naming its VF", func() bool {
+	testkit.Eventually(t, "vf1's sandbox to be refused by skiff-cni, naming its VF", 2*time.Minute, func() (bool, string) {
 		got = sandboxFailure(t, cs, "vf1")
-		return strings.Contains(got, want[0])
+		return strings.Contains(got, want[0]), ""
 	})
 	t.Logf("vf1's sandbox: %s", got)
 	for _, other := range v.IDs {
@@ -89,8 +90,8 @@ func TestCNIGetsTheKubeletsVF(t *testing.T) {
 		t.Errorf("vf1: %v, phase %v: want it not running", err, p.Status.Phase)
 	}
 	c.MustKubectl(t, "delete", "pod", "vf1", "plain", "--wait")
-	cluster.WaitFor(t, time.Minute, "plain's endpoint to go", func() bool {
-		return !strings.Contains(ctl("get", "endpoints"), "pod:default/")
+	testkit.Eventually(t, "plain's endpoint to go", time.Minute, func() (bool, string) {
+		return !strings.Contains(ctl("get", "endpoints"), "pod:default/"), ""
 	})
 }
 
@@ -131,15 +132,15 @@ func startSkiff(t *testing.T, n *cluster.Node, v *VFs, bins string) func(args ..
 		}
 		return out
 	}
-	cluster.WaitFor(t, 30*time.Second, "the controller to serve", func() bool {
+	testkit.Eventually(t, "the controller to serve", 30*time.Second, func() (bool, string) {
 		_, err := n.Run(filepath.Join(bins, "skiffctl"), "--controller", addr, "get", "nodes")
-		return err == nil
+		return err == nil, ""
 	})
 	ctl("network", "create", "pods", "--vni", "4096")
 	ctl("subnet", "create", "pods-v4", "--network", "pods", "--cidr", "203.0.113.0/25")
 	start("skiff-agent", filepath.Join(bins, "skiff-agent"), "--controller", addr, "--node", n.Name, "--underlay-ip", n.IP,
 		"--mode", "software", "--sys-root", v.Tree.Root, "--socket", agentSocket(n), "--state-dir", filepath.Join(n.Dir, "skiff-agent"))
-	cluster.WaitFor(t, 30*time.Second, "the agent to register", func() bool { return strings.Contains(ctl("get", "nodes"), n.Name) })
+	testkit.Eventually(t, "the agent to register", 30*time.Second, func() (bool, string) { return strings.Contains(ctl("get", "nodes"), n.Name), "" })
 	return ctl
 }
 

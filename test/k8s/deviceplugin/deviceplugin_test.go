@@ -20,6 +20,7 @@ import (
 	dp "github.com/skiff-sdn/skiff/deviceplugin"
 	"github.com/skiff-sdn/skiff/deviceplugin/podresources"
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const resource = "skiff.io/vf"
@@ -113,7 +114,7 @@ func TestWithRealKubelet(t *testing.T) {
 	start = time.Now()
 	n.RestartKubelet(t)
 	t.Logf("kubelet restarted and synced: %v", time.Since(start))
-	cluster.WaitFor(t, 30*time.Second, "the plugin to register with the restarted kubelet", func() bool { return plugin.Registrations() > regs })
+	testkit.Eventually(t, "the plugin to register with the restarted kubelet", 30*time.Second, func() (bool, string) { return plugin.Registrations() > regs, "" })
 	t.Logf("kubelet restart to the plugin registered again: %v", time.Since(start))
 	waitAdvertised(t, cs, n.Name, resource, 4, 4, 30*time.Second)
 	if now := containerID(t, cs, "vf1"); now != ctr {
@@ -183,9 +184,9 @@ func TestWithRealKubelet(t *testing.T) {
 
 	// The pod goes: the kubelet's pod resources API forgets it.
 	c.MustKubectl(t, "delete", "pod", "vf1", "--wait")
-	cluster.WaitFor(t, 30*time.Second, "the pod resources API to forget vf1", func() bool {
+	testkit.Eventually(t, "the pod resources API to forget vf1", 30*time.Second, func() (bool, string) {
 		_, err := PodVFs(ctx, n, "default", "vf1", resource)
-		return errors.Is(err, podresources.ErrPodNotFound)
+		return errors.Is(err, podresources.ErrPodNotFound), ""
 	})
 
 	// The plugin stops: its device-info files go (as the specification
@@ -267,17 +268,10 @@ func advertised(cs kubernetes.Interface, node, res string) (capacity, allocatabl
 // allocatable of res.
 func waitAdvertised(t *testing.T, cs kubernetes.Interface, node, res string, capacity, allocatable int64, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testkit.Eventually(t, fmt.Sprintf("node %s advertising %s %d/%d", node, res, capacity, allocatable), within, func() (bool, string) {
 		c, a, err := advertised(cs, node, res)
-		if err == nil && c == capacity && a == allocatable {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s advertises %s %d/%d (%v) after %v, want %d/%d", node, res, c, a, err, within, capacity, allocatable)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && c == capacity && a == allocatable, fmt.Sprintf("advertises %d/%d (%v)", c, a, err)
+	})
 }
 
 // waitUnschedulable waits until the scheduler says pod cannot be placed,
@@ -285,18 +279,18 @@ func waitAdvertised(t *testing.T, cs kubernetes.Interface, node, res string, cap
 func waitUnschedulable(t *testing.T, cs kubernetes.Interface, pod, why string) {
 	t.Helper()
 	var last string
-	cluster.WaitFor(t, time.Minute, "pod "+pod+" to be unschedulable: "+why, func() bool {
+	testkit.Eventually(t, "pod "+pod+" to be unschedulable: "+why, time.Minute, func() (bool, string) {
 		p, err := cs.CoreV1().Pods("default").Get(context.Background(), pod, metav1.GetOptions{})
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		for _, cond := range p.Status.Conditions {
 			if cond.Type == corev1.PodScheduled {
 				last = cond.Reason + ": " + cond.Message
-				return cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable && strings.Contains(cond.Message, why)
+				return cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable && strings.Contains(cond.Message, why), last
 			}
 		}
-		return false
+		return false, "no PodScheduled condition"
 	})
 	t.Logf("%s: %s", pod, last)
 }

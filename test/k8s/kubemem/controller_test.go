@@ -19,6 +19,7 @@ import (
 
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const (
@@ -60,17 +61,11 @@ func startController(b testing.TB, c *cluster.Cluster, args ...string) *controll
 	b.Cleanup(func() { conn.Close() })
 	p := &controllerProc{pid: pid, mgmt: skiffv1.NewManagementServiceClient(conn), agent: skiffv1.NewAgentServiceClient(conn),
 		http: &http.Client{Transport: &http.Transport{DialContext: c.DialUnderlay}, Timeout: time.Minute}}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testkit.Eventually(b, "the controller answering (see "+c.Dir+"/skiff-controller.log)", time.Minute, testkit.NoError(func() error {
 		_, err := p.mgmt.ListNamespaces(b.Context(), &skiffv1.ListRequest{})
-		if err == nil {
-			return p
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the controller does not answer (see %s/skiff-controller.log): %v", c.Dir, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err
+	}))
+	return p
 }
 
 // heapAlloc is the controller's live heap after a GC: the heap profile

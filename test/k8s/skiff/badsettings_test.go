@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // start brings up a cluster and applies Skiff with settings, without
@@ -52,14 +53,14 @@ func daemonSetReady(t *testing.T, c *cluster.Cluster) string {
 func TestBadSettingsVNI(t *testing.T) {
 	c := start(t, strings.Replace(DefaultSettings, "vni: 4096", "vni: 0", 1))
 	const want = "settings: podNetwork.vni: must be 1..16777215, got 0"
-	eventually(t, 2*time.Minute, func() string {
+	testkit.Eventually(t, "", 2*time.Minute, func() (bool, string) {
 		for _, sel := range []string{"app.kubernetes.io/name=skiff-agent", "app.kubernetes.io/name=skiff-controller"} {
 			out, _ := c.Kubectl("-n", "skiff-system", "logs", "-l", sel, "--all-containers", "--prefix", "--tail=20")
 			if strings.Count(out, want) < map[bool]int{true: 2, false: 1}[strings.Contains(sel, "agent")] {
-				return sel + " pods do not say " + want + " yet:\n" + out
+				return false, sel + " pods do not say " + want + " yet:\n" + out
 			}
 		}
-		return ""
+		return true, ""
 	})
 	if got := daemonSetReady(t, c); !strings.HasPrefix(got, "0/") {
 		t.Errorf("DaemonSet ready %s with refused settings", got)
@@ -79,12 +80,12 @@ func TestSettingsUnknownNetwork(t *testing.T) {
 	c := start(t, settings)
 	c.MustKubectl(t, "-n", "skiff-system", "rollout", "status", "statefulset/skiff-controller", "--timeout=2m")
 	const want = `CNI network \"nosuch\" does not exist at the controller: nothing is installed`
-	eventually(t, 2*time.Minute, func() string {
+	testkit.Eventually(t, "", 2*time.Minute, func() (bool, string) {
 		out, _ := c.Kubectl("-n", "skiff-system", "logs", "-l", "app.kubernetes.io/name=skiff-agent", "-c", "agent", "--prefix", "--tail=20")
 		if strings.Count(out, want) < 2 {
-			return "the agents do not say why they install nothing:\n" + out
+			return false, "the agents do not say why they install nothing:\n" + out
 		}
-		return ""
+		return true, ""
 	})
 	if got := daemonSetReady(t, c); !strings.HasPrefix(got, "0/") {
 		t.Errorf("DaemonSet ready %s without its pod network", got)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
 )
@@ -41,22 +40,6 @@ func endpoints(t *testing.T, c *cluster.Cluster) []endpoint {
 		eps = w.Endpoints
 	}
 	return eps
-}
-
-// eventually retries f until it returns "" or within passes.
-func eventually(t *testing.T, within time.Duration, f func() string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		why := f()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // agentErrors returns the ERROR lines the agents logged.

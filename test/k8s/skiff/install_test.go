@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // Install brings up a two-node cluster and installs Skiff with kubectl.
@@ -72,11 +73,11 @@ spec:
   egress:
   - to: [{ipBlock: {cidr: 0.0.0.0/0, except: [`+outside+`/32]}}]
 `)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, "", 30*time.Second, func() (bool, string) {
 		if pings(c, "a", outside) {
-			return "a still reaches " + outside + ", which its egress policy excepts"
+			return false, "a still reaches " + outside + ", which its egress policy excepts"
 		}
-		return ""
+		return true, ""
 	})
 	if !pings(c, "b", outside) {
 		t.Error("b, which no egress policy selects, no longer reaches the outside")

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestLostPodsAndNodes: the store loses nothing and keeps nothing when
@@ -45,10 +47,10 @@ func TestLostPodsAndNodes(t *testing.T) {
 	if out, err := k1.Run("ctr", "--address", k1.ContainerdSocket(), "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", sandbox); err != nil {
 		t.Fatalf("killing a's sandbox: %v\n%s", err, out)
 	}
-	eventually(t, 2*time.Minute, func() string {
+	testkit.Eventually(t, "", 2*time.Minute, func() (bool, string) {
 		eps := owned("pod:default/a")
 		if len(eps) != 1 || eps[0].Name == oldEP || len(eps[0].Ips) == 0 {
-			return "pod a does not have exactly one new endpoint"
+			return false, "pod a does not have exactly one new endpoint"
 		}
 		// The API's Ready may still be the dead sandbox's (the kubelet
 		// has not reported yet, while the new sandbox already has its
@@ -58,9 +60,9 @@ func TestLostPodsAndNodes(t *testing.T) {
 		want, _, _ := strings.Cut(eps[0].Ips[0], "/")
 		out, _ := c.Kubectl("get", "pod", "a", "-o", `jsonpath={.status.podIP} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready}`)
 		if f := strings.Fields(out); len(f) != 3 || f[0] != want || f[1] == "0" || f[2] != "true" {
-			return fmt.Sprintf("a's status %q (address, restarts, ready): not yet restarted in its new sandbox (%s) and ready", out, want)
+			return false, fmt.Sprintf("a's status %q (address, restarts, ready): not yet restarted in its new sandbox (%s) and ready", out, want)
 		}
-		return ""
+		return true, ""
 	})
 	if !pings(c, "a", podIP(t, c, "b")) {
 		bn, _ := execIn(c, "b", "ip", "neigh")
@@ -77,24 +79,24 @@ func TestLostPodsAndNodes(t *testing.T) {
 	k2.KillKubelet()
 	start := time.Now()
 	c.MustKubectl(t, "delete", "pod", "b", "--force", "--grace-period=0")
-	eventually(t, time.Minute, func() string {
+	testkit.Eventually(t, "", time.Minute, func() (bool, string) {
 		if len(owned("pod:default/b")) != 0 {
-			return "b's endpoint is still in the store"
+			return false, "b's endpoint is still in the store"
 		}
-		return ""
+		return true, ""
 	})
 	t.Logf("pod deleted with its kubelet dead: endpoint freed %v after the delete (grace 3 s)", time.Since(start))
 
 	// The dead kubelet's Node deleted: the endpoints of its pods go.
 	start = time.Now()
 	c.MustKubectl(t, "delete", "node", "k2")
-	eventually(t, time.Minute, func() string {
+	testkit.Eventually(t, "", time.Minute, func() (bool, string) {
 		for _, e := range endpoints(t, c) {
 			if e.Node == "k2" {
-				return "endpoint " + e.Name + " of node k2 is still in the store"
+				return false, "endpoint " + e.Name + " of node k2 is still in the store"
 			}
 		}
-		return ""
+		return true, ""
 	})
 	t.Logf("Node deleted: its endpoints freed in %v", time.Since(start))
 	if n := len(owned("pod:default/a")); n != 1 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // inPolicySet waits until an address shows in the node's nftables policy
@@ -18,7 +19,7 @@ func inPolicySet(t *testing.T, n *cluster.Node, ip string, want bool, start time
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		out, _ := exec.Command("nsenter", "--net=/var/run/netns/"+n.NS, "--", "nft", "list", "table", "inet", "skiff-policy").CombinedOutput()
+		out, _ := exec.Command("nsenter", "--net="+testkit.Path(n.NS), "--", "nft", "list", "table", "inet", "skiff-policy").CombinedOutput()
 		if regexp.MustCompile(regexp.QuoteMeta(ip)+`[^0-9]`).Match(out) == want {
 			return time.Since(start)
 		}
@@ -64,11 +65,11 @@ spec:
     - namespaceSelector: {matchLabels: {team: blue}}
     ports: [{protocol: TCP, port: 8080}]
 `)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, "", 30*time.Second, func() (bool, string) {
 		if connects(c, "c", b) {
-			return "c still reaches b under the policy"
+			return false, "c still reaches b under the policy"
 		}
-		return ""
+		return true, ""
 	})
 	if !connects(c, "a", b) {
 		t.Error("a (app=a) cannot reach b:8080 under the policy that admits it")
@@ -120,14 +121,14 @@ spec:
   ingress:
   - ports: [{protocol: TCP, port: http}]
 `)
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, "", 30*time.Second, func() (bool, string) {
 		out, _ := c.Kubectl("get", "events", "--field-selector", "involvedObject.kind=NetworkPolicy,involvedObject.name=named-port",
 			"-o", "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}")
 		if !strings.Contains(out, "PolicyRefused") || !strings.Contains(out, "port") {
-			return fmt.Sprintf("no PolicyRefused event naming the port: %q", out)
+			return false, fmt.Sprintf("no PolicyRefused event naming the port: %q", out)
 		}
 		t.Logf("event: %s", strings.TrimSpace(out))
-		return ""
+		return true, ""
 	})
 	if !connects(c, "b", a) {
 		t.Error("the refused policy isolated a")
@@ -137,10 +138,10 @@ spec:
 	}
 	// Deleting the policy with kubectl lifts it.
 	c.MustKubectl(t, "delete", "networkpolicy", "b-ingress")
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, "", 30*time.Second, func() (bool, string) {
 		if !connects(c, "c", b) {
-			return "c does not reach b once the policy is deleted"
+			return false, "c does not reach b once the policy is deleted"
 		}
-		return ""
+		return true, ""
 	})
 }

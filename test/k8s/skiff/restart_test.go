@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // networkUnavailable is the Node's NetworkUnavailable condition status
@@ -40,7 +41,7 @@ func TestRestartsKeepTraffic(t *testing.T) {
 	// restart below.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	flow := exec.CommandContext(ctx, "nsenter", "--net=/var/run/netns/"+c.Underlay, "--", cluster.Bin(t, "kubectl"),
+	flow := exec.CommandContext(ctx, "nsenter", "--net="+testkit.Path(c.Underlay), "--", cluster.Bin(t, "kubectl"),
 		"--kubeconfig", c.Kubeconfig, "exec", "a", "--", "ping", "-i", "0.2", "-c", "225", "-W", "1", b)
 	var flowOut strings.Builder
 	flow.Stdout, flow.Stderr = &flowOut, &flowOut
@@ -53,10 +54,10 @@ func TestRestartsKeepTraffic(t *testing.T) {
 		get := append([]string{"-n", "skiff-system", "get", "pods"}, sel...)
 		old := strings.TrimSpace(c.MustKubectl(t, append(get, "-o", "jsonpath={.items[0].metadata.uid}")...))
 		c.MustKubectl(t, append(append([]string{"-n", "skiff-system", "delete", "pods"}, sel...), "--wait=true")...)
-		took := cluster.WaitFor(t, 2*time.Minute, what+" back", func() bool {
+		took := testkit.Eventually(t, what+" back", 2*time.Minute, func() (bool, string) {
 			out, _ := c.Kubectl(append(get, "-o", `jsonpath={range .items[*]}{.metadata.uid} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)...)
 			f := strings.Fields(out)
-			return len(f) == 2 && f[0] != old && f[1] == "True"
+			return len(f) == 2 && f[0] != old && f[1] == "True", ""
 		})
 		t.Logf("%s: deleted to Ready again in %v", what, took)
 	}
@@ -80,25 +81,25 @@ func TestRestartsKeepTraffic(t *testing.T) {
 	t.Logf("pod deleted with the controller down: gone in %v", time.Since(start))
 	c.MustKubectl(t, "-n", "skiff-system", "scale", "statefulset", "skiff-controller", "--replicas=1")
 	c.MustKubectl(t, "-n", "skiff-system", "rollout", "status", "statefulset/skiff-controller", "--timeout=120s")
-	eventually(t, time.Minute, func() string {
+	testkit.Eventually(t, "", time.Minute, func() (bool, string) {
 		for _, e := range endpoints(t, c) {
 			if e.Owner == "pod:default/b2" {
-				return "b2's endpoint is still in the store"
+				return false, "b2's endpoint is still in the store"
 			}
 		}
-		return ""
+		return true, ""
 	})
 
 	// The agent of k2 stops (the DaemonSet leaves k2), then returns.
 	c.MustKubectl(t, "label", "node", "k1", "skiff-test-agent=on")
 	c.MustKubectl(t, "-n", "skiff-system", "patch", "daemonset", "skiff-agent", "--type=merge", "-p",
 		`{"spec":{"template":{"spec":{"nodeSelector":{"skiff-test-agent":"on"}}}}}`)
-	cluster.WaitFor(t, 2*time.Minute, "k2's agent gone", func() bool {
+	testkit.Eventually(t, "k2's agent gone", 2*time.Minute, func() (bool, string) {
 		out, _ := c.Kubectl("-n", "skiff-system", "get", "pods", "-l", "app.kubernetes.io/name=skiff-agent", "--field-selector", "spec.nodeName=k2", "-o", "name")
-		return strings.TrimSpace(out) == ""
+		return strings.TrimSpace(out) == "", ""
 	})
-	down := cluster.WaitFor(t, time.Minute, "k2 NetworkUnavailable", func() bool {
-		return strings.HasPrefix(networkUnavailable(t, c, "k2"), "True")
+	down := testkit.Eventually(t, "k2 NetworkUnavailable", time.Minute, func() (bool, string) {
+		return strings.HasPrefix(networkUnavailable(t, c, "k2"), "True"), ""
 	})
 	t.Logf("agent pod of k2 gone -> NetworkUnavailable True (%s) in %v", networkUnavailable(t, c, "k2"), down)
 	if !pings(c, "a", b) {
@@ -107,8 +108,8 @@ func TestRestartsKeepTraffic(t *testing.T) {
 	start = time.Now()
 	c.MustKubectl(t, "-n", "skiff-system", "patch", "daemonset", "skiff-agent", "--type=json", "-p",
 		`[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]`)
-	cluster.WaitFor(t, 2*time.Minute, "k2 NetworkUnavailable cleared", func() bool {
-		return strings.HasPrefix(networkUnavailable(t, c, "k2"), "False")
+	testkit.Eventually(t, "k2 NetworkUnavailable cleared", 2*time.Minute, func() (bool, string) {
+		return strings.HasPrefix(networkUnavailable(t, c, "k2"), "False"), ""
 	})
 	t.Logf("DaemonSet back on k2 -> NetworkUnavailable False in %v (includes the agent pod's start)", time.Since(start))
 	if errs := agentErrors(t, c); len(errs) > 0 {

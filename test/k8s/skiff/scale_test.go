@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // vethCount is how many veth links a node's namespace has.
@@ -107,29 +108,29 @@ spec:
 
 	start = time.Now()
 	c.MustKubectl(t, "scale", "deployment", "burst", "--replicas=0")
-	eventually(t, 3*time.Minute, func() string {
+	testkit.Eventually(t, "", 3*time.Minute, func() (bool, string) {
 		out, _ := c.Kubectl("get", "pods", "-l", "app=burst", "-o", "name")
 		if strings.TrimSpace(out) != "" {
-			return "pods left:\n" + out
+			return false, "pods left:\n" + out
 		}
-		return ""
+		return true, ""
 	})
 	t.Logf("scale 30 -> 0 to every pod gone: %v", time.Since(start))
-	eventually(t, time.Minute, func() string {
+	testkit.Eventually(t, "", time.Minute, func() (bool, string) {
 		if eps := endpoints(t, c); len(eps) != 0 {
-			return "endpoints left in Skiff's store"
+			return false, "endpoints left in Skiff's store"
 		}
 		for _, n := range c.Nodes {
 			if v := vethCount(t, n); v != before[n.Name] {
-				return n.Name + ": veth links left"
+				return false, n.Name + ": veth links left"
 			}
 		}
 		for _, n := range c.Nodes {
 			if f := cniCache(n, "burst-"); len(f) > 0 {
-				return "cached CNI results left: " + strings.Join(f, " ")
+				return false, "cached CNI results left: " + strings.Join(f, " ")
 			}
 		}
-		return ""
+		return true, ""
 	})
 	if errs := agentErrors(t, c); len(errs) > 0 {
 		t.Errorf("agents logged errors:\n%s", strings.Join(errs, "\n"))

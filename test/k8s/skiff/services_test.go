@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/k8s/cluster"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // namedPod is a probe pod whose TCP 8080 answers its own name.
@@ -87,11 +88,11 @@ func TestServices(t *testing.T) {
 
 	// kube-proxy's rules reach the nodes asynchronously: wait for the
 	// first answer, then count.
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, "", 30*time.Second, func() (bool, string) {
 		if answer(c, "client", both, "80") == "" {
-			return "client gets no answer from Service both at " + both + ":80"
+			return false, "client gets no answer from Service both at " + both + ":80"
 		}
-		return ""
+		return true, ""
 	})
 	seen := map[string]int{}
 	for i := 0; i < 30 && (seen["s1"] == 0 || seen["s2"] == 0); i++ {
@@ -113,35 +114,35 @@ func TestServices(t *testing.T) {
 	t.Logf("200 sequential connections from a pod through a ClusterIP (backends on both nodes): %v, %.0f connections/s", took, 200/took.Seconds())
 
 	// Hairpin: s1 through the Service that only it backs.
-	eventually(t, 30*time.Second, func() string {
+	testkit.Eventually(t, "", 30*time.Second, func() (bool, string) {
 		if got := answer(c, "s1", self, "80"); got != "s1" {
-			return fmt.Sprintf("s1 through its own Service self at %s:80 got %q, want s1", self, got)
+			return false, fmt.Sprintf("s1 through its own Service self at %s:80 got %q, want s1", self, got)
 		}
-		return ""
+		return true, ""
 	})
 
 	// NodePort from the underlay: s2's node and the other one.
 	for _, n := range c.Nodes {
 		addr := net.JoinHostPort(n.IP, "30080")
-		eventually(t, 30*time.Second, func() string {
+		testkit.Eventually(t, "", 30*time.Second, func() (bool, string) {
 			got, err := underlayAnswer(c, addr)
 			if err != nil || got != "s2" {
-				return fmt.Sprintf("NodePort %s (node %s, backend s2 on k2) from the underlay: %q, %v", addr, n.Name, got, err)
+				return false, fmt.Sprintf("NodePort %s (node %s, backend s2 on k2) from the underlay: %q, %v", addr, n.Name, got, err)
 			}
-			return ""
+			return true, ""
 		})
 	}
 
 	// The node reaches a pod on the other node, and one on its own.
 	for _, ip := range []string{s2, s1} {
-		eventually(t, 20*time.Second, func() string {
+		testkit.Eventually(t, "", 20*time.Second, func() (bool, string) {
 			if !pings(c, "host1", ip) {
-				return "k1 (hostNetwork pod host1) does not ping " + ip
+				return false, "k1 (hostNetwork pod host1) does not ping " + ip
 			}
 			if got := answer(c, "host1", ip, "8080"); got == "" {
-				return "k1 (hostNetwork pod host1) gets no TCP answer from " + ip + ":8080"
+				return false, "k1 (hostNetwork pod host1) gets no TCP answer from " + ip + ":8080"
 			}
-			return ""
+			return true, ""
 		})
 	}
 }

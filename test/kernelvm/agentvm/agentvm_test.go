@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // syncBuf is a bytes.Buffer safe for a process writing and a test reading.
@@ -99,16 +99,6 @@ func (p *proc) alive(t *testing.T) {
 		t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.out.String())
 	default:
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // repsByVF reads, independently of the code under test, which netdev
@@ -234,34 +224,31 @@ func getNode(t *testing.T, controller, name string) *skiffv1.Node {
 // waitNode polls skiffctl until ok accepts the node, while procs run.
 func waitNode(t *testing.T, controller, name string, within time.Duration, ok func(*skiffv1.Node) bool, procs ...*proc) *skiffv1.Node {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var last *skiffv1.Node
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, "node "+name+" as expected", within, func() (bool, string) {
 		for _, p := range procs {
 			p.alive(t)
 		}
 		if n := getNode(t, controller, name); n != nil {
 			last = n
 			if ok(n) {
-				return n
+				return true, ""
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("node %s not as expected within %s; last seen: %v", name, within, last)
-	return nil
+		return false, fmt.Sprintf("last seen: %v", last)
+	})
+	return last
 }
 
 func waitLog(t *testing.T, p *proc, what string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(p.out.String(), what) {
-		p.alive(t)
-		if time.Now().After(deadline) {
-			t.Fatalf("%q did not appear within %s", what, within)
+	testkit.Eventually(t, fmt.Sprintf("%q in %s's output", what, p.name), within, func() (bool, string) {
+		if strings.Contains(p.out.String(), what) {
+			return true, ""
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		p.alive(t)
+		return false, ""
+	})
 }
 
 func numVFs(c *skiffv1.NodeCapabilities, pf string) int {
@@ -303,7 +290,7 @@ func TestAgentCapabilitiesOnNetdevsim(t *testing.T) {
 
 	// The controller and the agent, both real processes.
 	tmp := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := testkit.FreeAddr(t)
 	tStart := time.Now()
 	ctl := start(t, "skiff-controller", "--listen", addr, "--data-dir", filepath.Join(tmp, "etcd"))
 	// The agent would wait for the controller too, with backoff; waiting

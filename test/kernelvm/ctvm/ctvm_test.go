@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -25,9 +24,9 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/nl/tc"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const (
@@ -43,20 +42,20 @@ func TestStatefulPolicy(t *testing.T) {
 	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	node, a, b := testns.New(t), testns.New(t), testns.New(t)
+	node, a, b := testkit.New(t), testkit.New(t), testkit.New(t)
 	for _, p := range []struct{ ns, dev, ip string }{{a, "skva", ipA}, {b, "skvb", ipB}} {
-		testns.Run(t, node, "ip", "link", "add", p.dev, "type", "veth", "peer", "name", "eth0", "netns", p.ns)
-		testns.Run(t, node, "ip", "link", "set", p.dev, "up")
-		testns.Run(t, node, "tc", "qdisc", "add", "dev", p.dev, "clsact")
-		testns.Run(t, p.ns, "ip", "addr", "add", p.ip+"/24", "dev", "eth0")
-		testns.Run(t, p.ns, "ip", "link", "set", "eth0", "up")
+		testkit.Run(t, node, "ip", "link", "add", p.dev, "type", "veth", "peer", "name", "eth0", "netns", p.ns)
+		testkit.Run(t, node, "ip", "link", "set", p.dev, "up")
+		testkit.Run(t, node, "tc", "qdisc", "add", "dev", p.dev, "clsact")
+		testkit.Run(t, p.ns, "ip", "addr", "add", p.ip+"/24", "dev", "eth0")
+		testkit.Run(t, p.ns, "ip", "link", "set", "eth0", "up")
 	}
 	va, vb := ifindex(t, node, "skva"), ifindex(t, node, "skvb")
 
 	// Forwarding in chain 2, and for now everything from chain 0 to it,
 	// with the tc codec (a filter's chain, and gact goto chain as a
 	// control action).
-	conn, err := tc.Dial(nsPath(node))
+	conn, err := tc.Dial(testkit.Path(node))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +90,7 @@ func TestStatefulPolicy(t *testing.T) {
 			t.Fatalf("before the policy, %s -> %s:%d: %v", c.from, c.to, c.port, err)
 		}
 	}
-	if err := ping(a, ipB); err != nil {
+	if err := guest.Tools.Ping(a, ipB, 2, time.Second); err != nil {
 		t.Fatalf("before the policy, ping %s: %v", ipB, err)
 	}
 	for _, dev := range []int{va, vb} {
@@ -101,7 +100,7 @@ func TestStatefulPolicy(t *testing.T) {
 		}
 	}
 
-	nk, err := nl.Open(nsPath(node))
+	nk, err := nl.Open(testkit.Path(node))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +122,7 @@ func TestStatefulPolicy(t *testing.T) {
 	// Forget the neighbours resolved before the policy: ARP has to pass
 	// through the policy's ARP rule.
 	for _, n := range []string{a, b} {
-		testns.Run(t, n, "ip", "neigh", "flush", "all")
+		testkit.Run(t, n, "ip", "neigh", "flush", "all")
 	}
 
 	// Allowed: A -> B:8080 connects, 256 KiB each way (B's replies enter
@@ -136,7 +135,7 @@ func TestStatefulPolicy(t *testing.T) {
 	if err := echo(a, ipB, 9000, 16); err == nil {
 		t.Error("A -> B:9000 (outside 8000-8099) connected")
 	}
-	if err := ping(a, ipB); err == nil {
+	if err := guest.Tools.Ping(a, ipB, 2, time.Second); err == nil {
 		t.Errorf("ping %s from A went through", ipB)
 	}
 	if err := echo(b, ipA, 8080, 16); err == nil {
@@ -179,7 +178,7 @@ func TestStatefulPolicy(t *testing.T) {
 		}
 	}
 	// iproute2 reads the same keys (the attribute numbers are the kernel's).
-	out := testns.Run(t, node, "tc", "filter", "show", "dev", "skva", "ingress", "chain", "1")
+	out := testkit.Run(t, node, "tc", "filter", "show", "dev", "skva", "ingress", "chain", "1")
 	for _, s := range []string{"ct_state +trk+est", "ct_state +trk+new", "dst_port 8000-8099", "src_ip " + allowed, "ip_proto tcp", "ct commit zone 1"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("tc filter show dev skva ingress chain 1 lacks %q:\n%s", s, out)
@@ -262,7 +261,7 @@ func addFilter(t *testing.T, c *tc.Conn, dev int, chain uint32, prio uint16, act
 // serve echoes on ip:port in netns until the test ends.
 func serve(t *testing.T, netns, ip string, port int) {
 	var l net.Listener
-	err := nl.InNetNS(nsPath(netns), func() error {
+	err := testkit.InNetns(netns, func() error {
 		var err error
 		l, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", ip, port))
 		return err
@@ -290,7 +289,7 @@ func serve(t *testing.T, netns, ip string, port int) {
 // reads them back.
 func echo(netns, ip string, port, n int) error {
 	var c net.Conn
-	err := nl.InNetNS(nsPath(netns), func() error {
+	err := testkit.InNetns(netns, func() error {
 		var err error
 		c, err = net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", ip, port), 1500*time.Millisecond)
 		return err
@@ -319,18 +318,9 @@ func echo(netns, ip string, port, n int) error {
 	return nil
 }
 
-// ping sends two echo requests from netns (1 s each).
-func ping(netns, ip string) error {
-	out, err := exec.Command("ip", "netns", "exec", netns, "ping", "-c", "2", "-W", "1", ip).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%w: %s", err, out)
-	}
-	return nil
-}
-
 func ifindex(t *testing.T, netns, dev string) int {
 	var idx int
-	err := nl.InNetNS(nsPath(netns), func() error {
+	err := testkit.InNetns(netns, func() error {
 		i, err := net.InterfaceByName(dev)
 		if err != nil {
 			return err
@@ -343,8 +333,5 @@ func ifindex(t *testing.T, netns, dev string) int {
 	}
 	return idx
 }
-
-// nsPath is where the guest's iproute2 keeps a named namespace.
-func nsPath(name string) string { return "/run/netns/" + name }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }

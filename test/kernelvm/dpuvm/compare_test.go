@@ -70,10 +70,10 @@ func (r *rig) compareAdds(ipB string) {
 	}
 	// The first and last of each kind reach n2, and h1's reach o3's.
 	for _, m := range []made{pods[0], pods[1], pods[len(pods)-2], pods[len(pods)-1]} {
-		ping(t, m.netns, ipB)
+		guest.Tools.MustPing(t, m.netns, ipB, 3, 3*time.Second)
 	}
-	ping(t, pods[0].netns, pods[len(pods)-1].ip)
-	ping(t, pods[len(pods)-1].netns, pods[0].ip)
+	guest.Tools.MustPing(t, pods[0].netns, pods[len(pods)-1].ip, 3, 3*time.Second)
+	guest.Tools.MustPing(t, pods[len(pods)-1].netns, pods[0].ip, 3, 3*time.Second)
 	for _, m := range pods {
 		start := time.Now()
 		err := m.c.DeleteFrom(ctx, localapi.DeleteRequest{Name: m.req.Name, NetNS: m.req.NetNS, IfName: "eth0"})

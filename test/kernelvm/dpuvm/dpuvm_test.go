@@ -12,6 +12,7 @@ import (
 	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestDPU runs DPU mode's flows on one rig (a rig takes long to start
@@ -47,8 +48,8 @@ func TestDPU(t *testing.T) {
 	if _, ok := links(t, dd)["skb100"]; ok {
 		t.Error("the DPU made a bridge: its eswitch is in switchdev mode, the offload datapath should serve the host")
 	}
-	ping(t, "skdpa", ipB)
-	ping(t, "skdpb", ipA)
+	guest.Tools.MustPing(t, "skdpa", ipB, 3, 3*time.Second)
+	guest.Tools.MustPing(t, "skdpb", ipA, 3, 3*time.Second)
 	if n := packets(t, repA); n == 0 {
 		t.Errorf("the encap rules on %s counted no packet: the pings did not go through them", repA)
 	}
@@ -57,7 +58,7 @@ func TestDPU(t *testing.T) {
 	// running pods keep forwarding on the rules in place.
 	stopped := time.Now()
 	r.stopDPU(syscall.SIGTERM)
-	guest.WaitFor(t, "h1's STATUS says its DPU is away", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "h1's STATUS says its DPU is away", 30*time.Second, func() (bool, string) {
 		_, _, err := r.cni("STATUS", pod{sock: r.sockH})
 		return err != nil && strings.Contains(err.Error(), `DPU "d1" is not connected`), fmt.Sprint(err)
 	})
@@ -95,7 +96,7 @@ func TestDPU(t *testing.T) {
 	if out := r.mustCtl("get", "endpoints"); strings.Contains(out, cni.EndpointName(c.id, "eth0")) {
 		t.Errorf("an endpoint was created for the refused ADD:\n%s", out)
 	}
-	ping(t, "skdpa", ipB)
+	guest.Tools.MustPing(t, "skdpa", ipB, 3, 3*time.Second)
 	checkRules(t, repA)
 
 	// The DPU reboots: every kernel object of it gone, every VF of the
@@ -104,7 +105,7 @@ func TestDPU(t *testing.T) {
 	// the running pod's traffic comes back by itself.
 	r.reboot()
 	rebooted := time.Now()
-	guest.WaitFor(t, "the host's agent moved the re-created VF 0 back into pod a", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the host's agent moved the re-created VF 0 back into pod a", 60*time.Second, func() (bool, string) {
 		_, ok := links(t, "skdpa")["eth0"]
 		return ok, fmt.Sprint(links(t, "skdpa"), links(t, dh))
 	})
@@ -115,12 +116,12 @@ func TestDPU(t *testing.T) {
 	if _, ok := links(t, dh)["vf1"]; !ok {
 		t.Errorf("the free VF 1 is not in the host after the reset: %v", links(t, dh))
 	}
-	if pings("skdpa", ipB) {
+	if guest.Tools.Ping("skdpa", ipB, 1, time.Second) == nil {
 		t.Fatal("the pod still reaches n2 with its DPU's eswitch and rules gone: the reboot stood in for nothing")
 	}
 	booted := time.Now()
 	r.startDPU()
-	for !pings("skdpa", ipB) {
+	for guest.Tools.Ping("skdpa", ipB, 1, time.Second) != nil {
 		if time.Since(booted) > 60*time.Second {
 			t.Fatalf("the host's pod did not reach n2 within 60 s of its DPU's reboot\n%s", guest.Tail(r.dpu.Out.String(), 40))
 		}
@@ -128,17 +129,17 @@ func TestDPU(t *testing.T) {
 	t.Logf("DPU rebooted (eswitch and every object re-created, agent started) -> the host's pod reaches n2 again: %v (one ping a second at most)",
 		time.Since(booted).Round(time.Millisecond))
 	checkRules(t, repA)
-	ping(t, "skdpb", ipA)
+	guest.Tools.MustPing(t, "skdpb", ipA, 3, 3*time.Second)
 
 	// A new pod on the host works.
 	ipC, took := r.add(c)
 	t.Logf("CNI ADD of a VF pod on the dpu-host node after its DPU's reboot: %v", took.Round(time.Millisecond))
-	ping(t, "skdpc", ipB)
-	ping(t, "skdpb", ipC)
+	guest.Tools.MustPing(t, "skdpc", ipB, 3, 3*time.Second)
+	guest.Tools.MustPing(t, "skdpb", ipC, 3, 3*time.Second)
 	if _, _, err := r.cni("DEL", a); err != nil {
 		t.Error(err)
 	}
-	guest.WaitFor(t, "VF 0's representor given its name back after DEL", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "VF 0's representor given its name back after DEL", 30*time.Second, func() (bool, string) {
 		l, ok := links(t, dd)["dr0"]
 		return ok && l.Alias == "", fmt.Sprint(links(t, dd))
 	})

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const (
@@ -89,7 +90,7 @@ func newRig(t *testing.T, extra int) *rig {
 	r := &rig{t: t, dir: t.TempDir(), vfs: flowVFs + extra, extra: extra}
 	guest.UnderlayBridge(t, "skdbr", "192.0.2.254/24")
 	guest.StartIn(t, "", "skiff-controller", "--listen", ctl, "--data-dir", filepath.Join(r.dir, "etcd"))
-	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "controller up", 90*time.Second, func() (bool, string) {
 		out, err := r.skiffctl("get", "nodes")
 		return err == nil, out
 	})
@@ -119,13 +120,13 @@ func newRig(t *testing.T, extra int) *rig {
 		"--state-dir", filepath.Join(r.dir, "n2.state"), "--socket", r.sockN, "--mode", "software")
 	guest.StartIn(t, do, "skiff-agent", "--controller", ctl, "--node", "o3", "--underlay-ip", "192.0.2.3",
 		"--state-dir", filepath.Join(r.dir, "o3.state"), "--socket", r.sockO, "--mode", "offload")
-	guest.WaitFor(t, "four nodes registered", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "four nodes registered", 60*time.Second, func() (bool, string) {
 		out, err := r.skiffctl("get", "nodes", "-o", "json")
 		return err == nil && strings.Count(out, `"underlayIp"`) == 4, out
 	})
 	r.mustCtl("network", "create", "blue", "--vni", "100")
 	r.mustCtl("subnet", "create", "blue-v4", "--network", "blue", "--cidr", "198.51.100.0/24")
-	guest.WaitFor(t, "h1 ready (its DPU connected)", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "h1 ready (its DPU connected)", 60*time.Second, func() (bool, string) {
 		_, _, err := r.cni("STATUS", pod{sock: r.sockH})
 		return err == nil, fmt.Sprint(err)
 	})
@@ -279,18 +280,5 @@ func links(t *testing.T, ns string) map[string]link {
 			m[l.Name] = l
 		}
 		return m
-	}
-}
-
-// pings reports whether one ping from namespace from reaches to within
-// a second.
-func pings(from, to string) bool {
-	return exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "1", "-W", "1", to).Run() == nil
-}
-
-func ping(t *testing.T, from, to string) {
-	t.Helper()
-	if out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "3", "-W", "3", to).CombinedOutput(); err != nil {
-		t.Fatalf("ping %s -> %s: %v\n%s", from, to, err, out)
 	}
 }

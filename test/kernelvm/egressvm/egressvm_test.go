@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const ipBin = guest.IP
@@ -87,19 +88,12 @@ func TestOffloadEgress(t *testing.T) {
 			ips[p] = rig.CreatePod(t, n, p, network[p])
 		}
 	}
-	pings := func(from, addr string) bool {
-		_, err := exec.Command(ipBin, "netns", "exec", "skegp"+from, "/bin/ping", "-c", "1", "-W", "1", addr).CombinedOutput()
-		return err == nil
-	}
-	pings6 := func(from, addr string) bool {
-		_, err := exec.Command(ipBin, "netns", "exec", "skegp"+from, "/bin/ping", "-6", "-c", "1", "-W", "1", addr).CombinedOutput()
-		return err == nil
-	}
+	pings := func(from, addr string) bool { return guest.Tools.Ping("skegp"+from, addr, 1, time.Second) == nil }
 	diag := func() string { return diagnose(inet) }
 
 	// The overlay works in every network: the "cannot" checks below are
 	// about egress, not a broken network.
-	guest.WaitFor(t, "pods reach each other, across the offload nodes and on n1", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "pods reach each other, across the offload nodes and on n1", 60*time.Second, func() (bool, string) {
 		var failed []string
 		for _, pr := range [][2]string{{"a", "w"}, {"t1", "t2"}, {"t2", "t1"}} {
 			if !pings(pr[0], ips[pr[1]]) {
@@ -127,10 +121,10 @@ func TestOffloadEgress(t *testing.T) {
 	// Between networks over IPv6: w reaches a, the tenant pod t1 does
 	// not (through the gateways: the isolation rules are inet).
 	a6 := podIPv6(t, "skegpa")
-	guest.WaitFor(t, "w reaches a over IPv6", 30*time.Second, func() (bool, string) {
-		return pings6("w", a6), "no answer from " + a6 + "\n" + diag()
+	testkit.Eventually(t, "w reaches a over IPv6", 30*time.Second, func() (bool, string) {
+		return pings("w", a6), "no answer from " + a6 + "\n" + diag()
 	})
-	if pings6("t1", a6) {
+	if pings("t1", a6) {
 		t.Errorf("tenant pod t1 reached the snat pod a (%s) over IPv6", a6)
 	}
 
@@ -144,10 +138,10 @@ func TestOffloadEgress(t *testing.T) {
 	if seen, err := seenFrom(t, "skegpt1", outside6); err == nil {
 		t.Errorf("a pod of a network with egress none reached the IPv6 outside (seen from %s)", seen)
 	}
-	if _, err := exec.Command(ipBin, "netns", "exec", inet, "/bin/ping", "-6", "-c", "1", "-W", "1", podIPv6(t, "skegpt1")).CombinedOutput(); err == nil {
+	if err := guest.Tools.Ping(inet, podIPv6(t, "skegpt1"), 1, time.Second); err == nil {
 		t.Error("the IPv6 outside reached a pod of a network with egress none")
 	}
-	if _, err := exec.Command(ipBin, "netns", "exec", inet, "/bin/ping", "-c", "1", "-W", "1", ips["t1"]).CombinedOutput(); err == nil {
+	if err := guest.Tools.Ping(inet, ips["t1"], 1, time.Second); err == nil {
 		t.Error("the outside reached a pod of a network with egress none")
 	}
 	for _, dst := range []string{"t1", "t2"} {
@@ -186,7 +180,7 @@ spec:
 		t.Fatalf("before the policy, w -> %s: seen from %q (%v)", denied, seen, err)
 	}
 	ctl.Must("policy", "apply", "-f", file)
-	guest.WaitFor(t, "w's egress policy in force", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "w's egress policy in force", 30*time.Second, func() (bool, string) {
 		return !pings("w", denied), "w still reaches " + denied
 	})
 	if seen, err := seenFrom(t, "skegpw", allowed); err != nil || seen != "192.0.2.1" {
@@ -199,7 +193,7 @@ spec:
 		t.Errorf("a (not selected) -> %s: seen from %q (%v)", denied, seen, err)
 	}
 	ctl.Must("delete", "policy", "w-out")
-	guest.WaitFor(t, "w out again once the policy is gone", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "w out again once the policy is gone", 30*time.Second, func() (bool, string) {
 		return pings("w", denied), "w does not reach " + denied
 	})
 }
@@ -208,7 +202,7 @@ spec:
 // connection from the named pod namespace to addr.
 func seenFrom(t *testing.T, from, addr string) (string, error) {
 	t.Helper()
-	return guest.SourceSeen("/run/netns/"+from, "/run/netns/skeginet", addr)
+	return testkit.SourceSeen(from, "skeginet", addr)
 }
 
 // diagnose renders the nodes' links, routes, neighbours and filters with

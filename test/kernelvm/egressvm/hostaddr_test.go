@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // hostAddrs is TestOffloadHostPort's IPv6 half: the nodes' host
@@ -95,7 +96,7 @@ func hostAddrs(t *testing.T, nodes []guest.RigNode, home map[string]string, ping
 // address in addrs.
 func nodesPingPods(t *testing.T, over string, nodes []guest.RigNode, pods []string, addrs map[string]string, ping func(ns, addr string) bool, diag func() string) {
 	t.Helper()
-	guest.WaitFor(t, "every node pings every pod of network pods"+over, 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "every node pings every pod of network pods"+over, 60*time.Second, func() (bool, string) {
 		var failed []string
 		for _, n := range nodes {
 			for _, p := range pods {
@@ -128,7 +129,7 @@ func nodesReachPods(t *testing.T, nodes []guest.RigNode, pods []string, home, ad
 // to, and checks the source the server saw is want (any when empty).
 func sourceSeen(t *testing.T, what, from, to, addr, want string, diag func() string) {
 	t.Helper()
-	seen, err := guest.SourceSeen("/run/netns/"+from, "/run/netns/"+to, addr)
+	seen, err := testkit.SourceSeen(from, to, addr)
 	switch {
 	case err != nil:
 		t.Errorf("%s: TCP: %v\n%s", what, err, diag())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestOffloadHostPort: a node's own traffic (its namespace here: what
@@ -56,14 +57,11 @@ func TestOffloadHostPort(t *testing.T) {
 			ips[p], home[p] = r.CreatePod(t, n, p, network[p]), n.Name
 		}
 	}
-	ping := func(ns, addr string) bool {
-		_, err := exec.Command(ipBin, "netns", "exec", ns, "/bin/ping", "-c", "1", "-W", "1", addr).CombinedOutput()
-		return err == nil
-	}
+	ping := func(ns, addr string) bool { return guest.Tools.Ping(ns, addr, 1, time.Second) == nil }
 	diag := func() string { return diagnoseNodes("skhpn1", "skhpn2", "skhpn3", "skhpn4") }
 
 	// The overlay works in both networks.
-	guest.WaitFor(t, "pods reach each other across the three nodes", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "pods reach each other across the three nodes", 60*time.Second, func() (bool, string) {
 		var failed []string
 		for _, pr := range [][2]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"t1", "t2"}, {"t4", "t1"}} {
 			if !ping("skhpp"+pr[0], ips[pr[1]]) {

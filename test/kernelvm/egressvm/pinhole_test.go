@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // replyPinhole is TestOffloadServices' last part: what the node's stack
@@ -36,14 +37,14 @@ import (
 func replyPinhole(t *testing.T, r *guest.Rig, out string, ips map[string]string, diag func() string) {
 	const port = 40123
 	c, _ := netip.ParseAddr(ips["c"])
-	guest.Serve(t, out, "out")
+	testkit.Serve(t, out, ":8080", "out")
 	in(t, out, ipBin, "route", "add", "198.51.100.0/25", "via", "192.0.2.1")
 	// n1 filters reverse paths strictly: the forged source is routed
 	// back to out.
 	in(t, "sksvn1", ipBin, "route", "add", svcWeb+"/32", "via", "192.0.2.250")
 	defer in(t, "sksvn1", ipBin, "route", "del", svcWeb+"/32", "via", "192.0.2.250")
 
-	if server, seen, err := guest.Ask("sksvpc", "192.0.2.250", "8080"); err != nil || server != "out" || seen != "192.0.2.1" {
+	if server, seen, err := testkit.Ask("sksvpc", net.JoinHostPort("192.0.2.250", "8080"), 3*time.Second); err != nil || server != "out" || seen != "192.0.2.1" {
 		t.Errorf("c (admitting no ingress) -> out: %q seen from %q, %v; want out seeing n1 (masqueraded)\n%s", server, seen, err, diag())
 	} else {
 		t.Log("c (admitting no ingress) -> out: answered, seen from 192.0.2.1")
@@ -73,8 +74,8 @@ func replyPinhole(t *testing.T, r *guest.Rig, out string, ips map[string]string,
 	}
 	r.Ctl.Must("policy", "apply", "-f", policy)
 	defer r.Ctl.Must("delete", "policy", "c-egress-block")
-	guest.WaitFor(t, "c's egress allows the Service range only", 30*time.Second, func() (bool, string) {
-		_, _, errB := guest.Ask("sksvpc", ips["b"], "8080")
+	testkit.Eventually(t, "c's egress allows the Service range only", 30*time.Second, func() (bool, string) {
+		_, _, errB := testkit.Ask("sksvpc", net.JoinHostPort(ips["b"], "8080"), 3*time.Second)
 		return errB != nil, fmt.Sprintf("c -> b directly: %v", errB)
 	})
 	// The refused connection, from a known port.
@@ -96,12 +97,12 @@ func replyPinhole(t *testing.T, r *guest.Rig, out string, ips map[string]string,
 
 	// The same packet reaches c when c admits ingress.
 	r.Ctl.Must("delete", "policy", "deny-to-c")
-	guest.WaitFor(t, "c admits ingress again", 30*time.Second, func() (bool, string) {
-		_, _, err := guest.Ask("sksvpa", ips["c"], "8080")
+	testkit.Eventually(t, "c admits ingress again", 30*time.Second, func() (bool, string) {
+		_, _, err := testkit.Ask("sksvpa", net.JoinHostPort(ips["c"], "8080"), 3*time.Second)
 		return err == nil, fmt.Sprintf("a -> c directly: %v", err)
 	})
 	forge(t, out, c)
-	guest.WaitFor(t, "the forged packet reaches c when c admits ingress", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the forged packet reaches c when c admits ingress", 10*time.Second, func() (bool, string) {
 		n := forgedSeen()
 		return n == 1, fmt.Sprintf("%d forged packets reached c, want 1", n)
 	})

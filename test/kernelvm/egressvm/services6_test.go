@@ -2,6 +2,7 @@ package egressvm
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // svcWeb6 is the IPv6 ClusterIP of kubeProxyRules6, backed by a (n1) and
@@ -78,7 +80,7 @@ func TestOffloadServicesIPv6(t *testing.T) {
 		for _, p := range n.Pods {
 			r.CreatePod(t, n, p, "pods")
 			ips6[p] = podIPv6(t, "sks6p"+p)
-			guest.Serve(t, "sks6p"+p, p)
+			testkit.Serve(t, "sks6p"+p, ":8080", p)
 		}
 	}
 	diag := func() string {
@@ -89,10 +91,10 @@ func TestOffloadServicesIPv6(t *testing.T) {
 		}
 		return s
 	}
-	guest.WaitFor(t, "pods reach each other's servers over IPv6", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "pods reach each other's servers over IPv6", 60*time.Second, func() (bool, string) {
 		var failed []string
 		for _, pr := range [][2]string{{"c", "a"}, {"c", "b"}, {"b", "a"}} {
-			if _, _, err := guest.Ask("sks6p"+pr[0], ips6[pr[1]], "8080"); err != nil {
+			if _, _, err := testkit.Ask("sks6p"+pr[0], net.JoinHostPort(ips6[pr[1]], "8080"), 3*time.Second); err != nil {
 				failed = append(failed, pr[0]+"->"+pr[1]+": "+err.Error())
 			}
 		}
@@ -109,7 +111,7 @@ func TestOffloadServicesIPv6(t *testing.T) {
 	for _, client := range []string{"c", "b"} {
 		var got []string
 		for range 4 {
-			server, seen, err := guest.Ask("sks6p"+client, svcWeb6, "80")
+			server, seen, err := testkit.Ask("sks6p"+client, net.JoinHostPort(svcWeb6, "80"), 3*time.Second)
 			if err != nil {
 				t.Errorf("%s (%s) -> Service [%s]:80: %v\n%s", client, home[client], svcWeb6, err, diag())
 				break

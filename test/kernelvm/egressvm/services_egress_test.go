@@ -2,6 +2,7 @@ package egressvm
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // serviceEgress is TestOffloadServices' last part: NetworkPolicy egress
@@ -42,7 +44,7 @@ func serviceEgress(t *testing.T, r *guest.Rig, ns, svc, block string, ips map[st
 	}
 	asks := func() (got []string) {
 		for range 4 {
-			server, seen, err := guest.Ask(ns, svc, "80")
+			server, seen, err := testkit.Ask(ns, net.JoinHostPort(svc, "80"), 3*time.Second)
 			switch {
 			case err != nil:
 				got = append(got, "-")
@@ -62,9 +64,9 @@ func serviceEgress(t *testing.T, r *guest.Rig, ns, svc, block string, ips map[st
   - to:
     - podSelector: {matchLabels: {app: b}}
 `)
-	guest.WaitFor(t, "c's egress allows b only", 30*time.Second, func() (bool, string) {
-		_, _, errB := guest.Ask(ns, ips["b"], "8080")
-		_, _, errA := guest.Ask(ns, ips["a"], "8080")
+	testkit.Eventually(t, "c's egress allows b only", 30*time.Second, func() (bool, string) {
+		_, _, errB := testkit.Ask(ns, net.JoinHostPort(ips["b"], "8080"), 3*time.Second)
+		_, _, errA := testkit.Ask(ns, net.JoinHostPort(ips["a"], "8080"), 3*time.Second)
 		return errB == nil && errA != nil, fmt.Sprintf("c -> b directly: %v; c -> a directly: %v", errB, errA)
 	})
 	if got := strings.Join(asks(), " "); got != "b b b b" {
@@ -80,8 +82,8 @@ func serviceEgress(t *testing.T, r *guest.Rig, ns, svc, block string, ips map[st
   - to:
     - ipBlock: {cidr: ` + block + `}
 `)
-	guest.WaitFor(t, "c's egress allows the Service range only", 30*time.Second, func() (bool, string) {
-		_, _, errB := guest.Ask(ns, ips["b"], "8080")
+	testkit.Eventually(t, "c's egress allows the Service range only", 30*time.Second, func() (bool, string) {
+		_, _, errB := testkit.Ask(ns, net.JoinHostPort(ips["b"], "8080"), 3*time.Second)
 		return errB != nil, fmt.Sprintf("c -> b directly: %v", errB)
 	})
 	if got := strings.Join(asks(), " "); got != "- - - -" {

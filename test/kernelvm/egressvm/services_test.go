@@ -2,6 +2,7 @@ package egressvm
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // Service addresses (ClusterIPs) and the NodePort of the rules below.
@@ -112,7 +114,7 @@ func TestOffloadServices(t *testing.T) {
 	for _, n := range nodes {
 		for _, p := range n.Pods {
 			ips[p] = r.CreatePod(t, n, p, network[p])
-			guest.Serve(t, "sksvp"+p, p)
+			testkit.Serve(t, "sksvp"+p, ":8080", p)
 		}
 	}
 	diag := func() string {
@@ -125,10 +127,10 @@ func TestOffloadServices(t *testing.T) {
 	}
 
 	// The overlay carries TCP in both networks (the servers answer).
-	guest.WaitFor(t, "pods reach each other's servers across the nodes", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "pods reach each other's servers across the nodes", 60*time.Second, func() (bool, string) {
 		var failed []string
 		for _, pr := range [][2]string{{"c", "a"}, {"c", "b"}, {"b", "a"}, {"t1", "t2"}, {"t2", "t1"}} {
-			if _, _, err := guest.Ask("sksvp"+pr[0], ips[pr[1]], "8080"); err != nil {
+			if _, _, err := testkit.Ask("sksvp"+pr[0], net.JoinHostPort(ips[pr[1]], "8080"), 3*time.Second); err != nil {
 				failed = append(failed, pr[0]+"->"+pr[1]+": "+err.Error())
 			}
 		}
@@ -162,7 +164,7 @@ func TestOffloadServices(t *testing.T) {
 	for _, client := range []string{"c", "b"} {
 		var got []string
 		for range 4 {
-			server, seen, err := guest.Ask("sksvp"+client, svcWeb, "80")
+			server, seen, err := testkit.Ask("sksvp"+client, net.JoinHostPort(svcWeb, "80"), 3*time.Second)
 			if err != nil {
 				t.Errorf("%s -> Service %s: %v\n%s", client, svcWeb, err, diag())
 				break
@@ -186,7 +188,7 @@ func TestOffloadServices(t *testing.T) {
 	}
 
 	// Hairpin: a through its own Service.
-	if server, seen, err := guest.Ask("sksvpa", svcSelf, "80"); err != nil || server != "a" || seen != gw["n1"] {
+	if server, seen, err := testkit.Ask("sksvpa", net.JoinHostPort(svcSelf, "80"), 3*time.Second); err != nil || server != "a" || seen != gw["n1"] {
 		t.Errorf("a -> its own Service %s: %q seen from %q, %v; want a seeing the gateway %s\n%s", svcSelf, server, seen, err, gw["n1"], diag())
 	} else {
 		t.Logf("a -> its own Service: answered by a, seen from %s", seen)
@@ -194,7 +196,7 @@ func TestOffloadServices(t *testing.T) {
 
 	// NodePort on n1 from the underlay, answered by b on n2, which sees
 	// n1 (kube-proxy's masquerade).
-	if server, seen, err := guest.Ask(out, "192.0.2.1", nodePort); err != nil || server != "b" || seen != "192.0.2.1" {
+	if server, seen, err := testkit.Ask(out, net.JoinHostPort("192.0.2.1", nodePort), 3*time.Second); err != nil || server != "b" || seen != "192.0.2.1" {
 		t.Errorf("underlay -> NodePort 192.0.2.1:%s: %q seen from %q, %v; want b seeing 192.0.2.1\n%s", nodePort, server, seen, err, diag())
 	} else {
 		t.Log("underlay -> NodePort on n1: answered by b (n2), seen from 192.0.2.1")
@@ -204,11 +206,11 @@ func TestOffloadServices(t *testing.T) {
 	// network (egress none), on its node or the other; the tenant pods'
 	// servers still answer each other.
 	for _, svc := range []string{svcTenant1, svcTenant2} {
-		if server, seen, err := guest.Ask("sksvpc", svc, "80"); err == nil {
+		if server, seen, err := testkit.Ask("sksvpc", net.JoinHostPort(svc, "80"), 3*time.Second); err == nil {
 			t.Errorf("c reached tenant pod %s through Service %s (seen from %s)", server, svc, seen)
 		}
 	}
-	if _, _, err := guest.Ask("sksvpt1", ips["t2"], "8080"); err != nil {
+	if _, _, err := testkit.Ask("sksvpt1", net.JoinHostPort(ips["t2"], "8080"), 3*time.Second); err != nil {
 		t.Errorf("the tenant pods no longer reach each other: %v", err)
 	}
 
@@ -239,16 +241,16 @@ func TestOffloadServices(t *testing.T) {
 		}
 		r.Ctl.Must("policy", "apply", "-f", file)
 	}
-	guest.WaitFor(t, "b admits c only, c admits nobody", 30*time.Second, func() (bool, string) {
-		_, _, errA := guest.Ask("sksvpa", ips["b"], "8080")
-		_, _, errC := guest.Ask("sksvpc", ips["b"], "8080")
-		_, _, errToC := guest.Ask("sksvpa", ips["c"], "8080")
+	testkit.Eventually(t, "b admits c only, c admits nobody", 30*time.Second, func() (bool, string) {
+		_, _, errA := testkit.Ask("sksvpa", net.JoinHostPort(ips["b"], "8080"), 3*time.Second)
+		_, _, errC := testkit.Ask("sksvpc", net.JoinHostPort(ips["b"], "8080"), 3*time.Second)
+		_, _, errToC := testkit.Ask("sksvpa", net.JoinHostPort(ips["c"], "8080"), 3*time.Second)
 		return errA != nil && errC == nil && errToC != nil,
 			fmt.Sprintf("a -> b directly: %v; c -> b directly: %v; a -> c directly: %v", errA, errC, errToC)
 	})
 	served := func(client string) (got []string) {
 		for range 4 {
-			server, seen, err := guest.Ask("sksvp"+client, svcWeb, "80")
+			server, seen, err := testkit.Ask("sksvp"+client, net.JoinHostPort(svcWeb, "80"), 3*time.Second)
 			if err != nil {
 				continue
 			}

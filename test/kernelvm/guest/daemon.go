@@ -73,20 +73,3 @@ func Tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-// WaitFor polls ok every 200 ms until it holds, failing t with ok's last
-// reason after within.
-func WaitFor(t *testing.T, what string, within time.Duration, ok func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		good, why := ok()
-		if good {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, within, why)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}

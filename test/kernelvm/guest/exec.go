@@ -6,17 +6,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // IP and TC are iproute2 inside the guest, by full path: busybox's applets
 // shadow PATH; NFT is nftables' nft (what kube-proxy's nftables mode
-// drives).
+// drives); Ping is busybox's ping.
 const (
-	IP  = "/usr/sbin/ip"
-	TC  = "/usr/sbin/tc"
-	NFT = "/usr/sbin/nft"
+	IP   = "/usr/sbin/ip"
+	TC   = "/usr/sbin/tc"
+	NFT  = "/usr/sbin/nft"
+	Ping = "/bin/ping"
 )
+
+// Tools are the guest's programs for testkit's namespace helpers:
+// guest.Tools.Run, Try, Ping and MustPing act in a named namespace as
+// testkit.Run and the rest do on the host.
+var Tools = testkit.Tools{IPCmd: IP, PingCmd: Ping}
 
 // Run runs a command and returns its combined output, failing t when it
 // fails.
@@ -29,10 +35,11 @@ func Run(t testing.TB, args ...string) string {
 	return string(out)
 }
 
-// In runs a command in the named network namespace (ip netns exec).
+// In runs a command in the named network namespace (ip netns exec),
+// failing t when it fails.
 func In(t testing.TB, ns string, args ...string) string {
 	t.Helper()
-	return Run(t, append([]string{IP, "netns", "exec", ns}, args...)...)
+	return Tools.Run(t, ns, args...)
 }
 
 // AddNetns makes a named network namespace with lo up, deleted when the
@@ -48,11 +55,11 @@ func AddNetns(t testing.TB, name string) {
 }
 
 // UnderlayBridge makes, in the guest's root namespace, an underlay bridge
-// with a fixed MAC (testns.UnderlayMAC says why it must have one) and the
+// with a fixed MAC (testkit.UnderlayMAC says why it must have one) and the
 // address cidr, up; it is deleted when the test ends.
 func UnderlayBridge(t testing.TB, name, cidr string) {
 	t.Helper()
-	Run(t, append([]string{IP}, testns.UnderlayBridgeArgs(name)...)...)
+	Run(t, append([]string{IP}, testkit.UnderlayBridgeArgs(name)...)...)
 	t.Cleanup(func() { _ = exec.Command(IP, "link", "del", name).Run() })
 	Run(t, IP, "addr", "add", cidr, "dev", name)
 	Run(t, IP, "link", "set", name, "up")

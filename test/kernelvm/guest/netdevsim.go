@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // Netdevsim is a netdevsim device created for a test.
@@ -32,16 +34,11 @@ func NewNetdevsim(t testing.TB, id, ports int) *Netdevsim {
 		}
 	})
 	// Netdevs appear asynchronously after the write returns.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if got := n.Netdevs(t); len(got) >= ports {
-			return n
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("netdevsim%d: %d port netdevs did not appear", id, ports)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, fmt.Sprintf("netdevsim%d: %d port netdevs", id, ports), 5*time.Second, func() (bool, string) {
+		got := n.Netdevs(t)
+		return len(got) >= ports, fmt.Sprintf("netdevs %v", got)
+	})
+	return n
 }
 
 // Netdevs lists the netdevs whose device is this netdevsim device (ports

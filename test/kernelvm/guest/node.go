@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // SwitchdevEswitch makes netdevsim device id with one port and vfs VFs
@@ -65,7 +67,7 @@ func HoldNetns(t *testing.T, ns string) string {
 	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
 	self, _ := os.Readlink("/proc/self/ns/net")
 	path := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
-	WaitFor(t, ns+" holder in its namespace", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, ns+" holder in its namespace", 10*time.Second, func() (bool, string) {
 		l, err := os.Readlink(path)
 		return err == nil && l != self, l
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // RigNode is a node of a Rig: its name, datapath mode ("offload": a
@@ -84,7 +85,7 @@ func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode)
 		}
 		StartIn(t, ns, "skiff-agent", args...)
 	}
-	WaitFor(t, "every node registered", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "every node registered", 60*time.Second, func() (bool, string) {
 		out, err := r.Ctl.Run("get", "nodes", "-o", "json")
 		return err == nil && strings.Count(out, `"underlayIp"`) == len(nodes), out
 	})

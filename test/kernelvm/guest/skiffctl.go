@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // Ctl runs the project's skiffctl against the controller at addr.
@@ -36,7 +38,7 @@ func StartController(t *testing.T, addr, dir string) Ctl {
 	t.Helper()
 	ctl := Ctl{T: t, Addr: addr}
 	StartIn(t, "", "skiff-controller", "--listen", addr, "--data-dir", filepath.Join(dir, "etcd"))
-	WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "controller up", 90*time.Second, func() (bool, string) {
 		out, err := ctl.Run("get", "nodes")
 		return err == nil, out
 	})

@@ -29,6 +29,7 @@ import (
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const (
@@ -87,7 +88,7 @@ func scaleNodeOf(t *testing.T, ns string, log *slog.Logger, n int) (plan.Plan, *
 	run(guest.IP, "route", "add", "203.0.113.0/24", "via", "192.0.2.2")
 	run(guest.IP, "link", "add", "skpbench", "type", "veth", "peer", "name", "skbpeer")
 	run(guest.IP, "link", "set", "skpbench", "alias", "skiff:ep:pod", "up")
-	dp, err := offload.New(offload.Options{Logger: log, NetNS: nsPath(ns),
+	dp, err := offload.New(offload.Options{Logger: log, NetNS: testkit.Path(ns),
 		Representor: func(plan.Endpoint) (offload.Port, bool) { return offload.Port{Rep: "skpbench"}, true }})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // The policy benchmark: NetworkPolicy on the offload datapath (flower
@@ -106,7 +107,7 @@ func newNode(t *testing.T, ns string, log *slog.Logger) *node {
 			IPs: []netip.Prefix{netip.MustParsePrefix(podIP[e] + "/24")}, VFIndex: -1}
 	}
 	var err error
-	n.dp, err = offload.New(offload.Options{Logger: log, NetNS: nsPath(ns),
+	n.dp, err = offload.New(offload.Options{Logger: log, NetNS: testkit.Path(ns),
 		Representor: func(e plan.Endpoint) (offload.Port, bool) { return offload.Port{Rep: rep(e.Name)}, true }})
 	if err != nil {
 		t.Fatal(err)
@@ -446,7 +447,7 @@ func policyBench(t *testing.T, members int) {
 
 func dumpVX(t *testing.T, n *node, members int) {
 	t.Helper()
-	k, err := nl.Open(nsPath(n.ns))
+	k, err := nl.Open(testkit.Path(n.ns))
 	if err != nil {
 		t.Fatal(err)
 	}

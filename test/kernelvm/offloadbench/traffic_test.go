@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // Traffic: servers in pod b (Go, in the test binary), clients in pod a.
@@ -19,18 +19,11 @@ type servers struct {
 	streamed chan int64 // bytes received by each stream, at its end
 }
 
-// nsPath is the file of a namespace made by guest.AddNetns.
-func nsPath(ns string) string { return "/run/netns/" + ns }
-
-// inNS runs f on a thread in the named namespace (sockets made there stay
-// there).
-func inNS(ns string, f func() error) error { return nl.InNetNS(nsPath(ns), f) }
-
 func serve(t *testing.T, pod, ip string) *servers {
 	t.Helper()
 	s := &servers{streamed: make(chan int64, 1)}
 	ls := map[int]net.Listener{}
-	if err := inNS(pod, func() error {
+	if err := testkit.InNetns(pod, func() error {
 		for _, port := range []int{portStream, portConn, portShut} {
 			l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 			if err != nil {
@@ -64,7 +57,7 @@ func serve(t *testing.T, pod, ip string) *servers {
 // dialOnce connects from pod to b's port once, with a 1 s timeout.
 func dialOnce(t *testing.T, pod string, port int) error {
 	t.Helper()
-	return inNS(pod, func() error {
+	return testkit.InNetns(pod, func() error {
 		c, err := net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(port)), time.Second)
 		if err == nil {
 			c.Close()
@@ -78,7 +71,7 @@ func dialOnce(t *testing.T, pod string, port int) error {
 func stream(t *testing.T, n *node, d time.Duration) (float64, float64) {
 	t.Helper()
 	var c net.Conn
-	if err := inNS(n.pods["a"], func() error {
+	if err := testkit.InNetns(n.pods["a"], func() error {
 		var err error
 		c, err = net.DialTimeout("tcp", net.JoinHostPort(podIP["b"], strconv.Itoa(portStream)), 5*time.Second)
 		return err
@@ -109,7 +102,7 @@ func connect(t *testing.T, pod string, d time.Duration) (int, float64) {
 	t.Helper()
 	n := 0
 	var took time.Duration
-	err := inNS(pod, func() error {
+	err := testkit.InNetns(pod, func() error {
 		start := time.Now()
 		defer func() { took = time.Since(start) }()
 		for time.Since(start) < d {

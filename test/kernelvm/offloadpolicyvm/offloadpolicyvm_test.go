@@ -35,6 +35,7 @@ import (
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 	"github.com/skiff-sdn/skiff/test/policytruth"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const (
@@ -88,7 +89,7 @@ func newCluster(t *testing.T, mode string, v6 bool) *cluster {
 			return err == nil && strings.Count(string(out), `"underlayIp"`) == n, string(out)
 		}
 	}
-	guest.WaitFor(t, "controller up", 90*time.Second, nodesUp(0))
+	testkit.Eventually(t, "controller up", 90*time.Second, nodesUp(0))
 	// skiffctl runs some hundred times: from the 9p share (no cache) each
 	// start reads the whole binary again.
 	c := &cluster{mode: mode, v6: v6, nodes: map[string]*node{}, skiffctl: filepath.Join(dir, "skiffctl")}
@@ -110,7 +111,7 @@ func newCluster(t *testing.T, mode string, v6 bool) *cluster {
 			"--state-dir", filepath.Join(dir, name+".state"), "--socket", n.sock, "--mode", mode,
 			"--stats-interval", "1s", "--metrics-addr", n.ip+":9100")
 	}
-	guest.WaitFor(t, "three nodes registered", 60*time.Second, nodesUp(3))
+	testkit.Eventually(t, "three nodes registered", 60*time.Second, nodesUp(3))
 	nodes := c.ctl(t, "get", "nodes", "-o", "json")
 	if got := strings.Count(strings.ReplaceAll(nodes, " ", ""), `"mode":"`+mode+`"`); got != 3 {
 		t.Fatalf("want 3 nodes registered in mode %s, got %d:\n%s", mode, got, nodes)
@@ -227,7 +228,7 @@ func (c *cluster) afterCase(t *testing.T, cs policytruth.Case, _ []networkingv1.
 		}
 	}
 	var last *skiffv1.Endpoint
-	guest.WaitFor(t, "web1's policy counters at the controller", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "web1's policy counters at the controller", 20*time.Second, func() (bool, string) {
 		last = c.endpoints(t)["web1"]
 		var sum uint64
 		for _, x := range last.GetPolicyCounters() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestOffloadDualStack: a dual-stack network on two offload nodes (two
@@ -32,7 +33,7 @@ func TestOffloadDualStack(t *testing.T) {
 			return err == nil && strings.Count(string(out), `"underlayIp"`) == n, string(out)
 		}
 	}
-	guest.WaitFor(t, "controller up", 90*time.Second, nodesUp(0))
+	testkit.Eventually(t, "controller up", 90*time.Second, nodesUp(0))
 	type dsNode struct{ name, ns, ip, sock, pf string }
 	nodes := []*dsNode{{name: "n1", ns: "skdsn1", ip: "203.0.113.1"}, {name: "n2", ns: "skdsn2", ip: "203.0.113.2"}}
 	pods := []struct {
@@ -54,7 +55,7 @@ func TestOffloadDualStack(t *testing.T) {
 		guest.StartIn(t, n.ns, "skiff-agent", "--controller", ctl, "--node", n.name, "--underlay-ip", n.ip,
 			"--state-dir", filepath.Join(dir, n.name+".state"), "--socket", n.sock, "--mode", "offload", "--stats-interval", "1s")
 	}
-	guest.WaitFor(t, "two nodes registered", 60*time.Second, nodesUp(2))
+	testkit.Eventually(t, "two nodes registered", 60*time.Second, nodesUp(2))
 	skiffctl := func(args ...string) string {
 		return run(t, append([]string{guest.Bin(t, "skiffctl"), "--controller", ctl}, args...)...)
 	}
@@ -92,7 +93,7 @@ func TestOffloadDualStack(t *testing.T) {
 	// every pod's representor holds the encap to the other node's pod
 	// and an IPv6 multicast flood reaching the other VTEP (the rules'
 	// states at the controller).
-	guest.WaitFor(t, "each node's rules for the other node's pods", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "each node's rules for the other node's pods", 60*time.Second, func() (bool, string) {
 		eps := endpoints(t, ctl)
 		for pod, vtep := range map[string]string{"skdsp1": "203.0.113.2", "skdsp1b": "203.0.113.2", "skdsp2": "203.0.113.1"} {
 			var encap, flood bool
@@ -108,9 +109,8 @@ func TestOffloadDualStack(t *testing.T) {
 	})
 	ping := func(from, to string) {
 		t.Helper()
-		out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "3", "-W", "3", to).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ping %s -> %s: %v\n%s\n%s", from, to, err, out, diagnoseIn(t, nss...))
+		if err := guest.Tools.Ping(from, to, 3, 3*time.Second); err != nil {
+			t.Fatalf("%v\n%s", err, diagnoseIn(t, nss...))
 		}
 	}
 	// The gateway's address is on skg<vni> (not tentative: no DAD), the
@@ -152,7 +152,7 @@ func TestOffloadDualStack(t *testing.T) {
 	// the pods' representors and from the tunnel, on both gateways'
 	// ports; and the encap rule to p2 carried the transfer.
 	var eps map[string]endpoint
-	guest.WaitFor(t, "IPv6 multicast and encap counters at the controller", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "IPv6 multicast and encap counters at the controller", 20*time.Second, func() (bool, string) {
 		eps = endpoints(t, ctl)
 		var mcast, encap uint64
 		for _, r := range eps["skdsp1"].OffloadRules {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const (
@@ -158,7 +159,7 @@ func TestOffloadNodes(t *testing.T) {
 	guest.UnderlayBridge(t, "skoebr", "192.0.2.254/24")
 	ctl := "192.0.2.254:7400"
 	guest.StartIn(t, "", "skiff-controller", "--listen", ctl, "--data-dir", filepath.Join(dir, "etcd"))
-	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "controller up", 90*time.Second, func() (bool, string) {
 		out, err := exec.Command(guest.Bin(t, "skiffctl"), "--controller", ctl, "get", "nodes", "-o", "json").CombinedOutput()
 		return err == nil, string(out)
 	})
@@ -194,7 +195,7 @@ func TestOffloadNodes(t *testing.T) {
 	skiffctl := func(args ...string) string {
 		return run(t, append([]string{guest.Bin(t, "skiffctl"), "--controller", ctl}, args...)...)
 	}
-	guest.WaitFor(t, "three nodes registered", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "three nodes registered", 60*time.Second, func() (bool, string) {
 		out, err := exec.Command(guest.Bin(t, "skiffctl"), "--controller", ctl, "get", "nodes", "-o", "json").CombinedOutput()
 		return err == nil && strings.Count(string(out), `"underlayIp"`) == 3, string(out)
 	})
@@ -234,7 +235,7 @@ func TestOffloadNodes(t *testing.T) {
 
 	// Underlay neighbours of the remote VTEPs are resolved before any
 	// pod traffic (the nodes exchange nothing else over the underlay).
-	guest.WaitFor(t, "n1 resolves the VTEPs of n2 and n3 ahead of traffic", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "n1 resolves the VTEPs of n2 and n3 ahead of traffic", 20*time.Second, func() (bool, string) {
 		out := in(t, "skoen1", ipBin, "neigh", "show", "dev", "eth0")
 		ok := true
 		for _, v := range []string{"192.0.2.2", "192.0.2.3"} {
@@ -252,9 +253,8 @@ func TestOffloadNodes(t *testing.T) {
 	// Pings in every direction, offload <-> offload and software <-> offload.
 	ping := func(from, to string) {
 		t.Helper()
-		out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "3", "-W", "3", ips[to]).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ping %s -> %s (%s): %v\n%s\n%s", from, to, ips[to], err, out, diagnose(t))
+		if err := guest.Tools.Ping(from, ips[to], 3, 3*time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", to, err, diagnose(t))
 		}
 	}
 	ping("skoep1", "skoep2")
@@ -268,8 +268,8 @@ func TestOffloadNodes(t *testing.T) {
 		if gateways[pod] == "" {
 			t.Fatalf("%s has no gateway", pod)
 		}
-		if out, err := exec.Command(ipBin, "netns", "exec", pod, "/bin/ping", "-c", "2", "-W", "3", gateways[pod]).CombinedOutput(); err != nil {
-			t.Fatalf("ping %s's gateway %s: %v\n%s\n%s", pod, gateways[pod], err, out, diagnose(t))
+		if err := guest.Tools.Ping(pod, gateways[pod], 2, 3*time.Second); err != nil {
+			t.Fatalf("%s's gateway: %v\n%s", pod, err, diagnose(t))
 		}
 	}
 
@@ -281,7 +281,7 @@ func TestOffloadNodes(t *testing.T) {
 
 	// The rules' state and counters reach the controller.
 	var eps map[string]endpoint
-	guest.WaitFor(t, "rule counters at the controller", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "rule counters at the controller", 20*time.Second, func() (bool, string) {
 		eps = endpoints(t, ctl)
 		var encap, decap uint64
 		for _, r := range eps["skoep1"].OffloadRules {
@@ -360,7 +360,7 @@ func TestOffloadNodes(t *testing.T) {
 	n1 := nodes[0]
 	n1.agent.Signal(syscall.SIGKILL)
 	n1.agent = guest.StartIn(t, n1.ns, "skiff-agent", n1.args...)
-	guest.WaitFor(t, "restarted agent applied its plan", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "restarted agent applied its plan", 30*time.Second, func() (bool, string) {
 		resp, err := http.Get("http://192.0.2.1:9100/metrics")
 		if err != nil {
 			return false, err.Error()

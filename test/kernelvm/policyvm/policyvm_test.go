@@ -15,33 +15,33 @@ import (
 
 	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
 	"github.com/skiff-sdn/skiff/test/policytruth"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 func TestSCTPPolicy(t *testing.T) {
 	guest.Require(t)
 	// The guest's busybox has an "ip" applet of its own; the real
 	// iproute2 is in /usr/sbin. It keeps namespaces in /run/netns (see
-	// nsPath).
+	// testkit.Path).
 	t.Setenv("PATH", "/usr/sbin:"+os.Getenv("PATH"))
 	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	node := testns.New(t)
-	testns.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
-	testns.Run(t, node, "ip", "link", "set", "skb100", "up")
+	node := testkit.New(t)
+	testkit.Run(t, node, "ip", "link", "add", "skb100", "type", "bridge")
+	testkit.Run(t, node, "ip", "link", "set", "skb100", "up")
 	ips := map[string]string{"client": "198.51.100.11", "server": "198.51.100.12", "other": "198.51.100.13"}
 	pods := map[string]string{}
 	for _, p := range []string{"client", "server", "other"} {
-		n := testns.New(t)
+		n := testkit.New(t)
 		pods[p] = n
-		testns.Run(t, node, "ip", "link", "add", "skp"+p[:2], "type", "veth", "peer", "name", "eth0", "netns", n)
-		testns.Run(t, node, "ip", "link", "set", "skp"+p[:2], "master", "skb100", "up")
-		testns.Run(t, n, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
-		testns.Run(t, n, "ip", "link", "set", "eth0", "up")
-		testns.Run(t, n, "ip", "link", "set", "lo", "up")
+		testkit.Run(t, node, "ip", "link", "add", "skp"+p[:2], "type", "veth", "peer", "name", "eth0", "netns", n)
+		testkit.Run(t, node, "ip", "link", "set", "skp"+p[:2], "master", "skb100", "up")
+		testkit.Run(t, n, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
+		testkit.Run(t, n, "ip", "link", "set", "eth0", "up")
+		testkit.Run(t, n, "ip", "link", "set", "lo", "up")
 	}
 	for _, port := range []int{9000, 9001} {
 		sctpServe(t, pods["server"], ips["server"], port)
@@ -56,7 +56,7 @@ func TestSCTPPolicy(t *testing.T) {
 			}
 		}
 	}
-	k, err := nl.Open(nsPath(node))
+	k, err := nl.Open(testkit.Path(node))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestSCTPPolicy(t *testing.T) {
 // sctpServe listens on SCTP in a namespace, accepting until the test
 // ends.
 func sctpServe(t *testing.T, netns, ip string, port int) {
-	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
+	err := ns.WithNetNSPath(testkit.Path(netns), func(ns.NetNS) error {
 		l, err := policytruth.ListenSCTP(ip, port)
 		if err == nil {
 			t.Cleanup(func() { l.Close() })
@@ -117,7 +117,7 @@ func sctpServe(t *testing.T, netns, ip string, port int) {
 // a second.
 func sctpConnect(t *testing.T, netns, ip string, port int) error {
 	var result error
-	err := ns.WithNetNSPath(nsPath(netns), func(ns.NetNS) error {
+	err := ns.WithNetNSPath(testkit.Path(netns), func(ns.NetNS) error {
 		result = policytruth.DialSCTP(ip, port, time.Second)
 		return nil
 	})
@@ -126,8 +126,3 @@ func sctpConnect(t *testing.T, netns, ip string, port int) error {
 	}
 	return result
 }
-
-// nsPath is where the guest's iproute2 keeps a named namespace: /run/netns
-// (the host's /var/run is a link to /run; the guest's is a directory of
-// its own).
-func nsPath(name string) string { return "/run/netns/" + name }

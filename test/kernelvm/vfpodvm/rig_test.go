@@ -43,6 +43,7 @@ import (
 	"github.com/skiff-sdn/skiff/offload/vf"
 	"github.com/skiff-sdn/skiff/offload/vf/vftest"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const ipBin = guest.IP
@@ -75,7 +76,7 @@ func newRig(t *testing.T, pods []*api.PodResources) *rig {
 	r := &rig{t: t, dir: t.TempDir(), ctl: "192.0.2.254:7400"}
 	guest.UnderlayBridge(t, "skvfbr", "192.0.2.254/24")
 	guest.StartIn(t, "", "skiff-controller", "--listen", r.ctl, "--data-dir", filepath.Join(r.dir, "etcd"))
-	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "controller up", 90*time.Second, func() (bool, string) {
 		out, err := r.skiffctl("get", "nodes")
 		return err == nil, out
 	})
@@ -97,7 +98,7 @@ func newRig(t *testing.T, pods []*api.PodResources) *rig {
 	guest.In(t, "skvfn2", ipBin, "link", "set", "eth0", "up")
 	guest.StartIn(t, "skvfn2", "skiff-agent", "--controller", r.ctl, "--node", "n2", "--underlay-ip", "192.0.2.2",
 		"--state-dir", filepath.Join(r.dir, "n2.state"), "--socket", r.sock2, "--mode", "software", "--stats-interval", "1s")
-	guest.WaitFor(t, "two nodes registered", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "two nodes registered", 60*time.Second, func() (bool, string) {
 		out, err := r.skiffctl("get", "nodes", "-o", "json")
 		return err == nil && strings.Count(out, `"underlayIp"`) == 2, out
 	})

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/skiff-sdn/skiff/cni"
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestVFPods runs every VF pod scenario on one rig (a rig takes long to
@@ -86,8 +86,8 @@ func (r *rig) traffic(t *testing.T) {
 	if f := guest.Run(t, guest.TC, "filter", "show", "dev", r.pfs[0].Reps[0], "ingress"); !strings.Contains(f, "tunnel_key") {
 		t.Errorf("no encap rule on the representor %s:\n%s", r.pfs[0].Reps[0], f)
 	}
-	ping(t, "skvfpa", ipB)
-	ping(t, "skvfpb", ipA)
+	guest.Tools.MustPing(t, "skvfpa", ipB, 3, 3*time.Second)
+	guest.Tools.MustPing(t, "skvfpb", ipA, 3, 3*time.Second)
 
 	r.del(a)
 	if _, ok := links(t, "skvfpa")["eth0"]; ok {
@@ -102,7 +102,7 @@ func (r *rig) traffic(t *testing.T) {
 	// VF, and the agent's reconcile gives it back, before any DEL.
 	r.add(a)
 	guest.Run(t, ipBin, "netns", "del", "skvfpa")
-	guest.WaitFor(t, "VF 0 given back after its namespace died", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "VF 0 given back after its namespace died", 30*time.Second, func() (bool, string) {
 		l, ok := links(t, "")[r.homes[0]]
 		return ok && l.Alias == "", fmt.Sprintf("%s: %+v", r.homes[0], l)
 	})
@@ -276,11 +276,4 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	slices.Sort(s)
 	i99 := (len(s)*99+99)/100 - 1
 	return s[len(s)/2], s[min(i99, len(s)-1)]
-}
-
-func ping(t *testing.T, from, to string) {
-	t.Helper()
-	if out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "3", "-W", "3", to).CombinedOutput(); err != nil {
-		t.Fatalf("ping %s -> %s: %v\n%s", from, to, err, out)
-	}
 }

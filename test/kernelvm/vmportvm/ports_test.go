@@ -14,6 +14,7 @@ import (
 	"github.com/skiff-sdn/skiff/agent/localapi"
 	"github.com/skiff-sdn/skiff/offload/vf"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // vfLine is what iproute2 says of VF idx of PF pf in namespace ns.
@@ -93,16 +94,16 @@ func TestVMPortsOnOffloadNodes(t *testing.T) {
 	}
 	t.Logf("tap port created in %v; guest leased its address %v after the create", created, reachable)
 	vm1 := strings.Split(p.Ips[0], "/")[0]
-	ping(t, "skvpg1", "198.51.100.1")
-	ping(t, "skvpg1", pods["skvpp2"])
-	ping(t, "skvpg1", pods["skvpp3"])
-	ping(t, "skvpp2", vm1)
-	ping(t, "skvpp3", vm1)
+	guest.Tools.MustPing(t, "skvpg1", "198.51.100.1", 2, 3*time.Second)
+	guest.Tools.MustPing(t, "skvpg1", pods["skvpp2"], 2, 3*time.Second)
+	guest.Tools.MustPing(t, "skvpg1", pods["skvpp3"], 2, 3*time.Second)
+	guest.Tools.MustPing(t, "skvpp2", vm1, 2, 3*time.Second)
+	guest.Tools.MustPing(t, "skvpp3", vm1, 2, 3*time.Second)
 	tcp(t, "skvpg1", "skvpp2", pods["skvpp2"])
 	tcp(t, "skvpp2", "skvpg1", vm1)
 	tcp(t, "skvpp3", "skvpg1", vm1)
 	// The port's rules sit on the tap, in software: a tap is the host's.
-	guest.WaitFor(t, "the tap port's rules reported", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the tap port's rules reported", 20*time.Second, func() (bool, string) {
 		p = r.port("port", "get", p.Name)
 		n := 0
 		for _, rl := range p.OffloadRules {
@@ -125,12 +126,12 @@ func TestVMPortsOnOffloadNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.mustCtl("policy", "apply", "-f", file)
-	guest.WaitFor(t, "the policy cuts pods off the VM", 30*time.Second, func() (bool, string) {
-		return pingFails("skvpp2", vm1) && pingFails("skvpp3", vm1), "a pod still reaches the VM"
+	testkit.Eventually(t, "the policy cuts pods off the VM", 30*time.Second, func() (bool, string) {
+		return guest.Tools.Ping("skvpp2", vm1, 1, 2*time.Second) != nil && guest.Tools.Ping("skvpp3", vm1, 1, 2*time.Second) != nil, "a pod still reaches the VM"
 	})
 	r.mustCtl("delete", "policy", "default/vm-from-web")
-	guest.WaitFor(t, "pods reach the VM again", 30*time.Second, func() (bool, string) {
-		return !pingFails("skvpp2", vm1), "the pod does not reach the VM"
+	testkit.Eventually(t, "pods reach the VM again", 30*time.Second, func() (bool, string) {
+		return guest.Tools.Ping("skvpp2", vm1, 1, 2*time.Second) == nil, "the pod does not reach the VM"
 	})
 
 	// vfio: refused where no VF can serve, then a real one on n1.
@@ -155,7 +156,7 @@ func TestVMPortsOnOffloadNodes(t *testing.T) {
 			t.Errorf("VF 0: %q lacks %q", line, want)
 		}
 	}
-	guest.WaitFor(t, "the vfio port's rules on its representor", 20*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the vfio port's rules on its representor", 20*time.Second, func() (bool, string) {
 		v = r.port("port", "get", v.Name)
 		n := 0
 		for _, rl := range v.OffloadRules {
@@ -188,7 +189,7 @@ func TestVMPortsOnOffloadNodes(t *testing.T) {
 	time.Sleep(time.Second)
 	n1.agent.Signal(syscall.SIGKILL)
 	n1.agent = guest.StartIn(t, n1.ns, "skiff-agent", n1.args...)
-	guest.WaitFor(t, "n1 ready after its restart", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "n1 ready after its restart", 60*time.Second, func() (bool, string) {
 		s, err := localapi.NewClient(n1.sock).Status(context.Background())
 		return err == nil && s.Ready, fmt.Sprintf("%+v %v", s, err)
 	})
@@ -205,7 +206,7 @@ func TestVMPortsOnOffloadNodes(t *testing.T) {
 
 	// Deleting the vfio port gives the VF back.
 	r.mustCtl("port", "delete", "--vm", "vm2")
-	guest.WaitFor(t, "the VF back on its driver, its MAC cleared", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the VF back on its driver, its MAC cleared", 30*time.Second, func() (bool, string) {
 		l := vfLine(t, n1.ns, n1.pf, 0)
 		d := pciDriver(t, rng)
 		return d == native && strings.Contains(l, "link/ether 00:00:00:00:00:00"), fmt.Sprintf("driver %q, %s", d, l)
@@ -225,19 +226,19 @@ func TestVMPortsOnOffloadNodes(t *testing.T) {
 	guest.TapGuest(t, n3.ns, g4.Port.HostIf, "skvpg4", g4.Mac)
 	guest.In(t, "skvpg3", ipBin, "addr", "add", "203.0.113.10/24", "dev", "eth0")
 	guest.In(t, "skvpg4", ipBin, "addr", "add", "203.0.113.20/24", "dev", "eth0")
-	ping(t, "skvpg3", "203.0.113.20")
-	ping(t, "skvpg4", "203.0.113.10")
+	guest.Tools.MustPing(t, "skvpg3", "203.0.113.20", 2, 3*time.Second)
+	guest.Tools.MustPing(t, "skvpg4", "203.0.113.10", 2, 3*time.Second)
 	if n := guest.In(t, "skvpg3", ipBin, "neigh", "show", "203.0.113.20"); !strings.Contains(n, g4.Mac) {
 		t.Errorf("guest 3 resolved 203.0.113.20 to %q, want %s", n, g4.Mac)
 	}
 
 	// Deleting a VM's port removes its tap; its guest is cut off.
 	r.mustCtl("port", "delete", "--vm", "vm1")
-	guest.WaitFor(t, "vm1's tap gone from n1", 30*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "vm1's tap gone from n1", 30*time.Second, func() (bool, string) {
 		out := guest.In(t, n1.ns, ipBin, "-o", "link", "show", "type", "tun")
 		return !strings.Contains(out, p.Port.HostIf+":"), out
 	})
-	if !pingFails("skvpp2", vm1) {
+	if guest.Tools.Ping("skvpp2", vm1, 1, 2*time.Second) == nil {
 		t.Errorf("the pod still reaches vm1 after its port was deleted")
 	}
 }

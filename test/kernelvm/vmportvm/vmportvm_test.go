@@ -30,6 +30,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 const ipBin = guest.IP
@@ -128,7 +129,7 @@ func newRig(t *testing.T, rng string) *rig {
 	guest.UnderlayBridge(t, "skvpbr", "192.0.2.254/24")
 	r := &rig{t: t, ctl: "192.0.2.254:7400", nodes: map[string]*node{}}
 	guest.StartIn(t, "", "skiff-controller", "--listen", r.ctl, "--data-dir", filepath.Join(dir, "etcd"))
-	guest.WaitFor(t, "controller up", 90*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "controller up", 90*time.Second, func() (bool, string) {
 		out, err := r.skiffctl("get", "nodes")
 		return err == nil, out
 	})
@@ -152,7 +153,7 @@ func newRig(t *testing.T, rng string) *rig {
 		}
 		n.agent = guest.StartIn(t, n.ns, "skiff-agent", n.args...)
 	}
-	guest.WaitFor(t, "three nodes registered", 60*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "three nodes registered", 60*time.Second, func() (bool, string) {
 		out, err := r.skiffctl("get", "nodes", "-o", "json")
 		return err == nil && strings.Count(out, `"underlayIp"`) == 3, out
 	})
@@ -190,17 +191,6 @@ func dhcp(t *testing.T, guestNS string) string {
 		t.Fatalf("no lease in %s: %v", guestNS, err)
 	}
 	return strings.TrimSpace(string(b))
-}
-
-func ping(t *testing.T, from, to string) {
-	t.Helper()
-	if out, err := exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "2", "-W", "3", to).CombinedOutput(); err != nil {
-		t.Fatalf("ping %s -> %s: %v\n%s", from, to, err, out)
-	}
-}
-
-func pingFails(from, to string) bool {
-	return exec.Command(ipBin, "netns", "exec", from, "/bin/ping", "-c", "1", "-W", "2", to).Run() != nil
 }
 
 // tcp sends 256 KiB from namespace from to a listener at to:5201 in

@@ -1,4 +1,4 @@
-package testns
+package testkit
 
 import (
 	"fmt"

@@ -1,8 +1,9 @@
-package testns
+package testkit
 
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // TestUnderlayBridgeKeepsItsAddress: on a test underlay, a node that
@@ -26,11 +27,11 @@ func TestUnderlayBridgeKeepsItsAddress(t *testing.T) {
 	// without an address of its own would take a's MAC, then c's.
 	node(1, "02:00:00:00:00:20")
 	b := node(2, "02:00:00:00:00:30")
-	Run(t, b, "ping", "-c", "1", "-W", "2", "192.0.2.254") // b resolves the bridge's address
+	MustPing(t, b, "192.0.2.254", 1, 2*time.Second) // b resolves the bridge's address
 	node(3, "02:00:00:00:00:10")
-	if out, err := Try(b, "ping", "-c", "2", "-W", "1", "192.0.2.254"); err != nil {
-		t.Fatalf("after a port with a lower MAC joined, node b no longer reaches the bridge's address: %v\n%s\nneighbours of b:\n%s",
-			err, out, Run(t, b, "ip", "neigh"))
+	if err := Ping(b, "192.0.2.254", 2, time.Second); err != nil {
+		t.Fatalf("after a port with a lower MAC joined, node b no longer reaches the bridge's address: %v\nneighbours of b:\n%s",
+			err, Run(t, b, "ip", "neigh"))
 	}
 	if got := Run(t, ul, "cat", "/sys/class/net/ul0/address"); got != UnderlayMAC("ul0")+"\n" {
 		t.Fatalf("bridge address %q, want %s", got, UnderlayMAC("ul0"))
