@@ -15,7 +15,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/datapath/firewall"
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // BenchmarkPolicyDatapath measures, on one node (a namespace with a bridge
@@ -32,24 +32,24 @@ import (
 // Figures: TCP throughput (iperf3, 3 s) and new TCP connections per second
 // (each one traverses the rules: established packets do not).
 func BenchmarkPolicyDatapath(b *testing.B) {
-	testns.Require(b)
-	node := testns.New(b)
-	testns.Run(b, node, "ip", "link", "add", "skb100", "type", "bridge")
-	testns.Run(b, node, "ip", "link", "set", "skb100", "up")
-	testns.Run(b, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1")
+	testkit.Require(b)
+	node := testkit.New(b)
+	testkit.Run(b, node, "ip", "link", "add", "skb100", "type", "bridge")
+	testkit.Run(b, node, "ip", "link", "set", "skb100", "up")
+	testkit.Run(b, node, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1")
 	ips := map[string]string{"client": "198.51.100.11", "server": "198.51.100.12"}
 	pods := map[string]string{}
 	for _, p := range []string{"client", "server"} {
-		n := testns.New(b)
+		n := testkit.New(b)
 		pods[p] = n
-		testns.Run(b, node, "ip", "link", "add", "skp"+p[:1], "type", "veth", "peer", "name", "eth0", "netns", n)
-		testns.Run(b, node, "ip", "link", "set", "skp"+p[:1], "master", "skb100", "up")
-		testns.Run(b, n, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
-		testns.Run(b, n, "ip", "link", "set", "eth0", "up")
+		testkit.Run(b, node, "ip", "link", "add", "skp"+p[:1], "type", "veth", "peer", "name", "eth0", "netns", n)
+		testkit.Run(b, node, "ip", "link", "set", "skp"+p[:1], "master", "skb100", "up")
+		testkit.Run(b, n, "ip", "addr", "add", ips[p]+"/24", "dev", "eth0")
+		testkit.Run(b, n, "ip", "link", "set", "eth0", "up")
 	}
 	iperfServer(b, pods["server"], ips["server"])
 	var l net.Listener
-	if err := ns.WithNetNSPath(testns.Path(pods["server"]), func(ns.NetNS) error {
+	if err := ns.WithNetNSPath(testkit.Path(pods["server"]), func(ns.NetNS) error {
 		var err error
 		l, err = net.Listen("tcp", ips["server"]+":8080")
 		return err
@@ -75,7 +75,7 @@ func BenchmarkPolicyDatapath(b *testing.B) {
 	server := netip.MustParseAddr(ips["server"])
 
 	throughput := func() float64 {
-		out := testns.Run(b, pods["client"], "iperf3", "-c", ips["server"], "-t", "3", "-J")
+		out := testkit.Run(b, pods["client"], "iperf3", "-c", ips["server"], "-t", "3", "-J")
 		var r struct {
 			End struct {
 				SumReceived struct {
@@ -91,7 +91,7 @@ func BenchmarkPolicyDatapath(b *testing.B) {
 	connRate := func() float64 {
 		n := 0
 		start := time.Now()
-		if err := ns.WithNetNSPath(testns.Path(pods["client"]), func(ns.NetNS) error {
+		if err := ns.WithNetNSPath(testkit.Path(pods["client"]), func(ns.NetNS) error {
 			for time.Since(start) < 2*time.Second {
 				c, err := net.DialTimeout("tcp", ips["server"]+":8080", time.Second)
 				if err != nil {
@@ -117,7 +117,7 @@ func BenchmarkPolicyDatapath(b *testing.B) {
 	for b.Loop() {
 		measure("none")
 
-		k, err := nl.Open(testns.Path(node))
+		k, err := nl.Open(testkit.Path(node))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func BenchmarkPolicyDatapath(b *testing.B) {
 			b.Fatalf("iptables-restore: %v\n%s", err, out)
 		}
 		measure("iptables")
-		testns.Run(b, node, "iptables", "-F")
-		testns.Run(b, node, "iptables", "-X")
+		testkit.Run(b, node, "iptables", "-F")
+		testkit.Run(b, node, "iptables", "-X")
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestDeleteByNameRace: a link deleted by someone else between
@@ -18,14 +18,14 @@ import (
 // so every round but the winner's loses it after finding it, or finds
 // nothing.
 func TestDeleteByNameRace(t *testing.T) {
-	node := testns.New(t)
+	node := testkit.New(t)
 	// A handle each, as separate CNI processes have.
 	var ks [4]nl.Kernel
 	for j := range ks {
 		ks[j] = open(t, node)
 	}
 	for i := range 100 {
-		testns.Run(t, node, "ip", "link", "add", "skdelrace", "type", "veth", "peer", "name", "skdelpeer")
+		testkit.Run(t, node, "ip", "link", "add", "skdelrace", "type", "veth", "peer", "name", "skdelpeer")
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		errs := make(chan error, 4)
@@ -43,7 +43,7 @@ func TestDeleteByNameRace(t *testing.T) {
 		for err := range errs {
 			t.Errorf("round %d: %v", i, err)
 		}
-		if out, err := testns.Try(node, "ip", "link", "show", "skdelrace"); err == nil {
+		if out, err := testkit.Try(node, "ip", "link", "show", "skdelrace"); err == nil {
 			t.Fatalf("round %d: skdelrace still there:\n%s", i, out)
 		}
 	}

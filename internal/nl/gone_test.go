@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestLinkGone: calls on a link deleted after it was listed fail with an
 // error that says so (ErrLinkGone), and deleting it again succeeds.
 func TestLinkGone(t *testing.T) {
-	ns := testns.New(t)
-	k, err := nl.Open(testns.Path(ns))
+	ns := testkit.New(t)
+	k, err := nl.Open(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestLinkGone(t *testing.T) {
 	if err := k.AddBridge(nl.Bridge{Name: "skbtest", MTU: 1450, Alias: "skiff:test"}); err != nil {
 		t.Fatal(err)
 	}
-	testns.Run(t, ns, "ip", "link", "add", "skptest", "type", "veth", "peer", "name", "skqtest")
+	testkit.Run(t, ns, "ip", "link", "add", "skptest", "type", "veth", "peer", "name", "skqtest")
 	links, err := k.Links()
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func TestLinkGone(t *testing.T) {
 	for _, l := range links {
 		idx[l.Name] = l.Index
 	}
-	testns.Run(t, ns, "ip", "link", "del", "skptest") // behind the caller's back
+	testkit.Run(t, ns, "ip", "link", "del", "skptest") // behind the caller's back
 	port, br := idx["skptest"], idx["skbtest"]
 	for name, call := range map[string]func() error{
 		"SetMaster":    func() error { return k.SetMaster(port, br) },

@@ -8,13 +8,13 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
-	"github.com/skiff-sdn/skiff/internal/testns"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // open is the kernel of namespace ns, closed when the test ends.
 func open(t *testing.T, ns string) nl.Kernel {
 	t.Helper()
-	k, err := nl.Open(testns.Path(ns))
+	k, err := nl.Open(testkit.Path(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,9 +27,9 @@ func open(t *testing.T, ns string) nl.Kernel {
 // checks the errors that name a missing namespace, a missing device and a
 // taken name.
 func TestMoveRenameConfigure(t *testing.T) {
-	a, b := testns.New(t), testns.New(t)
+	a, b := testkit.New(t), testkit.New(t)
 	ka, kb := open(t, a), open(t, b)
-	testns.Run(t, a, "ip", "link", "add", "skva", "type", "veth", "peer", "name", "skvb")
+	testkit.Run(t, a, "ip", "link", "add", "skva", "type", "veth", "peer", "name", "skvb")
 
 	if _, err := kb.LinkByName("skvb"); !errors.Is(err, nl.ErrNoLink) {
 		t.Errorf("LinkByName in the wrong namespace: %v", err)
@@ -74,8 +74,8 @@ func TestMoveRenameConfigure(t *testing.T) {
 	if err != nil || d.MAC != "02:5a:00:00:00:05" || d.MTU != 1400 || !d.Up {
 		t.Fatalf("configured device = %+v, %v", d, err)
 	}
-	addrs := testns.Run(t, b, "ip", "-o", "addr", "show", "dev", "net1")
-	routes := testns.Run(t, b, "ip", "route", "show", "dev", "net1")
+	addrs := testkit.Run(t, b, "ip", "-o", "addr", "show", "dev", "net1")
+	routes := testkit.Run(t, b, "ip", "route", "show", "dev", "net1")
 	for _, want := range []string{"192.0.2.5/24", "2001:db8::5/64"} {
 		if !strings.Contains(addrs, want) {
 			t.Errorf("addresses lack %s:\n%s", want, addrs)
@@ -95,7 +95,7 @@ func TestMoveRenameConfigure(t *testing.T) {
 	}
 
 	// A taken name in the target: EEXIST, and the device stays.
-	testns.Run(t, a, "ip", "link", "add", "net1", "type", "veth", "peer", "name", "skvc")
+	testkit.Run(t, a, "ip", "link", "add", "net1", "type", "veth", "peer", "name", "skvc")
 	if err := kb.MoveLink(d.Index, ka); !errors.Is(err, syscall.EEXIST) {
 		t.Errorf("MoveLink onto a taken name: %v", err)
 	}
@@ -109,7 +109,7 @@ func TestMoveRenameConfigure(t *testing.T) {
 	if err := kb.MoveLink(d.Index, ka); err != nil {
 		t.Fatal(err)
 	}
-	if out := testns.Run(t, a, "ip", "-o", "addr", "show", "dev", "skvb"); strings.Contains(out, "192.0.2.5") {
+	if out := testkit.Run(t, a, "ip", "-o", "addr", "show", "dev", "skvb"); strings.Contains(out, "192.0.2.5") {
 		t.Errorf("addresses survived the move: %s", out)
 	}
 	all, err := ka.Links()
@@ -131,9 +131,9 @@ func TestMoveRenameConfigure(t *testing.T) {
 // when it has no chain; another table is never touched; counters are read
 // by tag.
 func TestSetTable(t *testing.T) {
-	ns := testns.New(t)
+	ns := testkit.New(t)
 	k := open(t, ns)
-	testns.Run(t, ns, "nft", "add", "table", "inet", "foreign")
+	testkit.Run(t, ns, "nft", "add", "table", "inet", "foreign")
 	a := netip.MustParseAddr
 	table := func(members ...netip.Addr) nl.NftTable {
 		return nl.NftTable{Name: "sktest",
@@ -163,7 +163,7 @@ func TestSetTable(t *testing.T) {
 	step("create", table(a("198.51.100.1")), nl.NftChange{Rewritten: true})
 	step("again", table(a("198.51.100.1")), nl.NftChange{})
 	step("a member joins and one leaves", table(a("198.51.100.2")), nl.NftChange{Elements: 2})
-	out := testns.Run(t, ns, "nft", "list", "table", "inet", "sktest")
+	out := testkit.Run(t, ns, "nft", "list", "table", "inet", "sktest")
 	for _, want := range []string{"198.51.100.2", "jump in-c", "tcp dport 80", "drop"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the kernel's table lacks %q:\n%s", want, out)
