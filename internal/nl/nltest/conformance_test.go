@@ -37,6 +37,16 @@ func TestConformance(t *testing.T) {
 	fb, _ := w.Open("/b")
 	got := script(fa, fb)
 
+	compare(t, got, want)
+	if t.Failed() {
+		t.Logf("the fake's state of a:\n%s", w.NS("/a").State())
+	}
+}
+
+// compare reports each line where the fake's transcript (got) and the
+// kernel's (want) differ.
+func compare(t *testing.T, got, want []string) {
+	t.Helper()
 	for i := range max(len(got), len(want)) {
 		var g, r string
 		if i < len(got) {
@@ -48,9 +58,6 @@ func TestConformance(t *testing.T) {
 		if g != r {
 			t.Errorf("line %d:\n fake:   %s\n kernel: %s", i, g, r)
 		}
-	}
-	if t.Failed() {
-		t.Logf("the fake's state of a:\n%s", w.NS("/a").State())
 	}
 }
 

@@ -142,6 +142,23 @@ func (n *NS) place(l *link) {
 // was detached before.
 func (n *NS) remove(l *link) {
 	delete(n.links, l.Index)
+	// The mirred actions that sent packets to it send them nowhere
+	// (they dump ifindex 0).
+	for _, o := range n.links {
+		for _, b := range o.blocks {
+			if b == nil {
+				continue
+			}
+			fs, _ := b.dump(0, true)
+			for _, x := range fs {
+				for i, a := range x.f.Actions {
+					if a.Kind == tc.KindMirred && a.Ifindex == l.Index {
+						x.f.Actions[i].Ifindex = 0
+					}
+				}
+			}
+		}
+	}
 	n.event(nl.Event{Kind: "link", Index: l.Index, Name: l.Name, Deleted: true})
 }
 

@@ -122,7 +122,11 @@ func (o *observer) observe(label string, k nl.Kernel) {
 			}
 			fs = append(fs, fmt.Sprintf("%s dst %v self %v master %v static %v perm %v", o.mac(e.MAC, ls, ""), e.Dst, e.Self, e.Master, e.Static, e.Permanent))
 		}
+		// A kernel with bridge VLAN support lists a bridge's entries
+		// once per VLAN of the port (0 and the default 1); nl.FDB has
+		// no VLAN.
 		slices.Sort(fs)
+		fs = slices.Compact(fs)
 		o.add("%s fdb %s %v %s", label, l.Name, fs, errClass(err))
 		for _, fam := range []string{"ipv4", "ipv6"} {
 			v, err := k.Sysctl("net/" + fam + "/conf/" + l.Name + "/forwarding")

@@ -213,15 +213,9 @@ func (k *kernel) LinkRoutes(index int) ([]nl.Route, error) {
 	return out, err
 }
 
+// routeText names a route in errors.
 func routeText(r nl.Route) string {
-	s := fmt.Sprintf("route %s dev %d", r.Dst, r.LinkIndex)
-	if r.Gw.IsValid() {
-		s += " via " + r.Gw.String()
-	}
-	if r.Src.IsValid() {
-		s += " src " + r.Src.String()
-	}
-	return s + fmt.Sprintf(" table %d", r.Table)
+	return fmt.Sprintf("route %s via %v dev %d src %v table %d", r.Dst, r.Gw, r.LinkIndex, r.Src, r.Table)
 }
 
 func (k *kernel) ReplaceRoute(r nl.Route) error {

@@ -258,17 +258,20 @@ func boolCmp(a, b bool) int {
 	return -1
 }
 
-// sysctlLines are the sysctls that differ from their defaults: the
-// namespace's from "0", a link's from the namespace's default for new
+// sysctlLines are the sysctls that differ from their defaults: a
+// namespace's forwarding from "0" (its default for new links from its
+// all, which sets it), a link's from the namespace's default for new
 // links, br_netfilter's from "1"; the ones a test defined, all.
 func (n *NS) sysctlLines(ls []*link) []string {
 	var out []string
-	for _, k := range []string{sysV4All, sysV4Default, sysV6All, sysV6Default} {
-		if v := n.sys[k]; v != "0" {
-			if k == sysV4All {
-				k = sysV4Forward
-			}
-			out = append(out, fmt.Sprintf("sysctl %s = %s", k, v))
+	for _, k := range [][2]string{{sysV4All, sysV4Forward}, {sysV6All, sysV6All}} {
+		if v := n.sys[k[0]]; v != "0" {
+			out = append(out, fmt.Sprintf("sysctl %s = %s", k[1], v))
+		}
+	}
+	for _, k := range [][2]string{{sysV4Default, sysV4All}, {sysV6Default, sysV6All}} {
+		if v := n.sys[k[0]]; v != n.sys[k[1]] {
+			out = append(out, fmt.Sprintf("sysctl %s = %s", k[0], v))
 		}
 	}
 	for _, l := range ls {

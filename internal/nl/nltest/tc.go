@@ -165,18 +165,33 @@ func (c *tcClient) DumpFunc(ifindex int, o tc.DumpOptions, fn func(f *tc.Filter)
 }
 
 // DumpTerse gives what a terse dump carries: a flower filter's place,
-// flags and actions' cookies and counters (no keys); a fw filter, which
-// the kernel dumps whole, is read the same way (no flags).
+// flags and actions' cookies and counters (no keys). fw has no terse
+// form: the kernel ends a terse dump at the first fw priority it meets,
+// without an error, so that priority and every filter after it in the
+// dump (that chain's, and with chains nil the later chains') are not
+// reported; the fake does the same.
 func (c *tcClient) DumpTerse(ifindex int, chains []uint32, fn func(f *tc.Terse)) error {
-	fs, err := c.filters(ifindex, tc.DumpOptions{Chains: chains, Terse: true})
-	if err != nil {
-		return fmt.Errorf("tc: dumping filters of ifindex %d: %w", ifindex, err)
+	dumps := [][]uint32{nil}
+	if chains != nil {
+		dumps = nil
+		for _, ch := range chains {
+			dumps = append(dumps, []uint32{ch})
+		}
+	}
+	var fs []tc.Filter
+	for _, chs := range dumps {
+		part, err := c.filters(ifindex, tc.DumpOptions{Chains: chs, Terse: true})
+		if err != nil {
+			return fmt.Errorf("tc: dumping filters of ifindex %d: %w", ifindex, err)
+		}
+		if i := slices.IndexFunc(part, func(f tc.Filter) bool { return f.Kind == tc.KindFw }); i >= 0 {
+			part = part[:i]
+		}
+		fs = append(fs, part...)
 	}
 	for _, f := range fs {
 		t := tc.Terse{Chain: f.Chain, Handle: f.Handle, Prio: f.Prio, Proto: f.Proto, Actions: len(f.Actions)}
-		if f.Kind != tc.KindFw {
-			t.Flags = f.Flags
-		}
+		t.Flags = f.Flags
 		for _, a := range f.Actions {
 			if a.Cookie != nil {
 				t.Cookie = a.Cookie
@@ -191,14 +206,15 @@ func (c *tcClient) DumpTerse(ifindex int, chains []uint32, fn func(f *tc.Terse))
 	return nil
 }
 
-// rootQdisc is the qdisc the kernel gives an up link: noqueue for
-// virtual devices, pfifo_fast for single-queue ones (taps, physical
-// devices).
+// rootQdisc is the qdisc the kernel gives an up link: pfifo_fast for a
+// tap (it has a queue), noqueue for the others (virtual devices, and
+// devices as netdevsim's ports and representors have it; a multiqueue
+// NIC's mq is not modelled).
 func rootQdisc(l *link) string {
 	if !l.Up {
 		return ""
 	}
-	if l.Kind == "tuntap" || l.Kind == "device" && !l.loop {
+	if l.Kind == "tuntap" {
 		return "pfifo_fast"
 	}
 	return "noqueue"

@@ -274,12 +274,19 @@ func (n *NS) change(port uint32, l *link, b *tcBlock, c *tcChain, f *tc.Filter, 
 		return refuse(unix.EINVAL, "") // a fw priority's filters share one mask
 	}
 	for _, a := range f.Actions {
-		if a.Kind == tc.KindMirred && n.links[a.Ifindex] == nil {
-			return refuse(unix.ENODEV, msgNoDevice)
+		switch {
+		case a.Kind != tc.KindMirred:
+		case a.Ifindex == 0:
+			return refuse(unix.EINVAL, "act_mirred: "+msgNoDevice)
+		case n.links[a.Ifindex] == nil:
+			return refuse(unix.ENODEV, "")
 		}
 	}
 	if f.Kind != tc.KindFw {
-		if tp != nil {
+		// Another filter with the same keys is refused, but not when
+		// replacing (flower: "it is okay if filter with same key exists
+		// when overwriting").
+		if tp != nil && create {
 			for j, x := range tp.filters {
 				if j != i && reflect.DeepEqual(x.f.Match, f.Match) {
 					return refuse(unix.EEXIST, "")
@@ -334,7 +341,7 @@ func (n *NS) deleteFilter(port uint32, f *tc.Filter) error {
 	}
 	c := b.chain(f.Chain)
 	if c == nil {
-		return refuse(unix.EINVAL, msgNoChain)
+		return refuse(unix.ENOENT, msgNoChain)
 	}
 	drop := func(tp *tcProto) {
 		for _, x := range tp.filters {
