@@ -46,11 +46,12 @@ func (k *kernel) SetEswitchMode(bus, device, mode string) error {
 	})
 }
 
-// pf is the PF of that name, or an error wrapping nl.ErrNoLink.
+// pf is the PF of that name, or the real handle's error for a missing
+// one (the netlink library's "Link not found", not nl.ErrNoLink).
 func (n *NS) pf(name string) (*link, error) {
 	l := n.byName(name)
 	if l == nil {
-		return nil, fmt.Errorf("nl: pf %s: %w", name, nl.ErrNoLink)
+		return nil, fmt.Errorf("nl: pf %s: Link not found", name)
 	}
 	return l, nil
 }
