@@ -47,7 +47,7 @@ test-k8s: deps build k8s-setup
 
 # Tests that need what the host kernel lacks (netdevsim, switchdev, flower),
 # run inside Debian's kernel under qemu (docs/kernelvm.md).
-KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./deviceplugin ./datapath/offload ./test/kernelvm/vmtest ./test/kernelvm/agentvm ./test/kernelvm/offloadvm ./test/kernelvm/policyvm ./test/kernelvm/ctvm ./test/kernelvm/offloadpolicyvm ./test/kernelvm/vmportvm ./test/kernelvm/vfpodvm ./test/kernelvm/dpuvm ./test/kernelvm/egressvm
+KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./deviceplugin ./datapath/offload ./test/kernelvm/vmtest ./test/kernelvm/agentvm ./test/kernelvm/offloadvm ./test/kernelvm/policyvm ./test/kernelvm/ctvm ./test/kernelvm/offloadpolicyvm ./test/kernelvm/vmportvm ./test/kernelvm/vfpodvm ./test/kernelvm/dpuvm ./test/kernelvm/egressvm ./internal/nl/nltest
 # -short: the long loops (vfpodvm's 100 VF ADD/DEL cycles) run a smaller
 # count; test-kernel-long runs them in full.
 # internal/nl/tc's other tests are the host's (its UAPI headers, iproute2):
