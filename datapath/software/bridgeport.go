@@ -30,7 +30,7 @@ import (
 //   - local pods are reached, as before, straight from the bridge.
 //
 // A network with egress none gets no host port: the node cannot route
-// into it, and nftables (SetIsolation) counts the host port as its
+// into it, and nftables (firewall.Isolation) counts the host port as its
 // network's own, so that no routed path between networks opens.
 
 // HostPortName, HostPeerName, HostTable and HostMAC are the names,

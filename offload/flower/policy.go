@@ -77,8 +77,8 @@ const (
 	// an endpoint sends to its gateway's MAC goes to forwarding (goto
 	// 3), past the egress rules of an egress-isolated one and
 	// uncommitted: the node's stack routes it, after kube-proxy's DNAT,
-	// and enforces those rules there (internal/nl SetPolicy on the
-	// gateway skg<VNI>), as a software node does; what it lets through
+	// and enforces those rules there (datapath/firewall's policy table
+	// on the gateway skg<VNI>), as a software node does; what it lets through
 	// comes back with ReplyMark.
 	PrioGateway  uint16 = 0x5315
 	PrioGateway6 uint16 = 0x5316
@@ -96,7 +96,7 @@ const (
 // ReplyMark is the packet mark (a bit of skb->mark) the node's stack
 // sets on what it sends out of a gateway skg<VNI> of a network that
 // routes out on a connection it let through (conntrack established or
-// related: internal/nl BridgeEgress.ReplyMark). The gateway port's
+// related: datapath/firewall Device.ReplyMark). The gateway port's
 // fw filter (PrioEntryReply) sends such packets to forwarding: they
 // need no zone, since the representor commits nothing the node routes
 // (PrioGateway). So a connection the node refuses (a Service DNATed to

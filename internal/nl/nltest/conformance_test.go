@@ -8,8 +8,8 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/nl/nltest"
-	"github.com/skiff-sdn/skiff/internal/testns"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // TestConformance runs one scripted sequence of nl.Kernel calls against
@@ -67,7 +67,7 @@ var guestNS atomic.Int32
 // kernel VM guest's (its /var/run is not /run).
 func throwaway(t *testing.T) string {
 	if !guest.Inside() {
-		return testns.Path(testns.New(t))
+		return testkit.Path(testkit.New(t))
 	}
 	name := fmt.Sprintf("nlt%d", guestNS.Add(1))
 	guest.AddNetns(t, name)
