@@ -1,6 +1,7 @@
 package nl
 
 import (
+	"errors"
 	"fmt"
 	"net"
 
@@ -29,6 +30,10 @@ func (k *real) SetEswitchMode(bus, device, mode string) error {
 
 func (k *real) pf(name string) (netlink.Link, error) {
 	l, err := k.h.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil, fmt.Errorf("nl: pf %s: %w", name, ErrNoLink)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("nl: pf %s: %w", name, err)
 	}

@@ -18,7 +18,9 @@ import (
 //
 // Conventions: links are named by index except where a name is the only
 // handle a caller has (LinkByName); a call on a link that no longer
-// exists returns an error wrapping ErrLinkGone (LinkByName: ErrNoLink);
+// exists returns an error wrapping ErrLinkGone (LinkByName and the PF of
+// the SR-IOV calls: ErrNoLink), but for listings of its entries (Neighs,
+// FDB), which are empty, as the kernel's;
 // deleting what is not there succeeds; every call that changes the
 // kernel counts in Writes. A Kernel is safe for concurrent use: each call
 // is a request of its own (a caller that reads, then writes, must not
@@ -112,7 +114,7 @@ type Kernel interface {
 	// SetNeigh creates or replaces a permanent entry.
 	SetNeigh(n Neigh) error
 	DeleteNeigh(n Neigh) error
-	// Resolve asks the kernel to resolve an IPv4 neighbour now (an ARP
+	// Resolve asks the kernel to resolve a neighbour now (an ARP or ND
 	// probe now, not when the first packet needs it).
 	Resolve(index int, ip netip.Addr) error
 	// FDB lists a link's bridge-family forwarding entries.

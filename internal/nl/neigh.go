@@ -69,7 +69,11 @@ func (k *real) DeleteNeigh(n Neigh) error {
 }
 
 func (k *real) Resolve(index int, ip netip.Addr) error {
-	err := k.h.NeighSet(&netlink.Neigh{LinkIndex: index, Family: unix.AF_INET, IP: ip.AsSlice(), Flags: netlink.NTF_USE})
+	fam := unix.AF_INET6
+	if ip.Is4() {
+		fam = unix.AF_INET
+	}
+	err := k.h.NeighSet(&netlink.Neigh{LinkIndex: index, Family: fam, IP: ip.AsSlice(), Flags: netlink.NTF_USE})
 	if err != nil {
 		return fmt.Errorf("nl: resolving %s on %d: %w", ip, index, k.gone(index, err))
 	}

@@ -158,7 +158,7 @@ func (k *real) ReplaceRoute(r Route) error {
 	}
 	k.w()
 	if err := k.h.RouteReplace(routeOf(r)); err != nil {
-		return fmt.Errorf("nl: %s: %w", routeText(r), err)
+		return fmt.Errorf("nl: %s: %w", routeText(r), k.gone(r.LinkIndex, err))
 	}
 	return nil
 }

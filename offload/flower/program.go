@@ -205,10 +205,7 @@ func (p *Programmer) dump(dev Device) (out []installed, top uint32, err error) {
 	if c, ok := p.cache[dev.Index]; ok {
 		out = make([]installed, 0, len(c.byMatch)+len(c.other)) // about what comes
 	}
-	// Chain 0 too: forwarding rules of the layout before the policy
-	// pipeline sat there, and go. Straight from the decoded filters: a
-	// counter read of 20,000 filters makes nothing else of them.
-	err = p.raw.c.DumpTerse(dev.Index, []uint32{ChainEntry, ChainForward}, func(f *tc.Terse) {
+	visit := func(f *tc.Terse) {
 		top = max(top, f.Handle)
 		if !skiffPrio(f.Prio) || f.Actions == 0 {
 			return
@@ -220,7 +217,20 @@ func (p *Programmer) dump(dev Device) (out []installed, top uint32, err error) {
 		st := f.Stats
 		out = append(out, installed{chain: f.Chain, handle: f.Handle, info: uint32(f.Prio)<<16 | uint32(htons(f.Proto)), cookie: ck, flags: f.Flags,
 			pk: st.Packets, by: st.Bytes, hwpk: st.HWPackets, hwby: st.HWBytes})
-	})
+	}
+	// Straight from the decoded filters: a counter read of 20,000
+	// filters makes nothing else of them.
+	err = p.raw.c.DumpTerse(dev.Index, []uint32{ChainForward}, visit)
+	if err == nil {
+		// Chain 0 too, where forwarding rules of the layout before the
+		// policy pipeline sat (they go), in full: it holds the policy
+		// pipeline's fw filter (PrioEntryReply), which has no terse
+		// form, and a terse dump ends at it.
+		err = p.raw.c.DumpFunc(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry}}, func(f *tc.Filter) {
+			t := tc.TerseOf(f)
+			visit(&t)
+		})
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("flower: listing filters of %s: %w", dev.Name, err)
 	}

@@ -51,7 +51,7 @@ func (k *kernel) SetEswitchMode(bus, device, mode string) error {
 func (n *NS) pf(name string) (*link, error) {
 	l := n.byName(name)
 	if l == nil {
-		return nil, fmt.Errorf("nl: pf %s: Link not found", name)
+		return nil, fmt.Errorf("nl: pf %s: %w", name, nl.ErrNoLink)
 	}
 	return l, nil
 }

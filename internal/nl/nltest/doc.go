@@ -11,7 +11,7 @@ before and after (a state-transition table).
 	w.AddDevice(nltest.Device{Name: "eth0", MAC: "02:00:00:00:00:01", Up: true})
 	w.AddNS("/run/netns/pod-a")                      // a pod's, with its own lo
 	k, _ := w.Open("")                               // an nl.Kernel: w.Open is an nl.OpenFunc
-	dp := software.New(k, nil, log)
+	dp := software.New(software.Options{Kernel: k, Open: w.Open})
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}

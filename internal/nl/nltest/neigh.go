@@ -111,10 +111,6 @@ func (k *kernel) Resolve(index int, ip netip.Addr) error {
 			return fmt.Errorf("nl: resolving %s on %d: %w", ip, index, err)
 		}
 		ip = ip.Unmap()
-		if ip.Is6() {
-			b := ip.As16()
-			ip = netip.AddrFrom4([4]byte(b[:4]))
-		}
 		if h := l.neighs[ip]; h != nil && h.state != nudIncomplete {
 			return nil
 		}

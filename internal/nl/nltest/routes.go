@@ -246,7 +246,7 @@ func (n *NS) checkRoute(r nl.Route) error {
 	case r.LinkIndex == 0:
 		return unix.EINVAL
 	case l == nil:
-		return unix.ENODEV
+		return fmt.Errorf("%w: %w", nl.ErrLinkGone, unix.ENODEV)
 	case !l.Up:
 		return unix.ENETDOWN
 	case r.Src.IsValid() && (r.Src.Is4() != r.Dst.Addr().Is4() || !n.local(r.Src)):

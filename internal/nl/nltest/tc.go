@@ -189,18 +189,8 @@ func (c *tcClient) DumpTerse(ifindex int, chains []uint32, fn func(f *tc.Terse))
 		}
 		fs = append(fs, part...)
 	}
-	for _, f := range fs {
-		t := tc.Terse{Chain: f.Chain, Handle: f.Handle, Prio: f.Prio, Proto: f.Proto, Actions: len(f.Actions)}
-		t.Flags = f.Flags
-		for _, a := range f.Actions {
-			if a.Cookie != nil {
-				t.Cookie = a.Cookie
-				break
-			}
-		}
-		if len(f.Actions) > 0 {
-			t.Stats = f.Actions[0].Stats
-		}
+	for i := range fs {
+		t := tc.TerseOf(&fs[i])
 		fn(&t)
 	}
 	return nil

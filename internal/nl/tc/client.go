@@ -21,7 +21,11 @@ type Client interface {
 	DumpFunc(ifindex int, o DumpOptions, fn func(f *Filter)) error
 	// DumpTerse calls fn for every filter of the given chains (nil:
 	// every chain) of ifindex's ingress as a terse dump carries it; f
-	// is fn's for the call only (its Cookie is fn's to keep).
+	// is fn's for the call only (its Cookie is fn's to keep). The
+	// kernel has no terse form of a fw filter: a terse dump ends,
+	// without an error, at the first fw priority it meets (that
+	// priority and what follows in the dump are not reported), so a
+	// chain that may hold one is read with Dump.
 	DumpTerse(ifindex int, chains []uint32, fn func(f *Terse)) error
 	// Qdiscs lists the qdiscs of every device.
 	Qdiscs() ([]Qdisc, error)

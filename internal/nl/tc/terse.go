@@ -57,10 +57,25 @@ func (c *Conn) DumpTerse(ifindex int, chains []uint32, fn func(f *Terse)) error 
 
 var flowerKind, fwKind = []byte("flower"), []byte(KindFw)
 
+// TerseOf is what a terse dump would carry of f.
+func TerseOf(f *Filter) Terse {
+	t := Terse{Chain: f.Chain, Handle: f.Handle, Prio: f.Prio, Proto: f.Proto, Flags: f.Flags, Actions: len(f.Actions)}
+	for _, a := range f.Actions {
+		if a.Cookie != nil {
+			t.Cookie = a.Cookie
+			break
+		}
+	}
+	if len(f.Actions) > 0 {
+		t.Stats = f.Actions[0].Stats
+	}
+	return t
+}
+
 // decodeTerse decodes a filter message of a terse dump into f; ok is
 // false for what is not a flower or fw filter (a chain's or priority's
-// head, another classifier; the kernel dumps a fw filter whole, which
-// is read the same way). ck is the first action cookie, not copied.
+// head, another classifier). ck is the first action cookie, not
+// copied.
 func decodeTerse(b []byte, f *Terse) (ok bool, ck []byte, err error) {
 	head, err := DecodeHead(b)
 	if err != nil {
