@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -147,7 +148,7 @@ func (n *NS) linkLine(l *link, name func(int) string) string {
 	if l.peer != nil {
 		s += " peer " + l.peer.Name
 		if l.peer.ns != n {
-			s += " in " + where(l.peer.ns.path)
+			s += " in " + nsName(l.peer.ns.path)
 		}
 	}
 	if l.Kind == "vxlan" {
@@ -321,10 +322,20 @@ func (t *table) lines() []string {
 		for _, r := range c.Rules {
 			s := "    " + r.String()
 			if r.Tag != "" && !t.foreign {
-				s += "  # " + r.Tag
+				// A tag may hold what does not print (Skiff's
+				// counter tags separate their parts with NUL).
+				s += "  # " + strings.Trim(strconv.QuoteToGraphic(r.Tag), `"`)
 			}
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// nsName names a namespace in State: its path, "host" for the host's.
+func nsName(path string) string {
+	if path == "" {
+		return "host"
+	}
+	return path
 }
