@@ -102,7 +102,9 @@ var redHostChains = []string{
 func state(parts ...string) string {
 	var links, rest, tables []string
 	order := []string{"addr ", "fdb ", "neigh ", "route ", "rule ", "sysctl "}
-	kind := func(l string) int { return slices.IndexFunc(order, func(o string) bool { return strings.HasPrefix(l, o) }) }
+	kind := func(l string) int {
+		return slices.IndexFunc(order, func(o string) bool { return strings.HasPrefix(l, o) })
+	}
 	for _, p := range parts {
 		for _, l := range strings.Split(strings.TrimSpace(p), "\n") {
 			switch {
