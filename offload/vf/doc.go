@@ -5,7 +5,8 @@
 // driver it had, through sysfs; and moving a VF's netdev into a pod's
 // network namespace and back.
 //
-//	m := vf.NewManager(vf.Options{Logger: log})         // netlink of this namespace
+//	k, err := nl.Open("")                                // the host's namespace: PFs and VFs
+//	m := vf.NewManager(vf.Options{Netlink: k, Logger: log})
 //	err := m.Apply("ens1f0np0", 3, vf.Settings{
 //		MAC: mac, VLAN: vf.Ptr(100), SpoofCheck: vf.Ptr(true), Trust: vf.Ptr(false),
 //		LinkState: vf.Ptr(vf.LinkAuto), MaxTxRateMbps: vf.Ptr(uint32(1000)),
@@ -15,7 +16,7 @@
 //	prev, err := b.BindVFIO("0000:03:00.5")              // remembers nothing: keep prev
 //	err = b.Restore("0000:03:00.5", prev)
 //
-//	mv := vf.NewMover(vf.MoverOptions{Logger: log})      // /sys, netlink of every namespace
+//	mv := vf.NewMover(vf.MoverOptions{Host: k, Logger: log}) // /sys; pods' namespaces by nl.Open
 //	ref := vf.Ref{PF: "ens1f0np0", Index: 3, PCI: "0000:03:00.5"}
 //	err = mv.Attach(ref, vf.PodSettings(mac), "/var/run/netns/cni-1234", vf.PodIface{
 //		Name: "eth0", MAC: mac, MTU: 1450, Addrs: addrs, Routes: routes})

@@ -1,99 +1,78 @@
 package vf
 
 import (
-	"errors"
 	"net"
 	"strings"
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/nl/nltest"
 )
 
-// fakeNL keeps VF state like a PF driver would and records calls.
-type fakeNL struct {
-	vfs   []nl.VF
-	calls []string
-	fail  map[string]error
+// pfRig is a host namespace of the kernel fake with PF pf0, whose SR-IOV
+// reports two VFs (MAC zero, no VLAN, spoof check off, not trusted, link
+// state auto, no rate limits); k is the Manager's handle.
+func pfRig(t *testing.T) (*nltest.World, nl.Kernel, *Manager) {
+	w := nltest.New()
+	w.AddDevice(nltest.Device{Name: "pf0", VFs: 2, Up: true})
+	k := open(t, w, "")
+	return w, k, NewManager(Options{Netlink: k})
 }
 
-func (f *fakeNL) VFs(pf string) ([]nl.VF, error) {
-	if pf != "pf0" {
-		return nil, errors.New("Link not found")
-	}
-	return append([]nl.VF(nil), f.vfs...), nil
-}
-
-func (f *fakeNL) do(what string, vf int, set func(*nl.VF)) error {
-	f.calls = append(f.calls, what)
-	if err := f.fail[what]; err != nil {
-		return err
-	}
-	set(&f.vfs[vf])
-	return nil
-}
-
-func (f *fakeNL) SetVFMAC(_ string, vf int, hw net.HardwareAddr) error {
-	return f.do("mac", vf, func(v *nl.VF) { v.Mac = hw })
-}
-func (f *fakeNL) SetVFVlanQos(_ string, vf, vlan, qos int) error {
-	return f.do("vlan", vf, func(v *nl.VF) { v.Vlan, v.Qos = vlan, qos })
-}
-func (f *fakeNL) SetVFSpoofCheck(_ string, vf int, c bool) error {
-	return f.do("spoofchk", vf, func(v *nl.VF) { v.Spoofchk = c })
-}
-func (f *fakeNL) SetVFTrust(_ string, vf int, tr bool) error {
-	return f.do("trust", vf, func(v *nl.VF) {
-		v.Trust = 0
-		if tr {
-			v.Trust = 1
+// vfLines is what the PFs report of their VFs, a line each.
+func vfLines(w *nltest.World) string {
+	var out []string
+	for _, l := range strings.Split(w.NS("").State(), "\n") {
+		if strings.HasPrefix(l, "vf ") {
+			out = append(out, l)
 		}
-	})
-}
-func (f *fakeNL) SetVFLinkState(_ string, vf int, s uint32) error {
-	return f.do("state", vf, func(v *nl.VF) { v.LinkState = s })
-}
-func (f *fakeNL) SetVFRate(_ string, vf, lo, hi int) error {
-	return f.do("rate", vf, func(v *nl.VF) { v.MinTxRate, v.MaxTxRate = uint32(lo), uint32(hi) })
+	}
+	return strings.Join(out, "\n")
 }
 
 func TestApplyChangesOnlyWhatDiffers(t *testing.T) {
-	f := &fakeNL{vfs: []nl.VF{{ID: 0}, {ID: 1, Spoofchk: true}}}
-	m := NewManager(Options{Netlink: f})
+	w, k, m := pfRig(t)
+	must(t, open(t, w, "").SetVFSpoofCheck("pf0", 1, true))
 	mac, _ := net.ParseMAC("02:00:00:00:01:01")
 	s := Settings{MAC: mac, VLAN: Ptr(100), QoS: Ptr(3), SpoofCheck: Ptr(true), Trust: Ptr(true),
 		LinkState: Ptr(LinkEnable), MaxTxRateMbps: Ptr(uint32(1000))}
 	if err := m.Apply("pf0", 1, s); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(f.calls, ","); got != "mac,vlan,trust,state,rate" {
-		t.Errorf("calls = %s (spoofchk was already on)", got)
+	// MAC, VLAN and QoS (one call), trust, link state, rate: spoof
+	// check was on already.
+	if n := k.Writes(); n != 5 {
+		t.Errorf("%d writes, want 5 (spoof check was already on)", n)
 	}
-	v := f.vfs[1]
-	if v.Mac.String() != mac.String() || v.Vlan != 100 || v.Qos != 3 || v.Trust != 1 || v.LinkState != uint32(LinkEnable) || v.MaxTxRate != 1000 {
-		t.Errorf("vf 1 = %+v", v)
+	want := "vf pf0 0 mac 00:00:00:00:00:00 vlan 0 qos 0 spoofchk off trust off state auto rate 0-0\n" +
+		"vf pf0 1 mac 02:00:00:00:01:01 vlan 100 qos 3 spoofchk on trust on state enable rate 0-1000"
+	if got := vfLines(w); got != want {
+		t.Errorf("VFs:\n%s\nwant:\n%s", got, want)
 	}
-	if f.vfs[0].Vlan != 0 {
-		t.Error("vf 0 touched")
-	}
-	f.calls = nil
-	if err := m.Apply("pf0", 1, s); err != nil || len(f.calls) != 0 {
-		t.Errorf("second apply: %v, calls %v", err, f.calls)
+	if err := m.Apply("pf0", 1, s); err != nil || k.Writes() != 5 {
+		t.Errorf("second apply: %v, %d writes", err, k.Writes()-5)
 	}
 	// VLAN 0 clears the QoS too.
-	if err := m.Apply("pf0", 1, Settings{VLAN: Ptr(0)}); err != nil || f.vfs[1].Vlan != 0 || f.vfs[1].Qos != 0 {
-		t.Errorf("vlan 0: %v %+v", err, f.vfs[1])
+	if err := m.Apply("pf0", 1, Settings{VLAN: Ptr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := m.State("pf0", 1); v.Vlan != 0 || v.Qos != 0 {
+		t.Errorf("vlan 0: %+v", v)
 	}
 }
 
 func TestApplyErrors(t *testing.T) {
-	f := &fakeNL{vfs: []nl.VF{{ID: 0}}, fail: map[string]error{"trust": errors.New("operation not supported")}}
-	m := NewManager(Options{Netlink: f})
-	err := m.Apply("pf0", 0, Settings{Trust: Ptr(true), SpoofCheck: Ptr(true)})
-	if err == nil || !strings.Contains(err.Error(), "pf pf0 vf 0: set trust false -> true: operation not supported") {
+	w, _, m := pfRig(t)
+	// The PF refuses a multicast MAC (EINVAL); the other settings still
+	// apply.
+	multicast, _ := net.ParseMAC("03:00:00:00:01:01")
+	err := m.Apply("pf0", 0, Settings{MAC: multicast, SpoofCheck: Ptr(true)})
+	if err == nil || !strings.Contains(err.Error(), "pf pf0 vf 0: set mac 00:00:00:00:00:00 -> 03:00:00:00:01:01: ") ||
+		!strings.HasSuffix(err.Error(), "invalid argument") {
 		t.Errorf("err = %v", err)
 	}
-	if !f.vfs[0].Spoofchk {
-		t.Error("a failing setting stopped the others")
+	if !strings.Contains(vfLines(w), "vf pf0 0 mac 00:00:00:00:00:00 vlan 0 qos 0 spoofchk on") {
+		t.Errorf("a failing setting stopped the others: %s", vfLines(w))
 	}
 	for _, tc := range []struct {
 		pf   string

@@ -47,7 +47,7 @@ type vfRig struct {
 	sys   string
 	mover *vf.Mover
 	mgr   *vf.Manager
-	links nl.Netdevs
+	host  nl.Kernel // the VM's root namespace: the host's
 }
 
 // newVFRig makes the PF (netdevsim 51, switchdev, 4 VFs) and one stand-in
@@ -55,9 +55,29 @@ type vfRig struct {
 // tree (package vftest).
 func newVFRig(t *testing.T) *vfRig {
 	s := vftest.New(t, 51, vfCount, 61, "skvf", logger())
-	return &vfRig{pf: s.PF, homes: s.Homes, refs: s.Refs, reps: s.Reps, sys: s.Root,
-		mover: vf.NewMover(vf.MoverOptions{SysRoot: s.Root, Logger: logger(), ReturnWait: 10 * time.Second}),
-		mgr:   vf.NewManager(vf.Options{Logger: logger()})}
+	k, err := nl.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return &vfRig{pf: s.PF, homes: s.Homes, refs: s.Refs, reps: s.Reps, sys: s.Root, host: k,
+		mover: vf.NewMover(vf.MoverOptions{SysRoot: s.Root, Host: k, Logger: logger(), ReturnWait: 10 * time.Second}),
+		mgr:   vf.NewManager(vf.Options{Netlink: k, Logger: logger()})}
+}
+
+// link reads the link of that name in the namespace at path ("": the
+// host's).
+func (r *vfRig) link(t *testing.T, path, name string) (nl.Link, error) {
+	t.Helper()
+	if path == "" {
+		return r.host.LinkByName(name)
+	}
+	k, err := nl.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	return k.LinkByName(name)
 }
 
 func podMAC(i, round int) net.HardwareAddr {
@@ -73,7 +93,7 @@ func podIface(i, round int) vf.PodIface {
 // checkInPod checks VF i inside the pod namespace as Attach left it.
 func (r *vfRig) checkInPod(t *testing.T, i int, ns string, round int) {
 	t.Helper()
-	d, err := r.links.Get(ns, "net1")
+	d, err := r.link(t, ns, "net1")
 	if err != nil {
 		t.Fatalf("round %d: VF %d not in %s as net1: %v", round, i, ns, err)
 	}
@@ -109,19 +129,14 @@ func (r *vfRig) checkInPod(t *testing.T, i int, ns string, round int) {
 func (r *vfRig) checkHome(t *testing.T, round int) {
 	t.Helper()
 	for i, home := range r.homes {
-		d, err := r.links.Get("", home)
+		d, err := r.link(t, "", home)
 		if err != nil {
 			t.Fatalf("round %d: VF %d not home as %s: %v", round, i, home, err)
 		}
 		if d.Alias != "" || d.MTU != 1500 || d.Up {
 			t.Fatalf("round %d: VF %d at home = %+v", round, i, d)
 		}
-		k, err := nl.Open("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		in, err := nl.Inspect(k, home)
-		k.Close()
+		in, err := nl.Inspect(r.host, home)
 		if err != nil || len(in.Addrs) != 0 || len(in.Gateway) != 0 {
 			t.Fatalf("round %d: %s at home kept addresses or routes: %+v %v", round, home, in, err)
 		}
@@ -243,7 +258,7 @@ func TestVFAttachUndoneOnFailure(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	t.Logf("refused: %v", err)
-	if _, err := r.links.Get(ns[2], "net1"); !errors.Is(err, nl.ErrNoLink) {
+	if _, err := r.link(t, ns[2], "net1"); !errors.Is(err, nl.ErrNoLink) {
 		t.Errorf("net1 left in the pod: %v", err)
 	}
 	r.checkHome(t, 0)
@@ -275,7 +290,7 @@ func TestVFDetachHomeTaken(t *testing.T) {
 		t.Fatal("detach onto a taken name succeeded")
 	}
 	t.Logf("refused: %v", err)
-	if d, err := r.links.Get(ns[1], "net1"); err != nil || !strings.HasPrefix(d.Alias, "skiff:vf ") {
+	if d, err := r.link(t, ns[1], "net1"); err != nil || !strings.HasPrefix(d.Alias, "skiff:vf ") {
 		t.Fatalf("VF not left in the pod: %+v %v", d, err)
 	}
 	guest.Run(t, guest.IP, "link", "del", "skvf1")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/vf"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -30,7 +31,12 @@ func TestNetdevsimVFSettings(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = es.SetNumVFs(pf, 0) })
 
-	m := vf.NewManager(vf.Options{Logger: logger()})
+	k, err := nl.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	m := vf.NewManager(vf.Options{Netlink: k, Logger: logger()})
 	mac, _ := net.ParseMAC("02:5a:00:00:00:07")
 	s := vf.Settings{MAC: mac, VLAN: vf.Ptr(100), QoS: vf.Ptr(3), SpoofCheck: vf.Ptr(true), Trust: vf.Ptr(true),
 		LinkState: vf.Ptr(vf.LinkDisable), MinTxRateMbps: vf.Ptr(uint32(10)), MaxTxRateMbps: vf.Ptr(uint32(500))}
