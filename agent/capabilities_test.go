@@ -20,6 +20,7 @@ import (
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // newTree is an empty sysfs tree with a virtual lo (no device/, never a
@@ -30,26 +31,12 @@ func newTree(t *testing.T) *sysfstest.Tree {
 	return tr
 }
 
-type fakeDevlink struct {
-	mu    sync.Mutex
-	modes map[string]eswitch.Mode
-}
-
-func (f *fakeDevlink) EswitchMode(_ context.Context, h string) (eswitch.Mode, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m, ok := f.modes[h]
-	if !ok {
-		return eswitch.ModeNone, fmt.Errorf("devlink %s: %w", h, eswitch.ErrNoEswitch)
-	}
-	return m, nil
-}
-
-func (f *fakeDevlink) SetEswitchMode(_ context.Context, h string, m eswitch.Mode) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.modes[h] = m
-	return nil
+// devlink is the devlink of a kernel fake's host namespace holding the
+// devices of modes ("bus/device" to an eswitch mode: testkit.Devlink);
+// a device not there has no eswitch.
+func devlink(t *testing.T, modes map[string]string) eswitch.Devlink {
+	k, _ := testkit.Devlink(t, modes)
+	return eswitch.NetlinkDevlink{Kernel: k}
 }
 
 const switchA = "b8cef6030012a4b0"
@@ -58,7 +45,7 @@ const switchA = "b8cef6030012a4b0"
 // VF 0 on mlx5_core (netdev ens1f0v0), VF 1 on vfio-pci (no netdev), VF 2
 // unbound; representors created in reverse name order. PF ens1f1np1
 // (0000:03:00.1) in legacy mode without VFs.
-func hostSwitchdev(t *testing.T) (*sysfstest.Tree, *fakeDevlink, string) {
+func hostSwitchdev(t *testing.T) (*sysfstest.Tree, eswitch.Devlink, string) {
 	tr := newTree(t)
 	drivers := []string{"mlx5_core", "vfio-pci", ""}
 	pf0 := tr.PF("0000:03:00.0", 8, 3, "03", "", func(int) string { return "" })
@@ -80,7 +67,7 @@ func hostSwitchdev(t *testing.T) (*sysfstest.Tree, *fakeDevlink, string) {
 	tr.Write(pf1+"/sriov_totalvfs", "8")
 	tr.Write(pf1+"/sriov_numvfs", "0")
 	tr.Netdev(pf1, "ens1f1np1", switchA, "p1")
-	return tr, &fakeDevlink{modes: map[string]eswitch.Mode{"pci/0000:03:00.0": eswitch.ModeSwitchdev, "pci/0000:03:00.1": eswitch.ModeLegacy}}, pf0
+	return tr, devlink(t, map[string]string{"pci/0000:03:00.0": "switchdev", "pci/0000:03:00.1": "legacy"}), pf0
 }
 
 func discover(t *testing.T, tr *sysfstest.Tree, dl eswitch.Devlink) *skiffv1.NodeCapabilities {
@@ -153,7 +140,7 @@ func TestCapabilitiesLegacyNoTotal(t *testing.T) {
 		tr.Netdev(vf, fmt.Sprintf("ens2f0v%d", i), "", "")
 	}
 	tr.Netdev(dev, "ens2f0", "", "")
-	got := discover(t, tr, &fakeDevlink{modes: map[string]eswitch.Mode{}})
+	got := discover(t, tr, devlink(t, nil))
 	want := &skiffv1.NodeCapabilities{Role: RoleNone, Modes: []string{"software"}, Kernel: "6.12.0-test",
 		Pfs: []*skiffv1.PhysicalFunction{{Name: "ens2f0", PciAddress: "0000:5e:00.0", NumVfs: 2, Vfs: []*skiffv1.VirtualFunction{
 			{Index: 0, PciAddress: "0000:5e:01.0", Netdev: "ens2f0v0", Driver: "iavf"},
@@ -173,7 +160,7 @@ func TestCapabilitiesDPU(t *testing.T) {
 	tr.Netdev(dev, "pf0hpf", switchA, "pf0hpf")
 	tr.Netdev(dev, "pf0vf0", switchA, "c1pf0vf0")
 	tr.Virtual("tmfifo_net0")
-	got := discover(t, tr, &fakeDevlink{modes: map[string]eswitch.Mode{"pci/0000:03:00.0": eswitch.ModeSwitchdev}})
+	got := discover(t, tr, devlink(t, map[string]string{"pci/0000:03:00.0": "switchdev"}))
 	want := &skiffv1.NodeCapabilities{Role: RoleDPU, Modes: []string{"software", "offload", "dpu"}, Kernel: "6.12.0-test",
 		Pfs: []*skiffv1.PhysicalFunction{{Name: "p0", PciAddress: "0000:03:00.0", EswitchMode: "switchdev", UplinkRepresentor: "p0", SwitchId: switchA}}}
 	if !proto.Equal(got, want) {
@@ -196,7 +183,7 @@ func TestCapabilitiesRepresentorOnlyVFs(t *testing.T) {
 	tr.Netdev(dev, "eth1", switchA, "pf0vf2")
 	tr.Netdev(dev, "eth2", switchA, "pf0vf0")
 	tr.Netdev(dev, "eth3", switchA, "pf0vf1")
-	got := discover(t, tr, &fakeDevlink{modes: map[string]eswitch.Mode{"netdevsim/netdevsim10": eswitch.ModeSwitchdev}})
+	got := discover(t, tr, devlink(t, map[string]string{"netdevsim/netdevsim10": "switchdev"}))
 	want := &skiffv1.NodeCapabilities{Role: RoleHost, Modes: []string{"software", "offload"}, Kernel: "6.12.0-test",
 		Pfs: []*skiffv1.PhysicalFunction{{Name: "eth0", EswitchMode: "switchdev", NumVfs: 3, UplinkRepresentor: "eth0", SwitchId: switchA,
 			Vfs: []*skiffv1.VirtualFunction{{Index: 0, Representor: "eth2"}, {Index: 1, Representor: "eth3"}, {Index: 2, Representor: "eth1"}}}}}
@@ -212,7 +199,7 @@ func TestCapabilitiesNilAndBrokenSysfs(t *testing.T) {
 	// No class/net at all: discovery fails, which is logged, not fatal.
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	d := eswitch.New(eswitch.Options{SysRoot: filepath.Join(t.TempDir(), "nosys"), Devlink: &fakeDevlink{}})
+	d := eswitch.New(eswitch.Options{SysRoot: filepath.Join(t.TempDir(), "nosys"), Devlink: devlink(t, nil)})
 	got := DiscoverCapabilities(context.Background(), d, log)
 	if got.Role != RoleNone || !slices.Equal(got.Modes, []string{"software"}) {
 		t.Fatalf("broken sysfs: %v", got)

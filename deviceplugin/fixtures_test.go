@@ -1,47 +1,28 @@
 package deviceplugin
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
+	"github.com/skiff-sdn/skiff/internal/nl"
+	"github.com/skiff-sdn/skiff/internal/nl/nltest"
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
-// fakeDevlink answers eswitch modes from a map keyed by handle; handles
-// missing from it have no eswitch. Safe for concurrent use (the plugin
-// rescans while a test changes modes).
-type fakeDevlink struct {
-	mu    sync.Mutex
-	modes map[string]eswitch.Mode
-}
-
-func (f *fakeDevlink) EswitchMode(_ context.Context, h string) (eswitch.Mode, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m, ok := f.modes[h]
-	if !ok {
-		return eswitch.ModeNone, fmt.Errorf("devlink %s: %w", h, eswitch.ErrNoEswitch)
-	}
-	return m, nil
-}
-
-func (f *fakeDevlink) SetEswitchMode(_ context.Context, h string, m eswitch.Mode) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.modes[h] = m
-	return nil
-}
-
-// fixture is a sysfs tree, a /dev tree and the devlink behind them.
+// fixture is a sysfs tree, a /dev tree and the devlink behind them: a
+// kernel fake's host namespace (ns stages devlink devices; k changes
+// their modes as devlink does). The fake is safe for concurrent use (the
+// plugin rescans while a test changes modes).
 type fixture struct {
 	tr  *sysfstest.Tree
 	dev string
-	dl  *fakeDevlink
+	k   nl.Kernel
+	ns  *nltest.NS
+	dl  eswitch.NetlinkDevlink
 }
 
 func (f *fixture) scanner() *Scanner { return NewScanner(f.tr.Root, f.dev, f.dl) }
@@ -50,7 +31,8 @@ func (f *fixture) scanner() *Scanner { return NewScanner(f.tr.Root, f.dev, f.dl)
 func vfAddr(bus string, i int) string { return sysfstest.VFAddr(bus, i) }
 
 func newFixture(t *testing.T) *fixture {
-	return &fixture{tr: sysfstest.New(t), dev: t.TempDir(), dl: &fakeDevlink{modes: map[string]eswitch.Mode{}}}
+	k, ns := testkit.Devlink(t, nil)
+	return &fixture{tr: sysfstest.New(t), dev: t.TempDir(), k: k, ns: ns, dl: eswitch.NetlinkDevlink{Kernel: k}}
 }
 
 // connectX6 adds a ConnectX-6 Dx in switchdev mode (sysfstest's
@@ -59,7 +41,7 @@ func newFixture(t *testing.T) *fixture {
 // NUMA node, link up).
 func (f *fixture) connectX6(bus, pfName string, n, numa int) string {
 	pf := f.tr.ConnectX6(bus, pfName, n, numa)
-	f.dl.modes["pci/0000:"+bus+":00.0"] = eswitch.ModeSwitchdev
+	f.ns.AddDevlink("pci", "0000:"+bus+":00.0", "switchdev")
 	return pf
 }
 
@@ -99,7 +81,7 @@ func (f *fixture) legacyE810() string {
 			panic(err)
 		}
 	}
-	f.dl.modes["pci/0000:5e:00.0"] = eswitch.ModeLegacy
+	f.ns.AddDevlink("pci", "0000:5e:00.0", "legacy")
 	return pf
 }
 

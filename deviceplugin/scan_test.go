@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
 )
 
@@ -98,7 +97,11 @@ pools:
 		{"all well", func(*testing.T, *fixture) {}, "0000:03:00.2 0000:03:00.3"},
 		{"PF link down", func(t *testing.T, f *fixture) { f.tr.Write("class/net/ens1f0np0/operstate", "down") },
 			"0000:03:00.2!PF ens1f0np0 link is down 0000:03:00.3!PF ens1f0np0 link is down"},
-		{"eswitch back in legacy", func(t *testing.T, f *fixture) { f.dl.modes["pci/0000:03:00.0"] = eswitch.ModeLegacy },
+		{"eswitch back in legacy", func(t *testing.T, f *fixture) {
+			if err := f.k.SetEswitchMode("pci", "0000:03:00.0", "legacy"); err != nil {
+				t.Fatal(err)
+			}
+		},
 			"0000:03:00.2!PF ens1f0np0 eswitch is legacy, the pool needs switchdev 0000:03:00.3!PF ens1f0np0 eswitch is legacy, the pool needs switchdev"},
 		{"representor gone", func(t *testing.T, f *fixture) { f.tr.Remove(sysfstest.PCIParent+"/0000:03:00.0", "03_rep1") },
 			"0000:03:00.2 0000:03:00.3!VF 1 of ens1f0np0 has no representor"},
@@ -251,7 +254,7 @@ pools:
 		}
 	})
 	t.Run("no sysfs", func(t *testing.T) {
-		_, _, err := NewScanner(filepath.Join(t.TempDir(), "nosys"), "", &fakeDevlink{}).Scan(context.Background(), pools(t, conf))
+		_, _, err := NewScanner(filepath.Join(t.TempDir(), "nosys"), "", newFixture(t).dl).Scan(context.Background(), pools(t, conf))
 		if err == nil || !strings.Contains(err.Error(), "nosys/class/net") {
 			t.Errorf("err = %v", err)
 		}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/deviceplugin"
 	"github.com/skiff-sdn/skiff/deviceplugin/kubelettest"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/offload/vf"
 	"github.com/skiff-sdn/skiff/offload/vf/vftest"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -185,7 +186,7 @@ func TestPluginOnNetdevsim(t *testing.T) {
 		t.Errorf("device-info = %+v (representor link %q)", di.PCI, rep)
 	}
 	guest.AddNetns(t, "skdppod")
-	mover := vf.NewMover(vf.MoverOptions{SysRoot: s.Root, Logger: log})
+	mover := vf.NewMover(vf.MoverOptions{SysRoot: s.Root, Host: testkit.Open(t, nl.Open, ""), Logger: log})
 	mac := []byte{0x02, 0x5a, 0, 0, 0, 0x21}
 	if err := mover.Attach(s.Refs[1], vf.PodSettings(mac), "/run/netns/skdppod", vf.PodIface{Name: "eth0", MAC: mac}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
 )
 
@@ -157,7 +158,7 @@ func TestLegacyNIC(t *testing.T) {
 	tr.Mkdir("bus/pci/drivers/vfio-pci")
 	tr.RelLink(sysfstest.PCIParent+"/0000:5e:00.4/driver", "bus/pci/drivers/vfio-pci")
 	tr.Netdev(pf, "ens2f0", "", "")
-	dl := &fakeDevlink{modes: map[string]Mode{"pci/0000:5e:00.0": ModeLegacy}}
+	dl := devlink(t, map[string]string{"pci/0000:5e:00.0": "legacy"})
 	n := discover(t, tr, dl)
 	if len(n.Problems) != 0 || n.Kind != NodeNone || len(n.PFs) != 1 {
 		t.Fatalf("node = %+v", n)
@@ -181,7 +182,7 @@ func TestVFsWithoutRepresentors(t *testing.T) {
 	// switchdev is reported, but the driver exposes no representors.
 	pf := tr.PF("0000:81:00.0", 16, 3, "81", "ixgbevf", func(i int) string { return fmt.Sprintf("enp129s0f0v%d", i) })
 	tr.Netdev(pf, "enp129s0f0", "", "")
-	dl := &fakeDevlink{modes: map[string]Mode{"pci/0000:81:00.0": ModeSwitchdev}}
+	dl := devlink(t, map[string]string{"pci/0000:81:00.0": "switchdev"})
 	n := discover(t, tr, dl)
 	if len(n.Problems) != 0 || len(n.PFs) != 1 {
 		t.Fatalf("node = %+v", n)
@@ -202,7 +203,7 @@ func TestNoEswitchAtAll(t *testing.T) {
 	tr.RelLink("class/net/lo", "devices/virtual/net/lo")
 	dev := tr.PCIDev("0000:00:03.0", "virtio-pci")
 	tr.Netdev(dev, "eth0", "", "")
-	n := discover(t, tr, &fakeDevlink{})
+	n := discover(t, tr, devlink(t, nil))
 	if n.Kind != NodeNone || len(n.PFs) != 0 || len(n.Problems) != 0 {
 		t.Errorf("node = %+v", n)
 	}
@@ -254,7 +255,7 @@ func TestBrokenTrees(t *testing.T) {
 		tr := newTree(t)
 		dev := tr.PCIDev("0000:00:04.0", "ice")
 		tr.Netdev(dev, "eno1", "", "eno1-port")
-		n := discover(t, tr, &fakeDevlink{})
+		n := discover(t, tr, devlink(t, nil))
 		if len(n.Problems) != 0 || len(n.PFs) != 0 {
 			t.Errorf("node = %+v", n)
 		}
@@ -353,8 +354,8 @@ func TestSetMode(t *testing.T) {
 	if err := d.SetMode(ctx, "ens1f1np1", ModeSwitchdev); err != nil {
 		t.Fatal(err)
 	}
-	if len(dl.sets) != 1 || dl.sets[0] != "pci/0000:03:00.1=switchdev" {
-		t.Errorf("devlink sets = %v, want one", dl.sets)
+	if n := dl.Kernel.(nl.Kernel).Writes(); n != 1 {
+		t.Errorf("%d devlink writes, want one", n)
 	}
 	if m, err := d.Mode(ctx, "ens1f1np1"); err != nil || m != ModeSwitchdev {
 		t.Errorf("Mode = %s %v", m, err)

@@ -1,11 +1,11 @@
 package eswitch
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // sysTree is the shared fixture builder (package sysfstest).
@@ -13,28 +13,12 @@ type sysTree = sysfstest.Tree
 
 func newTree(t *testing.T) *sysTree { return sysfstest.New(t) }
 
-// fakeDevlink answers eswitch modes from a map keyed by handle; handles
-// missing from the map have no eswitch.
-type fakeDevlink struct {
-	modes map[string]Mode
-	sets  []string
-}
-
-func (f *fakeDevlink) EswitchMode(_ context.Context, h string) (Mode, error) {
-	m, ok := f.modes[h]
-	if !ok {
-		return ModeNone, fmt.Errorf("devlink %s: %w", h, ErrNoEswitch)
-	}
-	return m, nil
-}
-
-func (f *fakeDevlink) SetEswitchMode(_ context.Context, h string, m Mode) error {
-	if _, ok := f.modes[h]; !ok {
-		return fmt.Errorf("devlink %s: %w", h, ErrNoEswitch)
-	}
-	f.modes[h] = m
-	f.sets = append(f.sets, h+"="+string(m))
-	return nil
+// devlink is the devlink of a kernel fake's host namespace holding the
+// devices of modes ("bus/device" to an eswitch mode: testkit.Devlink);
+// a device not there has no eswitch.
+func devlink(t *testing.T, modes map[string]string) NetlinkDevlink {
+	k, _ := testkit.Devlink(t, modes)
+	return NetlinkDevlink{Kernel: k}
 }
 
 const (
@@ -46,7 +30,7 @@ const (
 // cx6Switchdev: a ConnectX-6 Dx host, port 0 in switchdev mode with 8 VFs
 // bound to mlx5_core (netdevs ens1f0v0..7) and representors eth0..eth7
 // (pf0vf0..pf0vf7, as named without udev rules); port 1 in legacy mode.
-func cx6Switchdev(t *testing.T) (*sysTree, *fakeDevlink) {
+func cx6Switchdev(t *testing.T) (*sysTree, NetlinkDevlink) {
 	tr := newTree(t)
 	pf0 := tr.PF("0000:03:00.0", 8, 8, "03", "mlx5_core", func(i int) string { return fmt.Sprintf("ens1f0v%d", i) })
 	tr.Netdev(pf0, "ens1f0np0", cx6Switch, "p0")
@@ -59,7 +43,7 @@ func cx6Switchdev(t *testing.T) (*sysTree, *fakeDevlink) {
 	tr.Write(pf1+"/sriov_totalvfs", "8")
 	tr.Write(pf1+"/sriov_numvfs", "0")
 	tr.Netdev(pf1, "ens1f1np1", cx6Switch, "p1")
-	return tr, &fakeDevlink{modes: map[string]Mode{"pci/0000:03:00.0": ModeSwitchdev, "pci/0000:03:00.1": ModeLegacy}}
+	return tr, devlink(t, map[string]string{"pci/0000:03:00.0": "switchdev", "pci/0000:03:00.1": "legacy"})
 }
 
 // bluefield: the Arm side of a BlueField in DPU (embedded CPU) mode. Both
@@ -67,7 +51,7 @@ func cx6Switchdev(t *testing.T) (*sysTree, *fakeDevlink) {
 // switch id; host PF representors pf0hpf/pf1hpf; host VF representors
 // <vfPrefix>pf0vfN (c1pf0vfN; pf0vfN on older firmware; numVFs on pf0, 2 on pf1); the Arm's own SF representor
 // pf0sf0 (BlueField-3 only).
-func bluefield(t *testing.T, switchID string, numVFs int, vfPrefix string, sf bool) (*sysTree, *fakeDevlink) {
+func bluefield(t *testing.T, switchID string, numVFs int, vfPrefix string, sf bool) (*sysTree, NetlinkDevlink) {
 	tr := newTree(t)
 	for pfn := range 2 {
 		dev := tr.PCIDev(fmt.Sprintf("0000:03:00.%d", pfn), "mlx5_core")
@@ -90,5 +74,5 @@ func bluefield(t *testing.T, switchID string, numVFs int, vfPrefix string, sf bo
 	// The management interface of the Arm cores: no switch port.
 	tr.Mkdir("devices/virtual/net/tmfifo_net0")
 	tr.RelLink("class/net/tmfifo_net0", "devices/virtual/net/tmfifo_net0")
-	return tr, &fakeDevlink{modes: map[string]Mode{"pci/0000:03:00.0": ModeSwitchdev, "pci/0000:03:00.1": ModeSwitchdev}}
+	return tr, devlink(t, map[string]string{"pci/0000:03:00.0": "switchdev", "pci/0000:03:00.1": "switchdev"})
 }

@@ -1,10 +1,11 @@
 // Package testkit holds what Skiff's tests share: throwaway network
 // namespaces and iproute2 inside them, ping and TCP probes between
-// namespaces, polling with a deadline, a free loopback port and a test
-// certificate authority. Tests of every tier use it: unit tests on the
-// host, the privileged tiers (make test as root), the end-to-end tests of
-// test/e2e, the Kubernetes tests and, through package guest's Tools, the
-// tests inside the kernel VM.
+// namespaces, polling with a deadline, a free loopback port, a devlink on
+// the kernel fake (internal/nl/nltest) and a test certificate authority.
+// Tests of every tier use it: unit tests on the host, the privileged
+// tiers (make test as root), the end-to-end tests of test/e2e, the
+// Kubernetes tests and, through package guest's Tools, the tests inside
+// the kernel VM.
 //
 // Tests that need root call Require (New does): it fails the test, never
 // skips, because the privileged tiers must run for real in CI, which runs
@@ -31,6 +32,10 @@
 //	testkit.Eventually(t, "plans agree", 20*time.Second, testkit.NoError(func() error { ... }))
 //
 //	addr := testkit.FreeAddr(t)                            // 127.0.0.1:PORT
+//
+//	pod := testkit.Open(t, nl.Open, testkit.Path(ns))      // closed when the test ends
+//	k, host := testkit.Devlink(t, map[string]string{"pci/0000:03:00.0": "switchdev"}) // host.AddDevlink stages more
+//	d := eswitch.New(eswitch.Options{SysRoot: tr.Root, Devlink: eswitch.NetlinkDevlink{Kernel: k}})
 //
 //	ca := testkit.NewCA(t)                                 // an hour
 //	cert, key := ca.Loopback(t, "node:n1")                 // PEM, for 127.0.0.1
