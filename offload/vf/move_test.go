@@ -12,6 +12,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/nl/nltest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // attached is the rig's state once VF 1 is in the pod as eth0.
@@ -53,7 +54,7 @@ func TestAttachDetach(t *testing.T) {
 	if got := r.state(); got != attached {
 		t.Fatalf("after attach:\n%s\nwant:\n%s", got, attached)
 	}
-	pk := open(t, r.w, pod)
+	pk := testkit.Open(t, r.w.Open, pod)
 	if in, err := nl.Inspect(pk, "eth0"); err != nil || fmt.Sprint(in.Gateway) != "[192.0.2.1]" {
 		t.Errorf("eth0 in the pod: %+v %v, want the default route via 192.0.2.1", in, err)
 	}
@@ -166,7 +167,7 @@ func TestAttachRefuses(t *testing.T) {
 		{"no namespace", func(t *testing.T, r *moveRig) (Ref, string, PodIface) { return vf1, "", r.ifc }, "no pod namespace"},
 		{"pod has the name", func(t *testing.T, r *moveRig) (Ref, string, PodIface) {
 			l := r.w.NS(pod).AddDevice(nltest.Device{Name: "eth0"})
-			must(t, open(t, r.w, pod).SetAlias(l.Index, "other"))
+			must(t, testkit.Open(t, r.w.Open, pod).SetAlias(l.Index, "other"))
 			return vf1, pod, r.ifc
 		}, `the pod already has an interface eth0 (alias "other")`},
 		{"unknown PCI", func(t *testing.T, r *moveRig) (Ref, string, PodIface) {
@@ -247,10 +248,10 @@ func TestDetachAway(t *testing.T) {
 	// for it.
 	const dying = "/dying"
 	r.w.AddNS(dying)
-	pk := open(t, r.w, pod)
+	pk := testkit.Open(t, r.w.Open, pod)
 	l, err := pk.LinkByName("eth0")
 	must(t, err)
-	must(t, pk.MoveLink(l.Index, open(t, r.w, dying)))
+	must(t, pk.MoveLink(l.Index, testkit.Open(t, r.w.Open, dying)))
 	r.w.DeleteNS(pod)
 	err = r.detach(t, vf1, pod, "eth0")
 	if !errors.Is(err, ErrVFAway) || !strings.Contains(err.Error(), "did not come back within") {

@@ -14,6 +14,7 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/nl/nltest"
 	"github.com/skiff-sdn/skiff/offload/eswitch/sysfstest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // The Mover's tests run on the kernel fake (nltest): the host namespace
@@ -52,7 +53,7 @@ type moveRig struct {
 func newMoveRig(t *testing.T) *moveRig {
 	w := nltest.New()
 	r := &moveRig{w: w, tr: sysfstest.New(t), netdev: map[string]int{}}
-	r.setup, r.host = open(t, w, ""), open(t, w, "")
+	r.setup, r.host = testkit.Open(t, w.Open, ""), testkit.Open(t, w.Open, "")
 	w.AddDevice(nltest.Device{Name: "ens1f0np0", VFs: 2, Up: true})
 	pf := r.tr.PF("0000:03:00.0", 8, 2, "03", "mlx5_core", func(i int) string { return fmt.Sprintf("ens1f0v%d", i) })
 	r.tr.Netdev(pf, "ens1f0np0", "", "")
@@ -70,15 +71,6 @@ func newMoveRig(t *testing.T) *moveRig {
 	r.ifc = PodIface{Name: "eth0", MAC: mac, MTU: 1450, Addrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.5/24")},
 		Routes: []nl.LinkRoute{{Gw: netip.MustParseAddr("192.0.2.1")}}}
 	return r
-}
-
-func open(t *testing.T, w *nltest.World, path string) nl.Kernel {
-	t.Helper()
-	k, err := w.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
 }
 
 // open is the Mover's OpenFunc: the fake's, keeping the handles.

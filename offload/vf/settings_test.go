@@ -7,6 +7,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/nl/nltest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // pfRig is a host namespace of the kernel fake with PF pf0, whose SR-IOV
@@ -15,7 +16,7 @@ import (
 func pfRig(t *testing.T) (*nltest.World, nl.Kernel, *Manager) {
 	w := nltest.New()
 	w.AddDevice(nltest.Device{Name: "pf0", VFs: 2, Up: true})
-	k := open(t, w, "")
+	k := testkit.Open(t, w.Open, "")
 	return w, k, NewManager(Options{Netlink: k})
 }
 
@@ -32,7 +33,7 @@ func vfLines(w *nltest.World) string {
 
 func TestApplyChangesOnlyWhatDiffers(t *testing.T) {
 	w, k, m := pfRig(t)
-	must(t, open(t, w, "").SetVFSpoofCheck("pf0", 1, true))
+	must(t, testkit.Open(t, w.Open, "").SetVFSpoofCheck("pf0", 1, true))
 	mac, _ := net.ParseMAC("02:00:00:00:01:01")
 	s := Settings{MAC: mac, VLAN: Ptr(100), QoS: Ptr(3), SpoofCheck: Ptr(true), Trust: Ptr(true),
 		LinkState: Ptr(LinkEnable), MaxTxRateMbps: Ptr(uint32(1000))}

@@ -55,11 +55,7 @@ type vfRig struct {
 // tree (package vftest).
 func newVFRig(t *testing.T) *vfRig {
 	s := vftest.New(t, 51, vfCount, 61, "skvf", logger())
-	k, err := nl.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.Close() })
+	k := testkit.Open(t, nl.Open, "")
 	return &vfRig{pf: s.PF, homes: s.Homes, refs: s.Refs, reps: s.Reps, sys: s.Root, host: k,
 		mover: vf.NewMover(vf.MoverOptions{SysRoot: s.Root, Host: k, Logger: logger(), ReturnWait: 10 * time.Second}),
 		mgr:   vf.NewManager(vf.Options{Netlink: k, Logger: logger()})}

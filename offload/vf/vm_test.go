@@ -13,6 +13,7 @@ import (
 	"github.com/skiff-sdn/skiff/offload/eswitch"
 	"github.com/skiff-sdn/skiff/offload/vf"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 func logger() *slog.Logger {
@@ -31,12 +32,7 @@ func TestNetdevsimVFSettings(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = es.SetNumVFs(pf, 0) })
 
-	k, err := nl.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	m := vf.NewManager(vf.Options{Netlink: k, Logger: logger()})
+	m := vf.NewManager(vf.Options{Netlink: testkit.Open(t, nl.Open, ""), Logger: logger()})
 	mac, _ := net.ParseMAC("02:5a:00:00:00:07")
 	s := vf.Settings{MAC: mac, VLAN: vf.Ptr(100), QoS: vf.Ptr(3), SpoofCheck: vf.Ptr(true), Trust: vf.Ptr(true),
 		LinkState: vf.Ptr(vf.LinkDisable), MinTxRateMbps: vf.Ptr(uint32(10)), MaxTxRateMbps: vf.Ptr(uint32(500))}
