@@ -96,43 +96,6 @@ var redHostChains = []string{
 	`    oifname "skb200" icmpv6 type 137 drop  # noredirect:skb200`,
 }
 
-// state is a namespace's State as the fake prints it (links, then
-// addresses, FDB, neighbours, routes, rules and sysctls, then tables),
-// from an expectation written in pieces.
-func state(parts ...string) string {
-	var links, rest, tables []string
-	order := []string{"addr ", "fdb ", "neigh ", "route ", "rule ", "sysctl "}
-	kind := func(l string) int {
-		return slices.IndexFunc(order, func(o string) bool { return strings.HasPrefix(l, o) })
-	}
-	for _, p := range parts {
-		for _, l := range strings.Split(strings.TrimSpace(p), "\n") {
-			switch {
-			case strings.HasPrefix(l, "table "):
-				tables = append(tables, l)
-			case strings.HasPrefix(l, " "):
-				tables[len(tables)-1] += "\n" + l
-			case strings.HasPrefix(l, "link "):
-				links = append(links, l)
-			default:
-				rest = append(rest, l)
-			}
-		}
-	}
-	slices.Sort(links)
-	slices.SortStableFunc(rest, func(a, b string) int {
-		if ka, kb := kind(a), kind(b); ka != kb {
-			return ka - kb
-		}
-		if strings.HasPrefix(a, "route ") {
-			return 0 // as written: the fake's order, by table, then destination
-		}
-		return strings.Compare(a, b)
-	})
-	slices.Sort(tables)
-	return strings.Join(slices.Concat(links, rest, tables), "\n") + "\n"
-}
-
 // fakeNode is a fake kernel with someone else's objects staged, and a
 // software datapath on its host namespace.
 func fakeNode(t *testing.T) (*nltest.World, nl.Kernel, *Datapath) {
@@ -187,30 +150,30 @@ neigh skb100 198.51.100.5 lladdr 02:00:00:00:00:01`
 		plan plan.Plan
 		want string
 	}{
-		{"empty plan", planWith(nil), state(fakeForeign)},
-		{"network with a remote endpoint", planWith([]plan.Network{blue}, r1), state(fakeForeign, fakeBlue, blueR1, fakeIsolation([]string{"skb100"}))},
-		{"endpoint moves to another node", planWith([]plan.Network{blue3}, r1moved), state(fakeForeign, fakeBlue, blueR1Moved, fakeIsolation([]string{"skb100"}))},
+		{"empty plan", planWith(nil), nltest.Expect(fakeForeign)},
+		{"network with a remote endpoint", planWith([]plan.Network{blue}, r1), nltest.Expect(fakeForeign, fakeBlue, blueR1, fakeIsolation([]string{"skb100"}))},
+		{"endpoint moves to another node", planWith([]plan.Network{blue3}, r1moved), nltest.Expect(fakeForeign, fakeBlue, blueR1Moved, fakeIsolation([]string{"skb100"}))},
 		{"second network", planWith([]plan.Network{blue3, red}, r1moved, r2),
-			state(fakeForeign, fakeBlue, blueR1Moved, fakeRed, fakeIsolation([]string{"skb100", "skb200"}))},
-		{"first network deleted", planWith([]plan.Network{red}, r2), state(fakeForeign, fakeRed, fakeIsolation([]string{"skb200"}))},
-		{"egress snat: masqueraded out, a host port", planWith([]plan.Network{redSNAT}, r2), state(fakeForeign, fakeRed, fakeRedHost,
+			nltest.Expect(fakeForeign, fakeBlue, blueR1Moved, fakeRed, fakeIsolation([]string{"skb100", "skb200"}))},
+		{"first network deleted", planWith([]plan.Network{red}, r2), nltest.Expect(fakeForeign, fakeRed, fakeIsolation([]string{"skb200"}))},
+		{"egress snat: masqueraded out, a host port", planWith([]plan.Network{redSNAT}, r2), nltest.Expect(fakeForeign, fakeRed, fakeRedHost,
 			fakeIsolation(nil, slices.Concat(redHostIsolation, []string{
 				`  chain egress type nat hook postrouting priority 100; policy accept;`,
 				`    iifname "skb200" oifname != "skb*" oifname != "skn*" oifname != "skg*" masquerade  # snat:skb200`,
 				`    iifname "skn200" oifname != "skb*" oifname != "skn*" oifname != "skg*" masquerade  # snat:skn200`,
 			}, redHostChains)...))},
-		{"egress routed: out and in as they are", planWith([]plan.Network{redRouted}, r2), state(fakeForeign, fakeRed, fakeRedHost,
+		{"egress routed: out and in as they are", planWith([]plan.Network{redRouted}, r2), nltest.Expect(fakeForeign, fakeRed, fakeRedHost,
 			fakeIsolation(nil, slices.Concat(redHostIsolation, redHostChains)...))},
 		{"egress none again: no host port (forwarding stays on)", planWith([]plan.Network{red}, r2),
-			state(fakeForeign, fakeRed, "sysctl net/ipv4/ip_forward = 1", fakeIsolation([]string{"skb200"}))},
-		{"everything deleted", planWith(nil), state(fakeForeign, "sysctl net/ipv4/ip_forward = 1")},
+			nltest.Expect(fakeForeign, fakeRed, "sysctl net/ipv4/ip_forward = 1", fakeIsolation([]string{"skb200"}))},
+		{"everything deleted", planWith(nil), nltest.Expect(fakeForeign, "sysctl net/ipv4/ip_forward = 1")},
 	}
 	for _, s := range steps {
 		if err := dp.Apply(s.plan); err != nil {
 			t.Fatalf("%s: apply: %v", s.name, err)
 		}
-		if got := w.NS("").State(); got != s.want {
-			t.Fatalf("%s: the kernel holds\n%s\nwant\n%s", s.name, got, s.want)
+		if m := nltest.Mismatch(s.want, w.NS("").State()); m != "" {
+			t.Fatalf("%s: the namespace %s", s.name, m)
 		}
 		n := k.Writes()
 		if err := dp.Apply(s.plan); err != nil {
@@ -250,8 +213,8 @@ func TestEndpointsAndPolicyFake(t *testing.T) {
 link lo device mtu 65536 up
 addr eth0 198.51.100.10/24
 `
-	if got := w.NS("/run/netns/pod-a").State(); got != wantPod {
-		t.Fatalf("the pod's namespace holds\n%s\nwant\n%s", got, wantPod)
+	if m := nltest.Mismatch(wantPod, w.NS("/run/netns/pod-a").State()); m != "" {
+		t.Fatalf("the pod's namespace %s", m)
 	}
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
