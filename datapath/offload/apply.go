@@ -113,6 +113,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	d.last.valid = false
 	byName = maps.Clone(byName) // changed below as links are made
+	pairs := hasPairs(byName)
 	var errs []error
 	gws, err := d.gateways(p, reps, byName)
 	if err != nil {
@@ -129,8 +130,10 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err := d.egress(p, gws, hps); err != nil {
 		errs = append(errs, err)
 	}
-	if len(gws) > 0 || len(hps) > 0 {
-		// New gateway and host ports must be known as devices below.
+	if len(gws) > 0 || len(hps) > 0 || pairs {
+		// New gateway and host ports must be known as devices below,
+		// and those removed (each pair's port goes with it) must not
+		// be: their filters are gone with them.
 		if byName, err = d.links(); err != nil {
 			return err
 		}
@@ -308,6 +311,17 @@ func ownChanges(used, now map[string]nl.Link) bool {
 		}
 	}
 	return true
+}
+
+// hasPairs reports whether links hold a gateway or host port pair of
+// Skiff's (which gateways and hostPorts may remove).
+func hasPairs(links map[string]nl.Link) bool {
+	for name, l := range links {
+		if owned(l) && (strings.HasPrefix(name, "skg") || isHostPort(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // onlyGateways reports whether the links after differ from those before
