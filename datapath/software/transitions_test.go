@@ -145,44 +145,28 @@ fdb skv100 02:00:00:00:00:01 dst 192.0.2.2 self permanent
 fdb skv100 02:00:00:00:00:01 master static
 neigh skb100 198.51.100.5 lladdr 02:00:00:00:00:01`
 	blueR1Moved := strings.ReplaceAll(blueR1, "192.0.2.2", "192.0.2.3")
-	steps := []struct {
-		name string
-		plan plan.Plan
-		want string
-	}{
-		{"empty plan", planWith(nil), nltest.Expect(fakeForeign)},
-		{"network with a remote endpoint", planWith([]plan.Network{blue}, r1), nltest.Expect(fakeForeign, fakeBlue, blueR1, fakeIsolation([]string{"skb100"}))},
-		{"endpoint moves to another node", planWith([]plan.Network{blue3}, r1moved), nltest.Expect(fakeForeign, fakeBlue, blueR1Moved, fakeIsolation([]string{"skb100"}))},
-		{"second network", planWith([]plan.Network{blue3, red}, r1moved, r2),
-			nltest.Expect(fakeForeign, fakeBlue, blueR1Moved, fakeRed, fakeIsolation([]string{"skb100", "skb200"}))},
-		{"first network deleted", planWith([]plan.Network{red}, r2), nltest.Expect(fakeForeign, fakeRed, fakeIsolation([]string{"skb200"}))},
-		{"egress snat: masqueraded out, a host port", planWith([]plan.Network{redSNAT}, r2), nltest.Expect(fakeForeign, fakeRed, fakeRedHost,
+	step := func(name string, p plan.Plan, want string) nltest.Step {
+		return nltest.Step{Name: name, Apply: func() error { return dp.Apply(p) }, Want: want, Writes: nltest.AnyWrites}
+	}
+	nltest.Table{NS: w.NS(""), Writes: k.Writes}.Run(t, []nltest.Step{
+		step("empty plan", planWith(nil), nltest.Expect(fakeForeign)),
+		step("network with a remote endpoint", planWith([]plan.Network{blue}, r1), nltest.Expect(fakeForeign, fakeBlue, blueR1, fakeIsolation([]string{"skb100"}))),
+		step("endpoint moves to another node", planWith([]plan.Network{blue3}, r1moved), nltest.Expect(fakeForeign, fakeBlue, blueR1Moved, fakeIsolation([]string{"skb100"}))),
+		step("second network", planWith([]plan.Network{blue3, red}, r1moved, r2),
+			nltest.Expect(fakeForeign, fakeBlue, blueR1Moved, fakeRed, fakeIsolation([]string{"skb100", "skb200"}))),
+		step("first network deleted", planWith([]plan.Network{red}, r2), nltest.Expect(fakeForeign, fakeRed, fakeIsolation([]string{"skb200"}))),
+		step("egress snat: masqueraded out, a host port", planWith([]plan.Network{redSNAT}, r2), nltest.Expect(fakeForeign, fakeRed, fakeRedHost,
 			fakeIsolation(nil, slices.Concat(redHostIsolation, []string{
 				`  chain egress type nat hook postrouting priority 100; policy accept;`,
 				`    iifname "skb200" oifname != "skb*" oifname != "skn*" oifname != "skg*" masquerade  # snat:skb200`,
 				`    iifname "skn200" oifname != "skb*" oifname != "skn*" oifname != "skg*" masquerade  # snat:skn200`,
-			}, redHostChains)...))},
-		{"egress routed: out and in as they are", planWith([]plan.Network{redRouted}, r2), nltest.Expect(fakeForeign, fakeRed, fakeRedHost,
-			fakeIsolation(nil, slices.Concat(redHostIsolation, redHostChains)...))},
-		{"egress none again: no host port (forwarding stays on)", planWith([]plan.Network{red}, r2),
-			nltest.Expect(fakeForeign, fakeRed, "sysctl net/ipv4/ip_forward = 1", fakeIsolation([]string{"skb200"}))},
-		{"everything deleted", planWith(nil), nltest.Expect(fakeForeign, "sysctl net/ipv4/ip_forward = 1")},
-	}
-	for _, s := range steps {
-		if err := dp.Apply(s.plan); err != nil {
-			t.Fatalf("%s: apply: %v", s.name, err)
-		}
-		if m := nltest.Mismatch(s.want, w.NS("").State()); m != "" {
-			t.Fatalf("%s: the namespace %s", s.name, m)
-		}
-		n := k.Writes()
-		if err := dp.Apply(s.plan); err != nil {
-			t.Fatalf("%s: second apply: %v", s.name, err)
-		}
-		if n := k.Writes() - n; n != 0 {
-			t.Fatalf("%s: applying the same plan again made %d writes, want 0", s.name, n)
-		}
-	}
+			}, redHostChains)...))),
+		step("egress routed: out and in as they are", planWith([]plan.Network{redRouted}, r2), nltest.Expect(fakeForeign, fakeRed, fakeRedHost,
+			fakeIsolation(nil, slices.Concat(redHostIsolation, redHostChains)...))),
+		step("egress none again: no host port (forwarding stays on)", planWith([]plan.Network{red}, r2),
+			nltest.Expect(fakeForeign, fakeRed, "sysctl net/ipv4/ip_forward = 1", fakeIsolation([]string{"skb200"}))),
+		step("everything deleted", planWith(nil), nltest.Expect(fakeForeign, "sysctl net/ipv4/ip_forward = 1")),
+	})
 }
 
 // Local endpoints and NetworkPolicy on the fake: a pod's veth plumbed

@@ -196,3 +196,27 @@ func Mismatch(want, got string) string {
 	}
 	return "differs from the expectation (- wanted, + held):\n" + Diff(want, got) + "holds:\n" + got
 }
+
+// Filter is a flower filter's State line on dev's ingress, for an
+// expectation: at is "CHAIN PRIO PROTOCOL HANDLE" (PRIO in decimal,
+// HANDLE in hex, as State prints them), flags flower's ("skip_sw in_hw",
+// "not_in_hw"), match its keys ("" for none) and actions as State prints
+// them; the first action carries cookie (hex, or as ShortCookies leaves
+// it; "" for none).
+func Filter(dev, at, flags, match, cookie string, actions ...string) string {
+	f := strings.Fields(at)
+	if len(f) != 4 {
+		panic("nltest: a filter's place is CHAIN PRIO PROTOCOL HANDLE, not " + at)
+	}
+	s := "filter " + dev + " ingress chain " + f[0] + " prio " + f[1] + " protocol " + f[2] + " handle " + f[3] + " flower " + flags
+	if match != "" {
+		s += " " + match
+	}
+	for i, a := range actions {
+		s += " action " + a
+		if i == 0 && cookie != "" {
+			s += " cookie " + cookie
+		}
+	}
+	return s
+}

@@ -83,3 +83,10 @@ func TestShortCookies(t *testing.T) {
 		t.Errorf("ShortCookies: %q", got)
 	}
 }
+
+func TestFilter(t *testing.T) {
+	got := nltest.Filter("skvx", "3 21249 all 0x4", "not_in_hw", "dst_mac 02:00:00:00:00:0a", "736b0000…", "tunnel_key unset", "mirred egress redirect dev pf0vf0")
+	if want := "filter skvx ingress chain 3 prio 21249 protocol all handle 0x4 flower not_in_hw dst_mac 02:00:00:00:00:0a action tunnel_key unset cookie 736b0000… action mirred egress redirect dev pf0vf0"; got != want {
+		t.Errorf("Filter:\n%s\nwant\n%s", got, want)
+	}
+}
