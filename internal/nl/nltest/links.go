@@ -115,7 +115,7 @@ func (k *kernel) AddVXLAN(v nl.VXLAN) error {
 		if v.MTU > 0 {
 			l.MTU = v.MTU
 		}
-		l.Port, l.External = port, v.External
+		l.Port, l.External, l.hw = port, v.External, n.tunnelHW
 		if !v.External {
 			l.VNI, l.Local = v.VNI, v.Local
 		}

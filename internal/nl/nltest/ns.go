@@ -32,8 +32,9 @@ type NS struct {
 	extra  map[string]string // sysctls a test defined (DefineSysctl)
 	bridge map[string]string // bridge-nf-call-* once br_netfilter is loaded
 
-	devlink map[string]string // "bus/device" -> eswitch mode ("" none)
-	probes  map[probeKey]int  // Resolve's ARP probes
+	devlink  map[string]string // "bus/device" -> eswitch mode ("" none)
+	tunnelHW bool              // VXLAN devices take tc filters in hardware (OffloadTunnels)
+	probes   map[probeKey]int  // Resolve's ARP probes
 
 	subs     []*sub // Watch
 	changes  []*changes

@@ -86,6 +86,23 @@ func (n *NS) SetHardware(name string, on bool) {
 	n.mustLink(name).hw = on
 }
 
+// OffloadTunnels makes the namespace's VXLAN devices, those there and
+// those made later, accept tc filters in hardware (or not): a switchdev
+// NIC's driver (mlx5) registers an indirect block callback that takes
+// the filters of every tunnel device, which is how a decap rule on the
+// VXLAN device of a host with such a NIC (a BlueField's Arm side) goes
+// to hardware. SetHardware does it for one link that is there.
+func (n *NS) OffloadTunnels(on bool) {
+	n.w.mu.Lock()
+	defer n.w.mu.Unlock()
+	n.tunnelHW = on
+	for _, l := range n.links {
+		if l.Kind == "vxlan" {
+			l.hw = on
+		}
+	}
+}
+
 // RefuseHardware makes a hardware-capable link's driver refuse the
 // filters that ask for hardware (skip_sw) with errno and message (the
 // extended acknowledgement), as a driver refuses what it cannot

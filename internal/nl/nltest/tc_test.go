@@ -3,6 +3,7 @@ package nltest_test
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -183,5 +184,40 @@ func TestWatchTC(t *testing.T) {
 	}
 	if wt.Notifications() == 0 {
 		t.Error("no notifications read")
+	}
+}
+
+// With OffloadTunnels, VXLAN devices there and made later take skip_sw
+// filters in hardware (a switchdev NIC's indirect block); without, they
+// refuse them; other links are not changed.
+func TestOffloadTunnels(t *testing.T) {
+	w := nltest.New()
+	k := open(t, w, "")
+	ns := w.NS("")
+	must(t, k.AddVXLAN(nl.VXLAN{Name: "vx0", External: true, Port: 4789}))
+	must(t, k.AddPair(nl.Pair{Name: "v0", Peer: "v1"}))
+	ns.OffloadTunnels(true)
+	must(t, k.AddVXLAN(nl.VXLAN{Name: "vx1", VNI: 5, Local: netip.MustParseAddr("192.0.2.1"), Port: 4790}))
+	c, err := k.TC(1)
+	must(t, err)
+	defer c.Close()
+	v1 := index(t, k, "v1")
+	for _, x := range []struct {
+		dev  string
+		want unix.Errno
+	}{{"vx0", 0}, {"vx1", 0}, {"v0", unix.EOPNOTSUPP}} {
+		i := index(t, k, x.dev)
+		must(t, c.AddClsact(i))
+		if err := c.Do(tc.Op{Kind: tc.Add, Filter: flower(i, 3, 5, 0, "02:00:00:00:00:01", v1, tc.TCA_CLS_FLAGS_SKIP_SW)}); errno(err) != x.want {
+			t.Errorf("skip_sw on %s: %v, want %v", x.dev, err, x.want)
+		}
+	}
+	if fs := ns.Filters("vx1"); len(fs) != 1 || fs[0].Flags != tc.TCA_CLS_FLAGS_SKIP_SW|tc.TCA_CLS_FLAGS_IN_HW {
+		t.Errorf("vx1: %+v", fs)
+	}
+	ns.OffloadTunnels(false)
+	vx0 := index(t, k, "vx0")
+	if err := c.Do(tc.Op{Kind: tc.Add, Filter: flower(vx0, 3, 6, 0, "02:00:00:00:00:02", v1, tc.TCA_CLS_FLAGS_SKIP_SW)}); errno(err) != unix.EOPNOTSUPP {
+		t.Errorf("skip_sw on vx0 with tunnels not offloaded: %v", err)
 	}
 }
