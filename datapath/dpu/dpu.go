@@ -42,10 +42,13 @@ type Representors interface {
 type Options struct {
 	// Node is this DPU's node name: local endpoints of other nodes are
 	// its host's.
-	Node         string
-	Inner        datapath.Datapath // required: the forwarding datapath
-	Kernel       nl.Kernel         // required: the DPU's namespace, where its representors are
-	Representors Representors      // required
+	Node  string
+	Inner datapath.Datapath // required: the forwarding datapath
+	// Kernel is required: a handle of the DPU's namespace, where its
+	// representors are, of the datapath's own (its writes count in
+	// Writes; Close closes it).
+	Kernel       nl.Kernel
+	Representors Representors // required
 	Logger       *slog.Logger
 }
 
@@ -199,8 +202,9 @@ func (d *Datapath) Unplumb(context.Context, datapath.UnplumbRequest) error { ret
 // adopted representors count the host's endpoints).
 func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) { return d.o.Inner.Counters(p) }
 
-// Writes implements datapath.Datapath.
-func (d *Datapath) Writes() int { return d.o.Inner.Writes() }
+// Writes implements datapath.Datapath: the wrapped datapath's, and the
+// representors marked, renamed and detached.
+func (d *Datapath) Writes() int { return d.o.Inner.Writes() + d.o.Kernel.Writes() }
 
 // Collectors implements datapath.Datapath.
 func (d *Datapath) Collectors() []prometheus.Collector { return d.o.Inner.Collectors() }

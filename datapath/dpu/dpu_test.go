@@ -26,10 +26,14 @@ func TestAdoptAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer k.Close()
+	own, err := nl.Open(testkit.Path(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
 	log := slog.New(slog.DiscardHandler)
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "rep0"}}}
-	d := New(Options{Node: "d1", Inner: software.New(software.Options{Kernel: k, Logger: log}), Kernel: k, Representors: tab, Logger: log})
+	d := New(Options{Node: "d1", Inner: software.New(software.Options{Kernel: k, Logger: log}), Kernel: own, Representors: tab, Logger: log})
+	defer d.Close()
 	p := plan.New("d1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.11")
 	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1450}
