@@ -1,0 +1,136 @@
+package dpu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/nl/nltest"
+)
+
+// What the offload-wrapping table wants of the rules: the host's
+// endpoints on their adopted representors (HV0, HV1) reach the gateway
+// 198.51.100.1 (its MAC on skh100), each other and r (198.51.100.5,
+// :01) behind 192.0.2.2, and flood to each other and to 192.0.2.2; the
+// gateway port and the VXLAN device deliver to them.
+
+// dpuGateway are blue's gateway pair and the VXLAN device, offloaded.
+const dpuGateway = `link skg100 veth mtu 1450 up mac 02:73:6b:00:00:64 alias skiff:gateway:blue peer skh100
+link skh100 veth mtu 1450 up alias skiff:gateway-port:blue peer skg100
+link skvx vxlan mtu 1450 up alias skiff:vxlan:external external dstport 4789 hw-tc
+addr skg100 198.51.100.1/24
+table inet skiff
+  chain isolate type filter hook forward priority 0; policy accept;
+    iifname "skg100" oifname "skb*" oifname != "skg100" drop  # x:skg100>skb!skg100
+    iifname "skg100" oifname "skn*" oifname != "skg100" drop  # x:skg100>skn!skg100
+    iifname "skg100" oifname "skg*" oifname != "skg100" drop  # x:skg100>skg!skg100
+    iifname "skg100" oifname != "skb*" oifname != "skn*" oifname != "skg*" drop  # none:skg100
+    iifname != "skb*" iifname != "skn*" iifname != "skg*" oifname "skg100" drop  # in:skg100
+qdisc skh100 clsact
+qdisc skvx clsact`
+
+// filter is a filter line of Skiff's at "CHAIN PRIO PROTOCOL HANDLE": in
+// hardware alone but on the gateway port (a veth), the policy
+// programmer's cookie in chain 0, the forwarding programmer's in chain
+// 3.
+func filter(dev, at, match string, actions ...string) string {
+	flags, cookie := "skip_sw in_hw", "736b5001…"
+	if dev == "skh100" {
+		flags = "not_in_hw"
+	}
+	if strings.HasPrefix(at, "3 ") {
+		cookie = "736b0000…"
+	}
+	return nltest.Filter(dev, at, flags, match, cookie, actions...)
+}
+
+const (
+	toGW     = "mirred egress redirect dev skh100"
+	toVX     = "mirred egress redirect dev skvx"
+	encap    = "tunnel_key set id 100 src_ip 192.0.2.11 dst_ip 192.0.2.2 dst_port 4789"
+	decap    = "enc_key_id 100 enc_dst_ip 192.0.2.11 enc_dst_port 4789"
+	flood    = "dst_mac ff:ff:ff:ff:ff:ff"
+	entry    = "0 21266 all 0x1"
+	unset    = "tunnel_key unset"
+	toR      = "dst_mac 02:00:00:00:00:01"
+	toGWMAC  = "dst_mac 02:73:6b:00:00:64"
+	arpGW    = "arp_op request arp_tip 198.51.100.1"
+	arpR     = "arp_op request arp_tip 198.51.100.5"
+	arpFor   = "arp_op request arp_tip %s"
+	redirect = "mirred egress redirect dev %s"
+	mirror   = "mirred egress mirror dev %s"
+)
+
+func to(dev string) string { return fmt.Sprintf(redirect, dev) }
+
+var (
+	// v0 alone.
+	rulesV0 = lines(
+		"qdisc HV0 clsact",
+		filter("HV0", entry, "", "gact goto chain 3"),
+		filter("HV0", "3 21248 arp 0x1", arpGW, toGW),
+		filter("HV0", "3 21248 arp 0x2", arpR, encap, toVX),
+		filter("HV0", "3 21249 all 0x3", toR, encap, toVX),
+		filter("HV0", "3 21249 all 0x4", toGWMAC, toGW),
+		filter("HV0", "3 21250 all 0x5", flood, encap, toVX),
+		filter("skh100", entry, "", "gact goto chain 3"),
+		filter("skh100", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
+		filter("skh100", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10", to("HV0")),
+		filter("skh100", "3 21250 all 0x4", flood, to("HV0")),
+		filter("skvx", entry, "", "gact goto chain 3"),
+		filter("skvx", "3 21248 arp 0x2", decap+" "+fmt.Sprintf(arpFor, "198.51.100.10"), unset, to("HV0")),
+		filter("skvx", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10 "+decap, unset, to("HV0")),
+		filter("skvx", "3 21250 all 0x4", flood+" "+decap, unset, to("HV0")))
+	// v0 and v1: v1's rules, and v0's toward v1 added (its flood
+	// replaced in place).
+	rulesBoth = lines(
+		"qdisc HV0 clsact",
+		filter("HV0", entry, "", "gact goto chain 3"),
+		filter("HV0", "3 21248 arp 0x1", arpGW, toGW),
+		filter("HV0", "3 21248 arp 0x2", arpR, encap, toVX),
+		filter("HV0", "3 21248 arp 0x6", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
+		filter("HV0", "3 21249 all 0x3", toR, encap, toVX),
+		filter("HV0", "3 21249 all 0x4", toGWMAC, toGW),
+		filter("HV0", "3 21249 all 0x7", "dst_mac 02:00:00:00:00:11", to("HV1")),
+		filter("HV0", "3 21250 all 0x5", flood, fmt.Sprintf(mirror, "HV1"), encap, toVX),
+		"qdisc HV1 clsact",
+		filter("HV1", entry, "", "gact goto chain 3"),
+		filter("HV1", "3 21248 arp 0x1", arpGW, toGW),
+		filter("HV1", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
+		filter("HV1", "3 21248 arp 0x3", arpR, encap, toVX),
+		filter("HV1", "3 21249 all 0x4", toR, encap, toVX),
+		filter("HV1", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:10", to("HV0")),
+		filter("HV1", "3 21249 all 0x6", toGWMAC, toGW),
+		filter("HV1", "3 21250 all 0x7", flood, fmt.Sprintf(mirror, "HV0"), encap, toVX),
+		filter("skh100", entry, "", "gact goto chain 3"),
+		filter("skh100", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
+		filter("skh100", "3 21248 arp 0x5", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
+		filter("skh100", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10", to("HV0")),
+		filter("skh100", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11", to("HV1")),
+		filter("skh100", "3 21250 all 0x4", flood, fmt.Sprintf(mirror, "HV0"), to("HV1")),
+		filter("skvx", entry, "", "gact goto chain 3"),
+		filter("skvx", "3 21248 arp 0x2", decap+" "+fmt.Sprintf(arpFor, "198.51.100.10"), unset, to("HV0")),
+		filter("skvx", "3 21248 arp 0x5", decap+" "+fmt.Sprintf(arpFor, "198.51.100.11"), unset, to("HV1")),
+		filter("skvx", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10 "+decap, unset, to("HV0")),
+		filter("skvx", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11 "+decap, unset, to("HV1")),
+		filter("skvx", "3 21250 all 0x4", flood+" "+decap, unset, fmt.Sprintf(mirror, "HV0"), to("HV1")))
+	// v1 alone once v0 left: v1's rules toward v0 gone, the floods
+	// replaced in place.
+	rulesV1 = lines(
+		"qdisc HV1 clsact",
+		filter("HV1", entry, "", "gact goto chain 3"),
+		filter("HV1", "3 21248 arp 0x1", arpGW, toGW),
+		filter("HV1", "3 21248 arp 0x3", arpR, encap, toVX),
+		filter("HV1", "3 21249 all 0x4", toR, encap, toVX),
+		filter("HV1", "3 21249 all 0x6", toGWMAC, toGW),
+		filter("HV1", "3 21250 all 0x7", flood, encap, toVX),
+		filter("skh100", entry, "", "gact goto chain 3"),
+		filter("skh100", "3 21248 arp 0x5", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
+		filter("skh100", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11", to("HV1")),
+		filter("skh100", "3 21250 all 0x4", flood, to("HV1")),
+		filter("skvx", entry, "", "gact goto chain 3"),
+		filter("skvx", "3 21248 arp 0x5", decap+" "+fmt.Sprintf(arpFor, "198.51.100.11"), unset, to("HV1")),
+		filter("skvx", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11 "+decap, unset, to("HV1")),
+		filter("skvx", "3 21250 all 0x4", flood+" "+decap, unset, to("HV1")))
+)
+
+func lines(ls ...string) string { return strings.Join(ls, "\n") }
