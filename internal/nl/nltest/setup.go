@@ -73,6 +73,22 @@ func (n *NS) AddDevice(d Device) nl.Link {
 	return l.view()
 }
 
+// RemoveDevice makes a physical device disappear as the kernel
+// unregisters one whose driver lets it go (a VF's netdev destroyed where
+// it is by a reset of its PF, a function unplugged): its addresses,
+// routes, neighbours, port and filters go with it, mirred actions to it
+// send nowhere, and link notifications report it deleted. Userspace
+// cannot do this (DeleteLink refuses a device).
+func (n *NS) RemoveDevice(name string) {
+	n.w.mu.Lock()
+	defer n.w.mu.Unlock()
+	l := n.mustLink(name)
+	if l.Kind != "device" || l.loop {
+		panic(fmt.Sprintf("nltest: %s in namespace %q is not a physical device", name, n.path))
+	}
+	n.deleteLink(l)
+}
+
 // AddDevice stages a physical device in the host namespace.
 func (w *World) AddDevice(d Device) nl.Link { return w.NS("").AddDevice(d) }
 

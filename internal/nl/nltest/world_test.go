@@ -127,6 +127,41 @@ func TestDeleteNS(t *testing.T) {
 	w.DeleteNS("")
 }
 
+// A device removed (its driver let it go) leaves with what the kernel
+// drops of it, reported by the link notifications; a device made again
+// under its name is a new link; what is not a physical device is not
+// removed (panic).
+func TestRemoveDevice(t *testing.T) {
+	w := nltest.New()
+	w.AddNS("/pod")
+	pod := open(t, w, "/pod")
+	ns := w.NS("/pod")
+	vf := ns.AddDevice(nltest.Device{Name: "eth0", MAC: "02:00:00:00:00:0a", Up: true})
+	must(t, pod.AddAddr(vf.Index, netip.MustParsePrefix("10.0.0.2/24")))
+	ch, err := pod.LinkChanges()
+	must(t, err)
+	ns.RemoveDevice("eth0")
+	if _, err := pod.LinkByName("eth0"); !errors.Is(err, nl.ErrNoLink) {
+		t.Errorf("eth0 after its removal: %v, want ErrNoLink", err)
+	}
+	if !ch.Any() {
+		t.Error("no link notification of the removal")
+	}
+	must(t, ch.Close())
+	if got := ns.State(); got != "link lo device mtu 65536 up\n" {
+		t.Errorf("the namespace after the removal:\n%s", got)
+	}
+	if again := w.AddDevice(nltest.Device{Name: "eth0"}); again.Up || again.Index == 0 {
+		t.Errorf("made again in the host: %+v", again)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("removing lo did not panic")
+		}
+	}()
+	ns.RemoveDevice("lo")
+}
+
 // A handle of another world, or no fake's, is refused as a peer.
 func TestForeignHandle(t *testing.T) {
 	w, other := nltest.New(), nltest.New()
