@@ -124,21 +124,23 @@ func dpuSteps(dp *Datapath, empty, adopted, both, v1Alone, gone string) []nltest
 func fakeDPU(t *testing.T) (w *nltest.World, inner, own nl.Kernel) {
 	t.Helper()
 	w = nltest.New()
-	w.NS("").AddForeignTable(nl.NftTable{Name: "foreign", Chains: []nl.NftChain{{Name: "input", Hook: nl.HookInput, Type: nl.ChainFilter,
-		Rules: []nl.NftRule{{Tag: "theirs", Counter: true, Action: nl.Accept{}}}}}})
-	var err error
-	if inner, err = w.Open(""); err == nil {
-		own, err = w.Open("")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w, inner, own
+	w.NS("").AddForeignTable(nltest.ForeignTable())
+	return w, w.MustOpen(t, ""), w.MustOpen(t, "")
 }
 
-const dpuForeign = `table inet foreign (foreign)
-  chain input type filter hook input priority 0; policy accept;
-    counter accept`
+// isolated are the isolation rules (table inet skiff) of a network whose
+// egress is none, on the device of the node's stack that stands for it
+// (the software datapath's bridge, the offload datapath's gateway):
+// nothing routed into another network, out, or in.
+func isolated(dev string) string {
+	return strings.ReplaceAll(`table inet skiff
+  chain isolate type filter hook forward priority 0; policy accept;
+    iifname "DEV" oifname "skb*" oifname != "DEV" drop  # x:DEV>skb!DEV
+    iifname "DEV" oifname "skn*" oifname != "DEV" drop  # x:DEV>skn!DEV
+    iifname "DEV" oifname "skg*" oifname != "DEV" drop  # x:DEV>skg!DEV
+    iifname "DEV" oifname != "skb*" oifname != "skn*" oifname != "skg*" drop  # none:DEV
+    iifname != "skb*" iifname != "skn*" iifname != "skg*" oifname "DEV" drop  # in:DEV`, "DEV", dev)
+}
 
 // On a bench: the representors rep0 and rep1 of VFs 0 and 1 (a
 // vftable.Table), rep9 someone else's; the software datapath's bridge.
@@ -153,12 +155,12 @@ func TestTransitionsSoftwareFake(t *testing.T) {
 	dp := New(Options{Node: "d1", Inner: software.New(software.Options{Kernel: inner, Open: w.Open, Logger: log}), Kernel: own, Representors: tab, Logger: log})
 	t.Cleanup(dp.Close)
 	const (
-		foreign = dpuForeign + `
+		foreign = nltest.ForeignTableState + `
 link lo device mtu 65536 up
 link rep9 device mtu 1500 up`
 		// blue's bridge and VXLAN device, r behind 192.0.2.2, the
 		// bridge answering ARP for the plan's local endpoints (v9's
-		// and x's too), the isolation table.
+		// and x's too).
 		blue = `link skb100 bridge mtu 1450 up mac 02:73:6b:00:00:64 alias skiff:bridge:blue
 link skv100 vxlan mtu 1450 up alias skiff:vxlan:blue vni 100 local 192.0.2.11 dstport 4789 master skb100 learning off neigh_suppress on hairpin off
 addr skb100 198.51.100.1/24
@@ -167,14 +169,7 @@ fdb skv100 02:00:00:00:00:01 dst 192.0.2.2 self permanent
 fdb skv100 02:00:00:00:00:01 master static
 neigh skb100 198.51.100.5 lladdr 02:00:00:00:00:01
 neigh skb100 198.51.100.12 lladdr 02:00:00:00:00:12
-neigh skb100 198.51.100.19 lladdr 02:00:00:00:00:19
-table inet skiff
-  chain isolate type filter hook forward priority 0; policy accept;
-    iifname "skb100" oifname "skb*" oifname != "skb100" drop  # x:skb100>skb!skb100
-    iifname "skb100" oifname "skn*" oifname != "skb100" drop  # x:skb100>skn!skb100
-    iifname "skb100" oifname "skg*" oifname != "skb100" drop  # x:skb100>skg!skb100
-    iifname "skb100" oifname != "skb*" oifname != "skn*" oifname != "skg*" drop  # none:skb100
-    iifname != "skb*" iifname != "skn*" iifname != "skg*" oifname "skb100" drop  # in:skb100`
+neigh skb100 198.51.100.19 lladdr 02:00:00:00:00:19`
 		// Adopted: renamed, marked, a port of the bridge, up.
 		adopted0 = `link HV0 device mtu 1500 up alias skiff:rep ep=v0 home=rep0 master skb100 learning on neigh_suppress on hairpin off
 neigh skb100 198.51.100.10 lladdr 02:00:00:00:00:10`
@@ -185,9 +180,9 @@ neigh skb100 198.51.100.11 lladdr 02:00:00:00:00:11`
 		back1 = "link rep1 device mtu 1500 down"
 	)
 	nltest.Table{NS: ns, Writes: dp.Writes}.Run(t, dpuSteps(dp, expect(foreign, "link rep0 device mtu 1500 up", back1),
-		expect(foreign, blue, adopted0, back1),
-		expect(foreign, blue, adopted0, adopted1),
-		expect(foreign, blue, back0, adopted1),
+		expect(foreign, blue, isolated("skb100"), adopted0, back1),
+		expect(foreign, blue, isolated("skb100"), adopted0, adopted1),
+		expect(foreign, blue, isolated("skb100"), back0, adopted1),
 		expect(foreign, back0, back1)))
 }
 
@@ -212,27 +207,10 @@ func TestTransitionsOffloadFake(t *testing.T) {
 	ns.AddDevlink("pci", "0000:03:00.0", "switchdev")
 	ns.OffloadTunnels(true)
 	p0, _ := ns.Link("p0")
-	hpf, _ := ns.Link("pf0hpf")
 	if err := own.AddAddr(p0.Index, netip.MustParsePrefix("192.0.2.11/24")); err != nil {
 		t.Fatal(err)
 	}
-	other, err := w.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	c, err := other.TC(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.AddClsact(hpf.Index); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Do(tc.Op{Kind: tc.Add, Filter: &tc.Filter{Ifindex: hpf.Index, Prio: 21249, Proto: unix.ETH_P_ALL, Kind: "flower",
-		Actions: []tc.Action{{Kind: tc.KindGact, Verdict: tc.TC_ACT_SHOT}}}}); err != nil {
-		t.Fatal(err)
-	}
+	ns.AddForeignFilter("pf0hpf", tc.Filter{Prio: 21249, Proto: unix.ETH_P_ALL, Kind: "flower", Actions: []tc.Action{{Kind: tc.KindGact, Verdict: tc.TC_ACT_SHOT}}})
 	log := slog.New(slog.DiscardHandler)
 	disc := eswitch.New(eswitch.Options{SysRoot: tr.Root, Devlink: eswitch.NetlinkDevlink{Kernel: own}})
 	off, err := offload.New(offload.Options{Kernel: inner, Open: w.Open, Logger: log, Eswitch: disc, SysRoot: tr.Root, TunnelHardware: true,
@@ -245,7 +223,7 @@ func TestTransitionsOffloadFake(t *testing.T) {
 	}
 	dp := New(Options{Node: "d1", Inner: off, Kernel: own, Representors: EswitchRepresentors{Discoverer: disc}, Logger: log})
 	t.Cleanup(dp.Close)
-	foreign := dpuForeign + `
+	foreign := nltest.ForeignTableState + `
 link lo device mtu 65536 up
 link p0 device mtu 1500 up switchid ` + sw + ` hw-tc
 link pf0hpf device mtu 1500 up switchid ` + sw + ` hw-tc
@@ -260,8 +238,8 @@ devlink pci/0000:03:00.0 eswitch switchdev`
 		return "link " + datapath.HostIfName(ep) + " device mtu 1500 up alias skiff:rep ep=" + ep + " home=" + home + " switchid " + sw + " hw-tc"
 	}
 	nltest.Table{NS: ns, Writes: dp.Writes, Show: nltest.ShortCookies}.Run(t, dpuSteps(dp, expect(foreign, rep("pf0vf0", "down"), rep("pf0vf1", "down")),
-		expect(foreign, dpuGateway, adopted("v0", "pf0vf0"), rep("pf0vf1", "down"), rulesV0),
-		expect(foreign, dpuGateway, adopted("v0", "pf0vf0"), adopted("v1", "pf0vf1"), rulesBoth),
-		expect(foreign, dpuGateway, rep("pf0vf0", "down"), "qdisc pf0vf0 clsact", adopted("v1", "pf0vf1"), rulesV1),
+		expect(foreign, dpuGateway, isolated("skg100"), adopted("v0", "pf0vf0"), rep("pf0vf1", "down"), rulesV0),
+		expect(foreign, dpuGateway, isolated("skg100"), adopted("v0", "pf0vf0"), adopted("v1", "pf0vf1"), rulesBoth),
+		expect(foreign, dpuGateway, isolated("skg100"), rep("pf0vf0", "down"), "qdisc pf0vf0 clsact", adopted("v1", "pf0vf1"), rulesV1),
 		expect(foreign, rep("pf0vf0", "down"), rep("pf0vf1", "down"), "qdisc pf0vf0 clsact\nqdisc pf0vf1 clsact")))
 }

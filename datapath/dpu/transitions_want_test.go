@@ -18,13 +18,6 @@ const dpuGateway = `link skg100 veth mtu 1450 up mac 02:73:6b:00:00:64 alias ski
 link skh100 veth mtu 1450 up alias skiff:gateway-port:blue peer skg100
 link skvx vxlan mtu 1450 up alias skiff:vxlan:external external dstport 4789 hw-tc
 addr skg100 198.51.100.1/24
-table inet skiff
-  chain isolate type filter hook forward priority 0; policy accept;
-    iifname "skg100" oifname "skb*" oifname != "skg100" drop  # x:skg100>skb!skg100
-    iifname "skg100" oifname "skn*" oifname != "skg100" drop  # x:skg100>skn!skg100
-    iifname "skg100" oifname "skg*" oifname != "skg100" drop  # x:skg100>skg!skg100
-    iifname "skg100" oifname != "skb*" oifname != "skn*" oifname != "skg*" drop  # none:skg100
-    iifname != "skb*" iifname != "skn*" iifname != "skg*" oifname "skg100" drop  # in:skg100
 qdisc skh100 clsact
 qdisc skvx clsact`
 

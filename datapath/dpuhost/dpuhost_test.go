@@ -3,7 +3,6 @@ package dpuhost
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -24,10 +23,7 @@ func TestPlumbUnplumb(t *testing.T) {
 	testkit.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "vf0"}}}
 	d := mustNew(t, Options{VFs: tab, HostNS: testkit.Path(host)})
-	ep := plan.Endpoint{Name: "pod-a", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0a",
-		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, PF: "0000:03:00.0", VFIndex: 0}
-	netw := plan.Network{Name: "blue", VNI: 100, MTU: 1400, Subnets: []plan.Subnet{{Name: "s", Network: "blue",
-		CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
+	ep, netw := podVF("pod-a", 0), podNet
 	req := datapath.PlumbRequest{Endpoint: ep, Network: netw, NetNS: testkit.Path(pod), IfName: "eth0"}
 	ctx := context.Background()
 	for range 2 { // idempotent

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,12 +37,7 @@ func TestApplyMovesRecreatedVFBack(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "dpuhost-vfs.json")
 	o := Options{VFs: tab, HostNS: testkit.Path(host), StateFile: state}
 	d := mustNew(t, o)
-	netw := plan.Network{Name: "blue", VNI: 100, MTU: 1400, Subnets: []plan.Subnet{{Name: "s", Network: "blue",
-		CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
-	a := plan.Endpoint{Name: "pod-a", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0a",
-		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, PF: "0000:03:00.0", VFIndex: 0}
-	b := a
-	b.Name, b.MAC, b.IPs, b.VFIndex = "pod-b", "02:00:00:00:00:0b", []netip.Prefix{netip.MustParsePrefix("198.51.100.11/24")}, 1
+	netw, a, b := podNet, podVF("pod-a", 0), podVF("pod-b", 1)
 	ctx := context.Background()
 	if _, err := d.Plumb(ctx, datapath.PlumbRequest{Endpoint: a, Network: netw, NetNS: testkit.Path(pod), IfName: "eth0", MTU: 1300}); err != nil {
 		t.Fatal(err)
@@ -116,8 +110,7 @@ func TestApplyWaitsForRecreatedVF(t *testing.T) {
 	testkit.Run(t, host, "ip", "link", "add", "vf0", "type", "veth", "peer", "name", "rep0")
 	tab := &vftable.Table{VFs: []vftable.Entry{{PF: "0000:03:00.0", Index: 0, Netdev: "vf0"}}}
 	d := mustNew(t, Options{VFs: tab, HostNS: testkit.Path(host)})
-	ep := plan.Endpoint{Name: "pod-a", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0a",
-		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, PF: "0000:03:00.0", VFIndex: 0}
+	ep := podVF("pod-a", 0)
 	p := plan.New("h1")
 	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1400}
 	p.Local["pod-a"] = ep

@@ -27,8 +27,8 @@ import (
 // VF destroyed in the pod, a new one made in the host) undone by Apply
 // (the VF moved back in with the settings Plumb recorded), pod-a
 // unplumbed (its VF home under its name, unmarked). The exact state of
-// the host and of each pod after each step, the writes each Apply
-// takes, and none by the same Apply again.
+// the host and of each pod after each step, the writes each takes, and
+// none by the same Apply again.
 func TestTransitionsFake(t *testing.T) {
 	w := nltest.New()
 	host := w.NS("")
@@ -42,12 +42,7 @@ func TestTransitionsFake(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "dpuhost-vfs.json")
 	d := mustNew(t, Options{VFs: tab, Open: w.Open, StateFile: state})
 	t.Cleanup(d.Close)
-	blue := plan.Network{Name: "blue", VNI: 100, MTU: 1400, Subnets: []plan.Subnet{{Name: "s", Network: "blue",
-		CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
-	a := plan.Endpoint{Name: "pod-a", Network: "blue", Kind: plan.KindVF, MAC: "02:00:00:00:00:0a",
-		IPs: []netip.Prefix{netip.MustParsePrefix("198.51.100.10/24")}, PF: "0000:03:00.0", VFIndex: 0}
-	b := a
-	b.Name, b.MAC, b.IPs, b.VFIndex = "pod-b", "02:00:00:00:00:0b", []netip.Prefix{netip.MustParsePrefix("198.51.100.11/24")}, 1
+	blue, a, b := podNet, podVF("pod-a", 0), podVF("pod-b", 1)
 	ctx := context.Background()
 	// The plan with the DPU's reports: pod-a's and pod-b's as given.
 	reported := func(aReady bool, bError string) plan.Plan {
@@ -85,122 +80,82 @@ link lo device mtu 65536 up
 addr eth0 198.51.100.11/24`
 		empty = "link lo device mtu 65536 up"
 	)
-	// A pod's routes (every protocol: State shows Skiff's alone): the
-	// default route through the network's gateway, and the subnet's.
-	podRoutes := "0.0.0.0/0 via 198.51.100.1 dev eth0; 198.51.100.0/24 dev eth0"
-	steps := []hostStep{
-		{name: "nothing plumbed: the VFs at home, nothing to write", do: apply(plan.New("h1")), apply: true,
-			want: map[string]string{"": nltest.Expect(uplink, homeA, homeB), podA: nltest.Expect(empty), podB: nltest.Expect(empty)}},
-		{name: "pod-a's VF plumbed into its pod", do: plumb(a, podA, 1300, datapath.Plumbed{HostIf: "ens1f0v0", MTU: 1300, Gateways: gw}),
-			want:   map[string]string{"": nltest.Expect(uplink, homeB), podA: nltest.Expect(inA), podB: nltest.Expect(empty)},
-			routes: map[string]string{podA: podRoutes}, writes: 5},
-		{name: "applied: not ready until the DPU reports", do: apply(reported(false, "")), apply: true,
-			want:  map[string]string{"": nltest.Expect(uplink, homeB), podA: nltest.Expect(inA), podB: nltest.Expect(empty)},
-			ready: map[string]string{"pod-a": "DPU d1 has not reported it yet", "pod-b": "DPU d1 has not reported it yet"}},
-		{name: "pod-b's VF plumbed into its pod", do: plumb(b, podB, 0, datapath.Plumbed{HostIf: "ens1f0v1", MTU: 1400, Gateways: gw}),
-			want:   map[string]string{"": nltest.Expect(uplink), podA: nltest.Expect(inA), podB: nltest.Expect(inB)},
-			routes: map[string]string{podB: podRoutes}, writes: 5},
-		{name: "the DPU reports pod-a attached, pod-b refused", do: apply(reported(true, "no representor for VF 1")), apply: true,
-			want:  map[string]string{"": nltest.Expect(uplink), podA: nltest.Expect(inA), podB: nltest.Expect(inB)},
-			ready: map[string]string{"pod-a": "", "pod-b": "DPU d1: no representor for VF 1"}},
-		{name: "pod-b's namespace destroyed: its VF, returned as dev0, given back by Apply", apply: true,
-			before: func(t *testing.T) {
+	pa, pb := w.NS(podA), w.NS(podB)
+	// Checks after a step: a pod's routes (every protocol: State shows
+	// Skiff's alone), the default route through the network's gateway
+	// and the subnet's; what Ready says of the endpoints ("" ready).
+	routed := func(pod string) func(t *testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			if got, want := routes(t, w, pod), "0.0.0.0/0 via 198.51.100.1 dev eth0; 198.51.100.0/24 dev eth0"; got != want {
+				t.Errorf("the routes of %s: %s, want %s", pod, got, want)
+			}
+		}
+	}
+	ready := func(a, b string) func(t *testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			for ep, want := range map[string]string{"pod-a": a, "pod-b": b} {
+				if ok, why := d.Ready(ep); ok != (want == "") || why != want {
+					t.Errorf("%s ready %v (%q), want %q", ep, ok, why, want)
+				}
+			}
+		}
+	}
+	backA := "link ens1f0v0 device mtu 1300 down mac 02:00:00:00:00:0a"
+	backB := "link ens1f0v1 device mtu 1400 down mac 02:00:00:00:00:0b"
+	nltest.Table{NS: host, Writes: d.Writes}.Run(t, []nltest.Step{
+		{Name: "nothing plumbed: the VFs at home, nothing to write", Apply: apply(plan.New("h1")),
+			Want: nltest.Expect(uplink, homeA, homeB), Others: map[*nltest.NS]string{pa: nltest.Expect(empty), pb: nltest.Expect(empty)}},
+		{Name: "pod-a's VF plumbed into its pod", Once: true, Apply: plumb(a, podA, 1300, datapath.Plumbed{HostIf: "ens1f0v0", MTU: 1300, Gateways: gw}),
+			Want: nltest.Expect(uplink, homeB), Others: map[*nltest.NS]string{pa: nltest.Expect(inA), pb: nltest.Expect(empty)}, Writes: 5, After: routed(podA)},
+		{Name: "applied: not ready until the DPU reports", Apply: apply(reported(false, "")),
+			Want: nltest.Expect(uplink, homeB), Others: map[*nltest.NS]string{pa: nltest.Expect(inA), pb: nltest.Expect(empty)},
+			After: ready("DPU d1 has not reported it yet", "DPU d1 has not reported it yet")},
+		{Name: "pod-b's VF plumbed into its pod", Once: true, Apply: plumb(b, podB, 0, datapath.Plumbed{HostIf: "ens1f0v1", MTU: 1400, Gateways: gw}),
+			Want: nltest.Expect(uplink), Others: map[*nltest.NS]string{pa: nltest.Expect(inA), pb: nltest.Expect(inB)}, Writes: 5, After: routed(podB)},
+		{Name: "the DPU reports pod-a attached, pod-b refused", Apply: apply(reported(true, "no representor for VF 1")),
+			Want: nltest.Expect(uplink), Others: map[*nltest.NS]string{pa: nltest.Expect(inA), pb: nltest.Expect(inB)},
+			After: ready("", "DPU d1: no representor for VF 1")},
+		{Name: "pod-b's namespace destroyed: its VF, returned as dev0, given back by Apply",
+			Before: func(t *testing.T) {
 				w.DeleteNS(podB)
 				returned := "link dev0 device mtu 1400 down mac 02:00:00:00:00:0b alias skiff:dpuvf ep=pod-b home=ens1f0v1"
 				if m := nltest.Mismatch(nltest.Expect(uplink, returned), host.State()); m != "" {
 					t.Fatalf("the kernel returned pod-b's VF otherwise: the host %s", m)
 				}
 			},
-			do:     apply(reported(true, "")),
-			want:   map[string]string{"": nltest.Expect(uplink, "link ens1f0v1 device mtu 1400 down mac 02:00:00:00:00:0b"), podA: nltest.Expect(inA)},
-			writes: 2},
-		{name: "a reset of the PF: pod-a's VF destroyed in the pod, made again in the host, moved back in by Apply", apply: true,
-			before: func(t *testing.T) {
-				w.NS(podA).RemoveDevice("eth0")
+			Apply: apply(reported(true, "")), Want: nltest.Expect(uplink, backB), Others: map[*nltest.NS]string{pa: nltest.Expect(inA)}, Writes: 2},
+		{Name: "a reset of the PF: pod-a's VF destroyed in the pod, made again in the host, moved back in by Apply",
+			Before: func(t *testing.T) {
+				pa.RemoveDevice("eth0")
 				host.AddDevice(nltest.Device{Name: "ens1f0v0", MAC: "02:00:00:00:f0:10"})
 				if !d.WantsLink("ens1f0v0") {
 					t.Fatal("ens1f0v0 appearing is not a VF to move back")
 				}
 			},
-			do:     apply(reported(true, "")),
-			want:   map[string]string{"": nltest.Expect(uplink, "link ens1f0v1 device mtu 1400 down mac 02:00:00:00:00:0b"), podA: nltest.Expect(inA)},
-			routes: map[string]string{podA: podRoutes}, writes: 5},
-		{name: "pod-a unplumbed: its VF home under its name, unmarked",
-			do: func() error {
-				return d.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: a, NetNS: podA, IfName: "eth0"})
-			},
-			want: map[string]string{"": nltest.Expect(uplink, "link ens1f0v0 device mtu 1300 down mac 02:00:00:00:00:0a",
-				"link ens1f0v1 device mtu 1400 down mac 02:00:00:00:00:0b"), podA: nltest.Expect(empty)},
-			writes: 3},
-		{name: "the pods leave the plan: nothing to write, pod-b's placement forgotten", do: apply(plan.New("h1")), apply: true,
-			want: map[string]string{"": nltest.Expect(uplink, "link ens1f0v0 device mtu 1300 down mac 02:00:00:00:00:0a",
-				"link ens1f0v1 device mtu 1400 down mac 02:00:00:00:00:0b"), podA: nltest.Expect(empty)}},
-	}
-	runHostSteps(t, w, d, steps)
+			Apply: apply(reported(true, "")), Want: nltest.Expect(uplink, backB), Others: map[*nltest.NS]string{pa: nltest.Expect(inA)}, Writes: 5,
+			After: routed(podA)},
+		{Name: "pod-a unplumbed: its VF home under its name, unmarked", Once: true,
+			Apply: func() error { return d.Unplumb(ctx, datapath.UnplumbRequest{Endpoint: a, NetNS: podA, IfName: "eth0"}) },
+			Want:  nltest.Expect(uplink, backA, backB), Others: map[*nltest.NS]string{pa: nltest.Expect(empty)}, Writes: 3},
+		{Name: "the pods leave the plan: nothing to write, pod-b's placement forgotten", Apply: apply(plan.New("h1")),
+			Want: nltest.Expect(uplink, backA, backB), Others: map[*nltest.NS]string{pa: nltest.Expect(empty)}},
+	})
 	if st, err := loadPlacements(state); err != nil || len(st) != 0 {
 		t.Errorf("the placements left: %v (%v), want none", st, err)
 	}
 }
 
-// hostStep is a step of the dpu-host table: someone else's doing first
-// (before, nil for none), then what the datapath does (an Apply when
-// apply: it is done again and must write nothing), the state of
-// each namespace after (by path; "" the host's), the routes of pods
-// (every protocol), what Ready says of endpoints ("" for ready), and
-// the writes it takes (0 when apply and not said: none).
-type hostStep struct {
-	name   string
-	before func(t *testing.T)
-	do     func() error
-	apply  bool
-	want   map[string]string
-	routes map[string]string
-	ready  map[string]string
-	writes int
-}
+// podNet is the pods' network; podVF the endpoint of pod-a or pod-b
+// (198.51.100.10 or .11, MAC :0a or :0b) on VF index of PF 0000:03:00.0.
+var podNet = plan.Network{Name: "blue", VNI: 100, MTU: 1400, Subnets: []plan.Subnet{{Name: "s", Network: "blue",
+	CIDR: netip.MustParsePrefix("198.51.100.0/24"), Gateway: netip.MustParseAddr("198.51.100.1")}}}
 
-func runHostSteps(t *testing.T, w *nltest.World, d *Datapath, steps []hostStep) {
-	t.Helper()
-	for _, s := range steps {
-		if s.before != nil {
-			s.before(t)
-		}
-		n := d.Writes()
-		if err := s.do(); err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-		for path, want := range s.want {
-			ns := w.NS(path)
-			if ns == nil {
-				t.Fatalf("%s: no namespace %q", s.name, path)
-			}
-			if m := nltest.Mismatch(want, ns.State()); m != "" {
-				t.Fatalf("%s: the namespace %q %s", s.name, path, m)
-			}
-		}
-		for path, want := range s.routes {
-			if got := routes(t, w, path); got != want {
-				t.Errorf("%s: the routes of %s: %s, want %s", s.name, path, got, want)
-			}
-		}
-		for ep, want := range s.ready {
-			if ok, why := d.Ready(ep); ok != (want == "") || why != want {
-				t.Errorf("%s: %s ready %v (%q), want %q", s.name, ep, ok, why, want)
-			}
-		}
-		if got := d.Writes() - n; got != s.writes {
-			t.Fatalf("%s: %d writes, want %d", s.name, got, s.writes)
-		}
-		if s.apply {
-			n = d.Writes()
-			if err := s.do(); err != nil {
-				t.Fatalf("%s: again: %v", s.name, err)
-			}
-			if got := d.Writes() - n; got != 0 {
-				t.Fatalf("%s: the same Apply again made %d writes, want 0", s.name, got)
-			}
-		}
-	}
+func podVF(name string, index int) plan.Endpoint {
+	last := map[string]int{"pod-a": 10, "pod-b": 11}[name]
+	return plan.Endpoint{Name: name, Network: "blue", Kind: plan.KindVF, MAC: fmt.Sprintf("02:00:00:00:00:%02x", last),
+		IPs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(last)}), 24)}, PF: "0000:03:00.0", VFIndex: index}
 }
 
 // routes lists the routes through the links of the namespace at path,

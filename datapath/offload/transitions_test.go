@@ -85,44 +85,30 @@ func offloadNode(t *testing.T, ports map[string]Port) (*nltest.World, nl.Kernel,
 	t.Helper()
 	w := nltest.New()
 	ns := w.NS("")
-	other, err := w.Open("")
-	if err != nil {
+	other := w.MustOpen(t, "")
+	eth0 := ns.AddDevice(nltest.Device{Name: "eth0", MAC: "02:00:00:00:ee:01", Up: true})
+	if err := other.AddAddr(eth0.Index, netip.MustParsePrefix("192.0.2.1/24")); err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	eth0 := ns.AddDevice(nltest.Device{Name: "eth0", MAC: "02:00:00:00:ee:01", Up: true})
-	must(other.AddAddr(eth0.Index, netip.MustParsePrefix("192.0.2.1/24")))
 	ns.NeighReply("eth0", netip.MustParseAddr("192.0.2.2"), "02:00:00:00:ee:02")
 	for i := range 4 {
 		ns.AddDevice(nltest.Device{Name: fmt.Sprintf("pf0vf%d", i), SwitchID: "1a2b"})
 	}
-	must(other.AddPair(nl.Pair{Name: "skg900", Peer: "skh900"}))
-	c, err := other.TC(1)
-	must(err)
-	defer c.Close()
-	drop := []tc.Action{{Kind: tc.KindGact, Verdict: tc.TC_ACT_SHOT}}
-	for _, f := range []tc.Filter{
-		{Ifindex: eth0.Index, Prio: 1, Proto: unix.ETH_P_ALL, Kind: "flower", Match: tc.Match{DstMAC: mac("02:99:99:99:99:99")}, Actions: drop},
-		{Ifindex: link(t, w, "pf0vf0").Index, Prio: 21249, Proto: unix.ETH_P_ALL, Kind: "flower", Match: tc.Match{DstMAC: mac("02:99:99:99:99:98")}, Actions: drop},
-	} {
-		must(c.AddClsact(f.Ifindex))
-		must(c.Do(tc.Op{Kind: tc.Add, Filter: &f}))
+	if err := other.AddPair(nl.Pair{Name: "skg900", Peer: "skh900"}); err != nil {
+		t.Fatal(err)
 	}
-	ns.AddForeignTable(nl.NftTable{Name: "foreign", Chains: []nl.NftChain{{Name: "input", Hook: nl.HookInput, Type: nl.ChainFilter,
-		Rules: []nl.NftRule{{Tag: "theirs", Counter: true, Action: nl.Accept{}}}}}})
-	k, err := w.Open("")
-	must(err)
+	drop := []tc.Action{{Kind: tc.KindGact, Verdict: tc.TC_ACT_SHOT}}
+	ns.AddForeignFilter("eth0", tc.Filter{Prio: 1, Proto: unix.ETH_P_ALL, Kind: "flower", Match: tc.Match{DstMAC: mac("02:99:99:99:99:99")}, Actions: drop})
+	ns.AddForeignFilter("pf0vf0", tc.Filter{Prio: 21249, Proto: unix.ETH_P_ALL, Kind: "flower", Match: tc.Match{DstMAC: mac("02:99:99:99:99:98")}, Actions: drop})
+	ns.AddForeignTable(nltest.ForeignTable())
+	k := w.MustOpen(t, "")
 	dp, err := New(Options{Kernel: k, Open: w.Open, Logger: slog.New(slog.DiscardHandler), Representor: func(e plan.Endpoint) (Port, bool) {
 		port, ok := ports[e.Name]
 		return port, ok
 	}})
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(dp.Close)
 	return w, k, dp
 }
@@ -135,15 +121,6 @@ func mac(s string) net.HardwareAddr {
 	return hw
 }
 
-func link(t *testing.T, w *nltest.World, name string) nl.Link {
-	t.Helper()
-	l, ok := w.NS("").Link(name)
-	if !ok {
-		t.Fatalf("no link %s", name)
-	}
-	return l
-}
-
 // Someone else's: eth0 with the node's address and a filter, a filter
 // on pf0vf0 at the unicast priority of Skiff's (in chain 0, ahead of
 // Skiff's entry), a veth pair named like a gateway without Skiff's
@@ -154,9 +131,7 @@ link pf0vf3 device mtu 1500 down switchid 1a2b hw-tc
 link skg900 veth mtu 1500 down peer skh900
 link skh900 veth mtu 1500 down peer skg900
 addr eth0 192.0.2.1/24
-table inet foreign (foreign)
-  chain input type filter hook input priority 0; policy accept;
-    counter accept
+` + nltest.ForeignTableState + `
 qdisc eth0 clsact
 filter eth0 ingress chain 0 prio 1 protocol all handle 0x1 flower not_in_hw dst_mac 02:99:99:99:99:99 action gact drop
 qdisc pf0vf0 clsact
@@ -250,12 +225,7 @@ func TestTransitionsFake(t *testing.T) {
 	// pf0vf1 the rule delivering to a, on skvx the rule letting r2 reach
 	// b.
 	deleteFilters := func(t *testing.T) {
-		other, err := w.Open("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer other.Close()
-		client, err := other.TC(1)
+		client, err := w.MustOpen(t, "").TC(1)
 		if err != nil {
 			t.Fatal(err)
 		}

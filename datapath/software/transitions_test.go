@@ -29,9 +29,7 @@ link fv1 veth mtu 1500 down peer fv0
 link lo device mtu 65536 up
 link skforeign bridge mtu 1500 down
 fdb fv0 02:aa:00:00:00:01 master static
-table inet foreign (foreign)
-  chain input type filter hook input priority 0; policy accept;
-    counter accept`
+` + nltest.ForeignTableState
 	fakeBlue = `link skb100 bridge mtu 1450 up mac 02:73:6b:00:00:64 alias skiff:bridge:blue
 link skv100 vxlan mtu 1450 up alias skiff:vxlan:blue vni 100 local 192.0.2.1 dstport 4789 master skb100 learning off neigh_suppress on hairpin off
 addr skb100 198.51.100.1/24`
@@ -101,11 +99,7 @@ var redHostChains = []string{
 func fakeNode(t *testing.T) (*nltest.World, nl.Kernel, *Datapath) {
 	t.Helper()
 	w := nltest.New()
-	other, err := w.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := w.MustOpen(t, "")
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -119,12 +113,8 @@ func fakeNode(t *testing.T) (*nltest.World, nl.Kernel, *Datapath) {
 	fv0, _ := w.NS("").Link("fv0")
 	must(other.SetMaster(fv0.Index, br.Index))
 	must(other.SetFDB(nl.FDB{LinkIndex: fv0.Index, MAC: "02:aa:00:00:00:01", Master: true, Static: true}))
-	w.NS("").AddForeignTable(nl.NftTable{Name: "foreign", Chains: []nl.NftChain{{Name: "input", Hook: nl.HookInput, Type: nl.ChainFilter,
-		Rules: []nl.NftRule{{Tag: "theirs", Counter: true, Action: nl.Accept{}}}}}})
-	k, err := w.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w.NS("").AddForeignTable(nltest.ForeignTable())
+	k := w.MustOpen(t, "")
 	dp := New(Options{Kernel: k, Open: w.Open})
 	t.Cleanup(dp.Close)
 	return w, k, dp

@@ -181,6 +181,39 @@ func (n *NS) AddForeignTable(t nl.NftTable) {
 	n.tables = append(n.tables, newTable(t, true))
 }
 
+// ForeignTable is a table of someone else's for AddForeignTable: inet
+// "foreign" with an input chain that counts and accepts everything;
+// ForeignTableState is how State prints it.
+func ForeignTable() nl.NftTable {
+	return nl.NftTable{Name: "foreign", Chains: []nl.NftChain{{Name: "input", Hook: nl.HookInput, Type: nl.ChainFilter,
+		Rules: []nl.NftRule{{Tag: "theirs", Counter: true, Action: nl.Accept{}}}}}}
+}
+
+// ForeignTableState is ForeignTable as State prints it.
+const ForeignTableState = `table inet foreign (foreign)
+  chain input type filter hook input priority 0; policy accept;
+    counter accept`
+
+// AddForeignFilter stages someone else's filter on a link's ingress, as
+// another tc client adds it (f's Ifindex is the link's; a clsact qdisc
+// is made when the link has none). The kernel's refusal panics: the
+// test's setup is wrong.
+func (n *NS) AddForeignFilter(link string, f tc.Filter) {
+	n.w.mu.Lock()
+	defer n.w.mu.Unlock()
+	l := n.mustLink(link)
+	n.w.port++
+	port := n.w.port
+	if l.qdisc == "" {
+		l.qdisc = "clsact"
+		n.notify(tcNote{port: port, ifindex: l.Index, qdisc: true})
+	}
+	f.Ifindex = l.Index
+	if err := n.write(port, tc.Op{Kind: tc.Add, Filter: &f}); err != nil {
+		panic(fmt.Sprintf("nltest: someone else's filter on %s: %v", link, err))
+	}
+}
+
 // SetRuleCounter sets the counters of the rules of a table's chain with
 // that tag (as traffic would).
 func (n *NS) SetRuleCounter(tableName, chain, tag string, packets, bytes uint64) {

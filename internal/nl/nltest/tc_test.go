@@ -221,3 +221,33 @@ func TestOffloadTunnels(t *testing.T) {
 		t.Errorf("skip_sw on vx0 with tunnels not offloaded: %v", err)
 	}
 }
+
+// Someone else's filter staged: a clsact made for it, the kernel's
+// handle picked, in hardware on a switchdev port, seen by a watcher as
+// another client's change; ForeignTable staged prints as
+// ForeignTableState.
+func TestAddForeignFilter(t *testing.T) {
+	w := nltest.New()
+	ns := w.NS("")
+	ns.AddDevice(nltest.Device{Name: "rep0", SwitchID: "1a2b"})
+	k := w.MustOpen(t, "")
+	watch, err := k.WatchTC()
+	must(t, err)
+	defer watch.Close()
+	ns.AddForeignFilter("rep0", tc.Filter{Prio: 7, Proto: unix.ETH_P_ALL, Kind: "flower", Actions: []tc.Action{{Kind: tc.KindGact, Verdict: tc.TC_ACT_SHOT}}})
+	ns.AddForeignTable(nltest.ForeignTable())
+	want := "link lo device mtu 65536 up\nlink rep0 device mtu 1500 down switchid 1a2b hw-tc\n" + nltest.ForeignTableState +
+		"\nqdisc rep0 clsact\nfilter rep0 ingress chain 0 prio 7 protocol all handle 0x1 flower in_hw action gact drop\n"
+	if m := nltest.Mismatch(want, ns.State()); m != "" {
+		t.Errorf("the namespace %s", m)
+	}
+	if ch, lost := watch.Changes(); lost || len(ch) != 1 {
+		t.Errorf("the watcher saw %v (lost %v), want rep0's change", ch, lost)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a refused filter did not panic")
+		}
+	}()
+	ns.AddForeignFilter("rep0", tc.Filter{Prio: 7, Proto: unix.ETH_P_IP, Kind: "flower"}) // another protocol at the priority: EINVAL
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
@@ -130,6 +131,18 @@ func (w *World) Open(path string) (nl.Kernel, error) {
 }
 
 var _ nl.OpenFunc = (*World)(nil).Open
+
+// MustOpen is Open for a test: a handle on the namespace at path,
+// closed when the test ends; an error fails t.
+func (w *World) MustOpen(t testing.TB, path string) nl.Kernel {
+	t.Helper()
+	k, err := w.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}
 
 // kernel is a handle on one namespace: an nl.Kernel.
 type kernel struct {
