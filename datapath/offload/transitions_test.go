@@ -287,7 +287,11 @@ func TestTransitionsFake(t *testing.T) {
 		{Name: "r2 joins the group: its filters alone, one set element", Apply: apply(withPolicy("198.51.100.5", "198.51.100.6")),
 			Want: joined, Writes: 5},
 		{Name: "two filters deleted behind the datapath's back: written again, alone", Before: deleteFilters,
-			Apply: apply(withPolicy("198.51.100.5", "198.51.100.6")), Want: repaired, Writes: 2},
+			Apply: apply(withPolicy("198.51.100.5", "198.51.100.6")), Want: repaired, Writes: 2, After: func(t *testing.T) {
+				if n := dp.Drift(); n != 2 {
+					t.Errorf("the tc watch reported %d devices changed by someone else, want 2", n)
+				}
+			}},
 		{Name: "everything removed: nothing of Skiff's left but forwarding and the qdiscs (anyone's filters go there)", Apply: apply(offloadPlan(nil, nil)),
 			Want: nltest.Expect(offloadForeign, reps(3), "sysctl net/ipv4/ip_forward = 1", "qdisc pf0vf1 clsact", "qdisc pf0vf2 clsact"), Writes: nltest.AnyWrites},
 	})
