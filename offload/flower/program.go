@@ -222,10 +222,10 @@ func (p *Programmer) dump(dev Device) (out []installed, top uint32, err error) {
 	// filters makes nothing else of them.
 	err = p.raw.c.DumpTerse(dev.Index, []uint32{ChainForward}, visit)
 	if err == nil {
-		// Chain 0 too, where forwarding rules of the layout before the
-		// policy pipeline sat (they go), in full: it holds the policy
-		// pipeline's fw filter (PrioEntryReply), which has no terse
-		// form, and a terse dump ends at it.
+		// Chain 0 too, where an agent without the policy pipeline put
+		// its forwarding rules (found here, they go), in full: it holds
+		// the policy pipeline's fw filter (PrioEntryReply), which has
+		// no terse form, and a terse dump ends at it.
 		err = p.raw.c.DumpFunc(dev.Index, tc.DumpOptions{Chains: []uint32{ChainEntry}}, func(f *tc.Filter) {
 			t := tc.TerseOf(f)
 			visit(&t)
