@@ -5,7 +5,7 @@ CMDS    := skiff-controller skiff-agent skiffctl skiff-cni skiff-deviceplugin
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: all build deps generate test test-kernel test-kernel-long test-k8s k8s-setup image lint demo demo-k8s bench bench-k8s scale clean
+.PHONY: all build deps generate test test-kernel test-kernel-long test-k8s k8s-setup image lint demo demo-k8s bench bench-k8s bench-kernel scale clean
 
 all: build
 
@@ -20,13 +20,18 @@ generate: deps
 	./hack/generate.sh
 
 # All tests: unit, privileged and end-to-end (need root), the real
-# Kubernetes cluster (test/k8s) and the kernel VM. The kernel VM's setup
-# comes first (test/e2e boots a guest with its kernel), and the Kubernetes
-# binaries' (cached by version: a cold build takes 10-20 minutes).
+# Kubernetes cluster (test/k8s) and the kernel VM (test-kernel). The kernel
+# VM's setup comes first (test/e2e boots a guest with its kernel), and the
+# Kubernetes binaries' (cached by version: a cold build takes 10-20
+# minutes). The NetworkPolicy truth tables on software nodes (test/e2e,
+# IPv4 and IPv6) run as a step of their own with -v, so that the log shows
+# every case's matrix matching; the ./... step leaves them out (-skip).
+TRUTH_TESTS = ^TestPolicyTruthTable(IPv6)?$$
 test: deps build lint
 	./hack/kernelvm/setup.sh
 	./hack/k8s/setup.sh
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 30m -skip '$(TRUTH_TESTS)' ./...
+	$(GO) test -count=1 -timeout 30m -v -run '$(TRUTH_TESTS)' ./test/e2e/
 	$(MAKE) test-kernel
 
 # Kubernetes components built from the Kubernetes modules, containerd and
@@ -48,22 +53,34 @@ test-k8s: deps build k8s-setup
 # Tests that need what the host kernel lacks (netdevsim, switchdev, flower),
 # run inside Debian's kernel under qemu (docs/kernelvm.md).
 KERNELVM_PKGS := ./offload/eswitch ./offload/vf ./deviceplugin ./datapath/offload ./test/kernelvm/vmtest ./test/kernelvm/agentvm ./test/kernelvm/offloadvm ./test/kernelvm/policyvm ./test/kernelvm/ctvm ./test/kernelvm/offloadpolicyvm ./test/kernelvm/vmportvm ./test/kernelvm/vfpodvm ./test/kernelvm/dpuvm ./test/kernelvm/egressvm ./internal/nl/nltest
-# -short: the long loops (vfpodvm's 100 VF ADD/DEL cycles) run a smaller
-# count; test-kernel-long runs them in full.
+# The truth tables on offload nodes: their output is shown even when they
+# pass (run.sh -show: each log message's first line, every case's).
+KERNELVM_SHOW := ./test/kernelvm/offloadpolicyvm
+# test-kernel runs every test of these packages, with -short: the long
+# loops (vfpodvm's 100 VF ADD/DEL cycles, dpuvm's 20 VF pods) run a
+# smaller count. The truth table on offload nodes runs in full, IPv4 and
+# IPv6 (TestPolicyTruthOffload, TestPolicyTruthOffloadIPv6: 4-5 minutes
+# each). The boot takes about 34 minutes on 2 cores without KVM
+# (docs/kernelvm.md, Timings); its limit leaves room for a busy host.
+# test-kernel-long runs the loops in full and builds the files tagged
+# kernelvm_long too: offloadpolicyvm's TestPolicyTruthSoftware, the control
+# (the truth table on software nodes in the VM).
 # internal/nl/tc's other tests are the host's (its UAPI headers, iproute2):
 # only its guest test runs in the VM.
 test-kernel:
 	./hack/kernelvm/setup.sh
-	./hack/kernelvm/run.sh -short -timeout 30m $(KERNELVM_PKGS)
+	./hack/kernelvm/run.sh -short -timeout 60m -show $(KERNELVM_SHOW) $(KERNELVM_PKGS)
 	./hack/kernelvm/run.sh -short -timeout 5m -run TestWatchFilters ./internal/nl/tc
 
 test-kernel-long:
 	./hack/kernelvm/setup.sh
-	./hack/kernelvm/run.sh -timeout 90m $(KERNELVM_PKGS)
+	./hack/kernelvm/run.sh -tags kernelvm_long -timeout 90m -show $(KERNELVM_SHOW) $(KERNELVM_PKGS)
 	./hack/kernelvm/run.sh -timeout 5m -run TestWatchFilters ./internal/nl/tc
 
+# The kernel VM's files tagged kernelvm_long are vetted too.
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags kernelvm_long ./test/kernelvm/...
 	$(GO) run ./hack/importcheck
 	./hack/nobinaries.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
@@ -75,6 +92,14 @@ bench: deps
 # kube-apiserver (test/k8s/kubemem; docs/performance.md).
 bench-k8s: deps build k8s-setup
 	$(GO) test -count=1 -run '^$$' -bench AdapterMemory -benchtime 1x -timeout 30m ./test/k8s/kubemem
+
+# The offload datapath's figures in the kernel VM (test/kernelvm/offloadbench:
+# rule installation beside tc -batch, changes, re-apply, counters, policy
+# groups; docs/kernelvm.md): 5.5-12 minutes of emulation, its output shown
+# (the figures, offloadbench: NAME=VALUE). No other target runs it.
+bench-kernel:
+	./hack/kernelvm/setup.sh
+	./hack/kernelvm/run.sh -v -bins "" -timeout 30m ./test/kernelvm/offloadbench
 
 # The scale harness at full size (test/scale/README.md): about an hour,
 # heavy, so it takes the machine's heavy lock. Figures go to bin/scale-*.txt.

@@ -32,7 +32,7 @@ import (
 func TestGatewayServiceDNAT(t *testing.T) {
 	testkit.Require(t)
 	if _, err := os.Stat(guest.NFT); err != nil {
-		t.Skipf("no %s: %v", guest.NFT, err)
+		t.Fatalf("no %s (Debian's nftables: hack/deps.sh installs it on the host, the kernel VM's image carries it): %v", guest.NFT, err)
 	}
 	node, sw := "sksvcnode", "sksvcsw"
 	guest.AddNetns(t, node)

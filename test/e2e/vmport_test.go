@@ -79,15 +79,15 @@ func bootGuest(t *testing.T, g kernelvm.Guest, ns, tap, mac, peer string) <-chan
 
 // testGuest builds a guest image (Debian's kernel of the kernel VM cache,
 // busybox) whose /init is init, with guestDHCP and /bin/hello (prints
-// "ok", for nc -e). It skips t where qemu or the kernel is missing (make
+// "ok", for nc -e). It fails t where qemu or the kernel is missing (make
 // test installs and prepares both first).
 func testGuest(t testing.TB, init string) kernelvm.Guest {
 	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 is not installed (hack/kernelvm/setup.sh installs it)")
+		t.Fatal("qemu-system-x86_64 is not installed: run hack/kernelvm/setup.sh (make test runs it)")
 	}
 	if _, err := os.Stat(filepath.Join(kernelvm.DefaultCacheDir, "current")); err != nil {
-		t.Skipf("no guest kernel prepared (make test runs hack/kernelvm/setup.sh first): %v", err)
+		t.Fatalf("no guest kernel prepared: run hack/kernelvm/setup.sh (make test runs it first): %v", err)
 	}
 	g, err := kernelvm.BuildGuest("", t.TempDir(), []string{"virtio_pci", "virtio_net"}, []kernelvm.GuestFile{
 		{Path: "init", Mode: 0o755, Data: []byte(init)},

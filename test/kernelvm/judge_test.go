@@ -95,3 +95,35 @@ func TestEarlyPanic(t *testing.T) {
 		}
 	}
 }
+
+func TestShortLog(t *testing.T) {
+	log := "=== RUN   TestA\n" +
+		"    a_test.go:10: cluster up in 2s\n" +
+		"    daemon.go:46: ---- skpn1 skiff-agent ----\n" +
+		"        time=1 level=INFO msg=a\n" +
+		"        time=2 level=INFO msg=b\n" +
+		"\n" +
+		"    suite.go:112: no policy: 180 probes match (1.2s)\n" +
+		"=== RUN   TestA/sub\n" +
+		"        a_test.go:20: in the subtest\n" +
+		"            continued\n" +
+		"    --- PASS: TestA/sub (0.10s)\n" +
+		"--- PASS: TestA (12.00s)\n" +
+		"offloadbench: install=5\n" +
+		"PASS\n"
+	want := "=== RUN   TestA\n" +
+		"    a_test.go:10: cluster up in 2s\n" +
+		"    daemon.go:46: ---- skpn1 skiff-agent ----\n" +
+		"        [3 more lines]\n" +
+		"    suite.go:112: no policy: 180 probes match (1.2s)\n" +
+		"=== RUN   TestA/sub\n" +
+		"        a_test.go:20: in the subtest\n" +
+		"        [1 more line]\n" +
+		"    --- PASS: TestA/sub (0.10s)\n" +
+		"--- PASS: TestA (12.00s)\n" +
+		"        [1 more line]\n" +
+		"PASS"
+	if got := ShortLog(log); got != want {
+		t.Errorf("ShortLog =\n%s\nwant\n%s", got, want)
+	}
+}

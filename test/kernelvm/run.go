@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ type Config struct {
 	Packages []string
 	// TestArgs are passed to every test binary (e.g. -test.run=X).
 	TestArgs []string
+	// Tags are build tags for the test binaries (go test -c -tags), for
+	// test files kept out of other runs by a build constraint.
+	Tags string
 	// Binaries are main packages (./cmd/skiff-agent) built statically
 	// (CGO_ENABLED=0 go build) into the share; tests in the guest find
 	// them in the directory named by $SKIFF_BIN (guest.Bin).
@@ -43,10 +47,15 @@ type Config struct {
 	Memory  string        // qemu -m; "1024" when empty
 	CPUs    int           // qemu -smp; 2 when zero
 	Logger  *slog.Logger
-	// Output receives the guest's test output of failed packages (and of
-	// all packages when Verbose), and the console on a broken boot.
+	// Output receives the guest's test output of failed packages (of all
+	// packages when Verbose, shortened for those in Show), and the
+	// console on a broken boot.
 	Output  io.Writer
 	Verbose bool
+	// Show lists packages (as in Packages) whose guest output is printed
+	// even when they pass, each log message cut to its first line
+	// (ShortLog); Verbose prints it whole.
+	Show []string
 	// Keep, when set, is a host directory that receives the files the
 	// tests wrote into $SKIFF_KERNELVM_OUT (such as CPU profiles), after
 	// the run.
@@ -170,7 +179,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, pkg := range cfg.Packages {
 		name := binName(pkg)
 		out := filepath.Join(share, "bin", name)
-		cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", out, pkg)
+		args := []string{"test", "-c", "-o", out}
+		if cfg.Tags != "" {
+			args = append(args, "-tags", cfg.Tags)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 		cmd.Dir = cfg.Dir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -274,8 +287,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if pr.Err == nil && insmodErr != nil {
 			pr.Err = insmodErr
 		}
-		if pr.Err != nil || cfg.Verbose {
+		switch {
+		case pr.Err != nil || cfg.Verbose:
 			fmt.Fprintf(cfg.Output, "---- %s (guest output) ----\n%s\n", pr.Package, pr.Log)
+		case slices.Contains(cfg.Show, pr.Package):
+			fmt.Fprintf(cfg.Output, "---- %s (guest output, each log message's first line) ----\n%s\n", pr.Package, ShortLog(pr.Log))
 		}
 		res.Packages = append(res.Packages, pr)
 	}
@@ -376,6 +392,40 @@ func judge(pkg, base string) PackageResult {
 		pr.Err = errors.New("no test ran")
 	}
 	return pr
+}
+
+// reHead matches the lines of go test -v output that begin something: a
+// test's start, end or result, a log message's first line (FILE.go:LINE:),
+// the binary's verdict. What follows a log message's first line up to the
+// next such line is the rest of that message.
+var reHead = regexp.MustCompile(`^\s*(=== (RUN|PAUSE|CONT|NAME) |--- (PASS|FAIL|SKIP): |\S+\.go:\d+: )|^(PASS|FAIL)$`)
+
+// ShortLog is a test binary's -test.v output with each log message cut to
+// its first line, the lines cut counted in its place ("[12 more lines]"):
+// which tests ran, what each logged and how it ended, without the long
+// messages (a daemon's output logged at cleanup).
+func ShortLog(log string) string {
+	var b strings.Builder
+	cut := 0
+	flush := func() {
+		switch {
+		case cut == 1:
+			b.WriteString("        [1 more line]\n")
+		case cut > 1:
+			fmt.Fprintf(&b, "        [%d more lines]\n", cut)
+		}
+		cut = 0
+	}
+	for line := range strings.Lines(log) {
+		if reHead.MatchString(strings.TrimRight(line, "\n")) {
+			flush()
+			b.WriteString(line)
+			continue
+		}
+		cut++
+	}
+	flush()
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // keepFiles copies the regular files of dir into keep (made if missing).

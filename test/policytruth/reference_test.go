@@ -1,17 +1,11 @@
 package policytruth
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 func layoutWithIPs() []*Pod {
@@ -197,49 +191,6 @@ func TestSCTPExercised(t *testing.T) {
 		}
 		t.Logf("%v: allowed where TCP is denied in %s; denied where TCP is allowed in %s", pr, allowed, denied)
 	}
-}
-
-// TestSCTPSockets: ListenSCTP and DialSCTP on loopback, where the kernel
-// has SCTP (not the development kernel: it skips there).
-func TestSCTPSockets(t *testing.T) {
-	l, err := ListenSCTP("127.0.0.1", 0)
-	if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.ESOCKTNOSUPPORT) {
-		t.Skipf("no SCTP in this kernel: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	port := sctpPort(t, l)
-	for range 3 {
-		if err := DialSCTP("127.0.0.1", port, 2*time.Second); err != nil {
-			t.Fatalf("dial the listener: %v", err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := DialSCTP("127.0.0.1", port, 2*time.Second); err == nil {
-		t.Fatal("dial a closed listener: no error")
-	} else {
-		t.Logf("closed listener: %v after %v", err, time.Since(start))
-	}
-}
-
-// sctpPort is the port a listener bound to port 0 got.
-func sctpPort(t *testing.T, l io.Closer) int {
-	t.Helper()
-	rc, err := l.(*os.File).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sa unix.Sockaddr
-	var serr error
-	if err := rc.Control(func(fd uintptr) { sa, serr = unix.Getsockname(int(fd)) }); err != nil || serr != nil {
-		t.Fatal(err, serr)
-	}
-	return sa.(*unix.SockaddrInet4).Port
 }
 
 func TestChecksum(t *testing.T) {

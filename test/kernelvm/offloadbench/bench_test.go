@@ -146,13 +146,10 @@ func TestWriteModes(t *testing.T) {
 			oneSocketRate[mode.name] = rate
 		})
 	}
-	// Profiles (only when the VM run keeps files): a whole install over
-	// one socket and over the default writers.
+	// Profiles (the host keeps them with run.sh -keep): a whole install
+	// over one socket and over the default writers.
 	for _, writers := range []int{1, flower.Writers} {
 		t.Run(fmt.Sprintf("profile_writers=%d", writers), func(t *testing.T) {
-			if os.Getenv("SKIFF_KERNELVM_OUT") == "" {
-				t.Skip("profiles are kept only with run.sh -keep")
-			}
 			saved := flower.Writers
 			flower.Writers = writers
 			p, dp := scaleNode(t, "skbench1", log)

@@ -71,7 +71,7 @@ func (pt phaseTimes) report(t *testing.T, name string) {
 	t.Helper()
 	ps := pt[name]
 	if ps == nil {
-		return
+		t.Fatalf("no Apply of %s was measured", name)
 	}
 	var b strings.Builder
 	for _, n := range ps.order {

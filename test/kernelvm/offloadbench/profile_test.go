@@ -9,15 +9,15 @@ import (
 )
 
 // profile runs step n times under a CPU profile written to
-// $SKIFF_KERNELVM_OUT/offloadbench-NAME.pprof, which the host keeps with
-// hack/kernelvm/run.sh -keep DIR; it does nothing when that variable is
-// not set. The steps repeat the timed ones after their figures were
-// taken, so profiling changes no figure.
+// $SKIFF_KERNELVM_OUT/offloadbench-NAME.pprof (the guest's init sets it),
+// which the host keeps with hack/kernelvm/run.sh -keep DIR. The steps
+// repeat the timed ones after their figures were taken, so profiling
+// changes no figure.
 func profile(t *testing.T, name string, n int, step func()) {
 	t.Helper()
 	dir := os.Getenv("SKIFF_KERNELVM_OUT")
 	if dir == "" {
-		return
+		t.Fatal("$SKIFF_KERNELVM_OUT is not set: run the test through hack/kernelvm/run.sh")
 	}
 	f, err := os.Create(filepath.Join(dir, "offloadbench-"+name+".pprof"))
 	if err != nil {

@@ -8,15 +8,15 @@
 // the reference; the offload nodes must have no nftables policy table,
 // and an isolated endpoint's policy counters must move.
 //
-// TestPolicyTruthSoftware, run on demand, is the control: the same on
-// three software nodes, where it passes and the offload test fails, the
-// harness is not the one to blame.
+// TestPolicyTruthSoftware (control_test.go, build tag kernelvm_long: make
+// test-kernel-long) is the control: the same on three software nodes;
+// where it passes and the offload test fails, the harness is not the one
+// to blame.
 package offloadpolicyvm
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -161,7 +161,7 @@ func (c *cluster) env() policytruth.Env {
 				n.hostIfs = map[string]string{}
 			}
 			n.hostIfs[p.Name] = resp.HostIf
-			t.Logf("pod %s/%s on %s: %s, host side %s", p.Namespace, p.Name, n.name, resp.IPs[0], resp.HostIf)
+			t.Logf("pod %s/%s on %s: %s (probed on %s), host side %s", p.Namespace, p.Name, n.name, strings.Join(resp.IPs, " "), p.IP, resp.HostIf)
 		},
 		Apply: func(t *testing.T, doc string) {
 			file := filepath.Join(t.TempDir(), "p.yaml")
@@ -297,19 +297,6 @@ func truthTable(t *testing.T, mode string, v6 bool) {
 	t.Logf("truth table on %s nodes: %v, of which %d skiffctl calls %v", mode, time.Since(start).Round(time.Second), c.ctlCalls, c.ctlTime.Round(time.Second))
 }
 
-// TestPolicyTruthSoftware is the control: the same on three software
-// nodes (nftables). It runs only when -run names it
-// (hack/kernelvm/run.sh -run TestPolicyTruthSoftware
-// ./test/kernelvm/offloadpolicyvm): together the two take close to the
-// 10 minutes the guest gives a test binary.
-func TestPolicyTruthSoftware(t *testing.T) {
-	if f := flag.Lookup("test.run"); f == nil || !strings.Contains(f.Value.String(), "Software") {
-		t.Log("the software control runs only when -run names it")
-		return
-	}
-	truthTable(t, "software", false)
-}
-
 // TestPolicyTruthOffload: the truth table on three offload nodes.
 func TestPolicyTruthOffload(t *testing.T) { truthTable(t, "offload", false) }
 
@@ -317,12 +304,4 @@ func TestPolicyTruthOffload(t *testing.T) { truthTable(t, "offload", false) }
 // offload nodes: a dual-stack network, the pods probed on their IPv6
 // addresses (TCP, UDP, ICMPv6), the cases' ipBlocks IPv6 CIDRs. It needs
 // neighbour discovery through the policy pipeline of isolated endpoints.
-// Another 5.5 minutes of emulation: with -short (make test-kernel) it
-// runs only when -run names it; make test-kernel-long runs it.
-func TestPolicyTruthOffloadIPv6(t *testing.T) {
-	if f := flag.Lookup("test.run"); testing.Short() && (f == nil || !strings.Contains(f.Value.String(), "IPv6")) {
-		t.Log("with -short the IPv6 pass runs only when -run names it")
-		return
-	}
-	truthTable(t, "offload", true)
-}
+func TestPolicyTruthOffloadIPv6(t *testing.T) { truthTable(t, "offload", true) }

@@ -1,7 +1,9 @@
 // Package policyvm checks, inside the kernel VM, what the development
 // kernel cannot show: Skiff's nftables policy on SCTP (the host kernel has
-// no SCTP). A node (a namespace with a bridge) and two pods; the server
-// admits SCTP on one port from the client's group only.
+// no SCTP). A node (a namespace with a bridge) and three pods; the server
+// admits SCTP on one port from the client's group only. TestSCTPSockets
+// checks the SCTP sockets the truth table's probes open
+// (policytruth.ListenSCTP, DialSCTP).
 package policyvm
 
 import (

@@ -1,7 +1,7 @@
 // Command kernelvm builds test binaries of the given packages and runs
 // them in one boot of Debian's kernel under qemu. See package kernelvm.
 //
-//	go run ./test/kernelvm/cmd/kernelvm [-v] [-run REGEXP] ./offload/eswitch ./test/kernelvm/vmtest
+//	go run ./test/kernelvm/cmd/kernelvm [-v] [-run REGEXP] [-tags TAGS] [-show PKG,...] ./offload/eswitch ./test/kernelvm/vmtest
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,8 @@ func run() int {
 	timeout := flag.Duration("timeout", 15*time.Minute, "limit for the whole boot (the guest runs the test binaries directly: no per-binary limit)")
 	runRE := flag.String("run", "", "only run tests matching this regexp (go test -run)")
 	verbose := flag.Bool("v", false, "show the guest output of passing packages too")
+	show := flag.String("show", "", "comma-separated packages, as given, whose guest output is shown even when they pass, each log message cut to its first line")
+	tags := flag.String("tags", "", "build tags for the test binaries (go test -c -tags)")
 	count := flag.Int("count", 1, "run each test this many times in the one boot (go test -count), to find a rare failure")
 	short := flag.Bool("short", false, "run the tests in short mode (go test -short): long loops run a smaller count")
 	bins := flag.String("bins", strings.Join(kernelvm.DefaultBinaries, ","), "comma-separated main packages built statically into $SKIFF_BIN of the guest (empty: none)")
@@ -41,7 +44,17 @@ func run() int {
 	defer stop()
 	cfg := kernelvm.Config{
 		CacheDir: *cache, Version: *version, Packages: flag.Args(), Timeout: *timeout,
-		Logger: log, Output: os.Stdout, Verbose: *verbose, Keep: *keep,
+		Logger: log, Output: os.Stdout, Verbose: *verbose, Keep: *keep, Tags: *tags,
+	}
+	for _, p := range strings.Split(*show, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !slices.Contains(cfg.Packages, p) {
+			fmt.Fprintf(os.Stderr, "kernelvm: -show %s: not among the packages to test\n", p)
+			return 2
+		}
+		cfg.Show = append(cfg.Show, p)
 	}
 	for _, b := range strings.Split(*bins, ",") {
 		if b = strings.TrimSpace(b); b != "" {
