@@ -8,14 +8,19 @@ import (
 	"github.com/skiff-sdn/skiff/internal/nl"
 )
 
-// PlumbTap makes the tap of a VM port for the kernel datapaths, in k:
-// named HostIfName and marked with HostIfAlias, with the network's MTU,
-// up. A hypervisor attaches the guest to it by name. It is idempotent: a
+// PlumbTap makes the tap of a VM port for the kernel datapaths, in the
+// namespace at ns (opened with open for the call, as PlumbVeth's): named
+// HostIfName and marked with HostIfAlias, with the network's MTU, up. A hypervisor attaches the guest to it by name. It is idempotent: a
 // tap that is already there is kept (a hypervisor may hold it) and only
 // its MTU and state are made to match. A link of that name without the
 // endpoint's alias is someone else's, and one that is not a tap is not
 // this endpoint's: both are refused. On error nothing it made stays.
-func PlumbTap(k nl.Kernel, req PlumbRequest) (Plumbed, error) {
+func PlumbTap(open nl.OpenFunc, ns string, req PlumbRequest) (Plumbed, error) {
+	k, err := open(ns)
+	if err != nil {
+		return Plumbed{}, err
+	}
+	defer k.Close()
 	e := req.Endpoint
 	out := Plumbed{HostIf: HostIfName(e.Name), MTU: EndpointMTU(req.Network, req.MTU), Gateways: Gateways(e, req.Network)}
 	alias := HostIfAlias(e.Name)
@@ -56,9 +61,15 @@ func PlumbTap(k nl.Kernel, req PlumbRequest) (Plumbed, error) {
 	return out, nil
 }
 
-// UnplumbTap deletes a VM port's tap; a hypervisor still attached loses
-// its link. A tap that is not there is not an error.
-func UnplumbTap(k nl.Kernel, endpoint string) error {
+// UnplumbTap deletes a VM port's tap in the namespace at ns (opened with
+// open for the call); a hypervisor still attached loses its link. A tap
+// that is not there is not an error.
+func UnplumbTap(open nl.OpenFunc, ns, endpoint string) error {
+	k, err := open(ns)
+	if err != nil {
+		return err
+	}
+	defer k.Close()
 	return nl.DeleteByName(k, HostIfName(endpoint))
 }
 

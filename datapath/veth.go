@@ -10,14 +10,21 @@ import (
 )
 
 // PlumbVeth makes the veth pair of a local endpoint for the kernel
-// datapaths: its host side in host, named HostIfName and marked with
-// HostIfAlias, its peer in req.NetNS (opened with open) as req.IfName
-// with the endpoint's MAC, MTU, addresses and default routes. It is
-// idempotent: a pair that is already there keeps its interfaces and only
-// has its configuration made to match. A link of that name without the
-// endpoint's alias is someone else's and is refused. On error nothing it
-// made stays.
-func PlumbVeth(host nl.Kernel, open nl.OpenFunc, req PlumbRequest) (Plumbed, error) {
+// datapaths: its host side in the namespace at hostNS, named HostIfName
+// and marked with HostIfAlias, its peer in req.NetNS as req.IfName with
+// the endpoint's MAC, MTU, addresses and default routes, each namespace
+// opened with open for the call: a datapath plumbs while its Apply runs,
+// and the requests of one handle wait for each other on its sockets. It
+// is idempotent: a pair that is already there keeps its interfaces and
+// only has its configuration made to match. A link of that name without
+// the endpoint's alias is someone else's and is refused. On error nothing
+// it made stays.
+func PlumbVeth(open nl.OpenFunc, hostNS string, req PlumbRequest) (Plumbed, error) {
+	host, err := open(hostNS)
+	if err != nil {
+		return Plumbed{}, err
+	}
+	defer host.Close()
 	e := req.Endpoint
 	out := Plumbed{HostIf: HostIfName(e.Name), MTU: EndpointMTU(req.Network, req.MTU), Gateways: Gateways(e, req.Network)}
 	alias := HostIfAlias(e.Name)
@@ -60,10 +67,16 @@ func PlumbVeth(host nl.Kernel, open nl.OpenFunc, req PlumbRequest) (Plumbed, err
 	return out, nil
 }
 
-// UnplumbVeth deletes an endpoint's veth pair by its host side (the peer
-// goes with it, wherever it is). A pair that is not there is not an
+// UnplumbVeth deletes an endpoint's veth pair by its host side in the
+// namespace at hostNS (the peer goes with it, wherever it is), on a handle
+// opened with open for the call. A pair that is not there is not an
 // error.
-func UnplumbVeth(host nl.Kernel, endpoint string) error {
+func UnplumbVeth(open nl.OpenFunc, hostNS, endpoint string) error {
+	host, err := open(hostNS)
+	if err != nil {
+		return err
+	}
+	defer host.Close()
 	return nl.DeleteByName(host, HostIfName(endpoint))
 }
 

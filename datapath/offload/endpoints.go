@@ -34,7 +34,7 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 	switch e.Kind {
 	case plan.KindTap:
 		d.gate.Plumbing(e.Name)
-		return datapath.PlumbTap(d.k, req)
+		return datapath.PlumbTap(d.opts.Open, d.k.Path(), req)
 	case plan.KindVFIO:
 		return d.plumbVFIO(req)
 	case plan.KindVF:
@@ -44,20 +44,20 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 		return datapath.Plumbed{}, fmt.Errorf("offload datapath: endpoint %s of kind %q: %w", e.Name, e.Kind, datapath.ErrKind)
 	}
 	d.gate.Plumbing(e.Name)
-	return datapath.PlumbVeth(d.k, d.opts.Open, req)
+	return datapath.PlumbVeth(d.opts.Open, d.k.Path(), req)
 }
 
 // Unplumb implements datapath.Datapath.
 func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error {
 	switch req.Endpoint.Kind {
 	case plan.KindTap:
-		return datapath.UnplumbTap(d.k, req.Endpoint.Name)
+		return datapath.UnplumbTap(d.opts.Open, d.k.Path(), req.Endpoint.Name)
 	case plan.KindVFIO:
 		return d.unplumbVFIO(req.Endpoint)
 	case plan.KindVF:
 		return d.unplumbVF(req)
 	}
-	return datapath.UnplumbVeth(d.k, req.Endpoint.Name)
+	return datapath.UnplumbVeth(d.opts.Open, d.k.Path(), req.Endpoint.Name)
 }
 
 // Ready implements datapath.Datapath: the endpoint's decap rule was

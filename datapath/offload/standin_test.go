@@ -114,13 +114,7 @@ func newStandInRig(t *testing.T, nodeName, podName string, id int, hook func(plu
 
 	rig := &standInRig{p: p, node: nodeName, pod: podName, rep: rep, host: datapath.HostIfName("w")}
 	rig.plumb = func() {
-		k, err := nl.Open(node)
-		if err != nil {
-			t.Errorf("plumbing w: %v", err)
-			return
-		}
-		defer k.Close()
-		if _, err := datapath.PlumbVeth(k, nl.Open, datapath.PlumbRequest{Endpoint: w, Network: n, NetNS: pod, IfName: "eth0"}); err != nil {
+		if _, err := datapath.PlumbVeth(nl.Open, node, datapath.PlumbRequest{Endpoint: w, Network: n, NetNS: pod, IfName: "eth0"}); err != nil {
 			t.Errorf("plumbing w: %v", err)
 		}
 	}

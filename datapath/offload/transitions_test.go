@@ -308,7 +308,7 @@ func TestTransitionsFake(t *testing.T) {
 // the next Apply leaves nothing of its rules.
 func TestEndpointsFake(t *testing.T) {
 	hp, hw := datapath.HostIfName("p"), datapath.HostIfName("w")
-	w, k, dp := offloadNode(t, map[string]Port{"p": {Rep: hp}, "w": {Rep: "pf0vf3", Target: hw}})
+	w, _, dp := offloadNode(t, map[string]Port{"p": {Rep: hp}, "w": {Rep: "pf0vf3", Target: hw}})
 	w.AddNS("/run/netns/pod-p")
 	w.AddNS("/run/netns/pod-w")
 	p := plan.Endpoint{Name: "p", Network: "blue", Node: "n1", Kind: plan.KindVeth, MAC: "02:00:00:00:00:0d", VFIndex: -1,
@@ -324,7 +324,7 @@ func TestEndpointsFake(t *testing.T) {
 		t.Errorf("p ready before an Apply: %v %q", ok, why)
 	}
 	// The stand-in, plumbed as a test rig does.
-	if _, err := datapath.PlumbVeth(k, w.Open, datapath.PlumbRequest{Endpoint: v, Network: blueNet, NetNS: "/run/netns/pod-w", IfName: "eth0"}); err != nil {
+	if _, err := datapath.PlumbVeth(w.Open, "", datapath.PlumbRequest{Endpoint: v, Network: blueNet, NetNS: "/run/netns/pod-w", IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	wantPod := "link eth0 veth mtu 1450 up mac 02:00:00:00:00:0d peer " + hp + " in host\nlink lo device mtu 65536 up\naddr eth0 198.51.100.13/24\n"

@@ -94,7 +94,7 @@ func (d *Datapath) plumbVF(req datapath.PlumbRequest) (datapath.Plumbed, error) 
 	if standIn {
 		// A test rig's VF without a netdev: a veth stands in.
 		d.gate.Plumbing(e.Name)
-		return datapath.PlumbVeth(d.k, d.opts.Open, req)
+		return datapath.PlumbVeth(d.opts.Open, d.k.Path(), req)
 	}
 	mac, err := net.ParseMAC(e.MAC)
 	if err != nil {
@@ -149,7 +149,7 @@ func (d *Datapath) unplumbVF(req datapath.UnplumbRequest) error {
 	if pf == nil || !ok || v.PCIAddress == "" {
 		// A test rig's stand-in veth, if any; a VF that is not on this
 		// node has nothing to give back.
-		return datapath.UnplumbVeth(d.k, e.Name)
+		return datapath.UnplumbVeth(d.opts.Open, d.k.Path(), e.Name)
 	}
 	d.podVFs.mu.Lock()
 	defer d.podVFs.mu.Unlock()

@@ -30,10 +30,10 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 	switch e.Kind {
 	case plan.KindVeth:
 		d.gate.Plumbing(e.Name)
-		return datapath.PlumbVeth(d.k, d.open, req)
+		return datapath.PlumbVeth(d.open, d.k.Path(), req)
 	case plan.KindTap:
 		d.gate.Plumbing(e.Name)
-		return datapath.PlumbTap(d.k, req)
+		return datapath.PlumbTap(d.open, d.k.Path(), req)
 	}
 	return datapath.Plumbed{}, fmt.Errorf("software datapath: endpoint %s of kind %q: %w (it plumbs veth pairs and taps; VFs need a node with a switchdev eswitch)", e.Name, e.Kind, datapath.ErrKind)
 }
@@ -43,9 +43,9 @@ func (d *Datapath) Plumb(_ context.Context, req datapath.PlumbRequest) (datapath
 // link).
 func (d *Datapath) Unplumb(_ context.Context, req datapath.UnplumbRequest) error {
 	if req.Endpoint.Kind == plan.KindTap {
-		return datapath.UnplumbTap(d.k, req.Endpoint.Name)
+		return datapath.UnplumbTap(d.open, d.k.Path(), req.Endpoint.Name)
 	}
-	return datapath.UnplumbVeth(d.k, req.Endpoint.Name)
+	return datapath.UnplumbVeth(d.open, d.k.Path(), req.Endpoint.Name)
 }
 
 // Ready implements datapath.Datapath: the endpoint's host side is a port

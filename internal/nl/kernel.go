@@ -24,8 +24,10 @@ import (
 // deleting what is not there succeeds; every call that changes the
 // kernel counts in Writes. A Kernel is safe for concurrent use: each call
 // is a request of its own (a caller that reads, then writes, must not
-// expect the kernel unchanged in between); separate handles of one
-// namespace are independent.
+// expect the kernel unchanged in between), and the requests of one handle
+// wait for each other on its sockets: work that must not wait behind
+// another's (an endpoint plumbed while a reconcile runs) opens a handle
+// of its own. Separate handles of one namespace are independent.
 type Kernel interface {
 	// Path is the path the namespace was opened by ("" for the
 	// namespace the process was in at Open).
