@@ -93,6 +93,9 @@ type Datapath struct {
 	// software nodes, and the egress policy the node's stack enforces
 	// (inet skiff-policy, see nodepolicy.go).
 	k nl.Kernel
+	// plumbing is the same namespace's handle for setting and moving
+	// VFs (Plumb, Unplumb).
+	plumbing nl.Kernel
 	// nft: what the last write of that policy left, under d.op.
 	nft  nftState
 	prog *flower.Programmer
@@ -167,20 +170,27 @@ func New(o Options) (*Datapath, error) {
 	if o.Representor == nil {
 		o.Representor = ports.lookup
 	}
-	vfs := o.VFs
-	if vfs == nil {
-		vfs = newVFHost(o, k)
-	}
-	mover := o.Mover
-	if mover == nil {
-		mover = vf.NewMover(vf.MoverOptions{SysRoot: o.SysRoot, Host: k, Open: o.Open, Logger: o.Logger})
-	}
 	closers := []func() error{k.Close}
 	fail := func(err error) (*Datapath, error) {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 		return nil, fmt.Errorf("offload datapath: %w", err)
+	}
+	// VFs are set and moved on a handle of their own (Plumb runs while
+	// Apply does, and one handle's requests wait for each other).
+	plumbing, err := o.Open(k.Path())
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, plumbing.Close)
+	vfs := o.VFs
+	if vfs == nil {
+		vfs = newVFHost(o, plumbing)
+	}
+	mover := o.Mover
+	if mover == nil {
+		mover = vf.NewMover(vf.MoverOptions{SysRoot: o.SysRoot, Host: plumbing, Open: o.Open, Logger: o.Logger})
 	}
 	prog, err := flower.Open(k, o.Logger)
 	if err != nil {
@@ -207,7 +217,7 @@ func New(o Options) (*Datapath, error) {
 	if err := watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...); err != nil {
 		return fail(err)
 	}
-	return &Datapath{opts: o, log: o.Logger, k: k, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
+	return &Datapath{opts: o, log: o.Logger, k: k, plumbing: plumbing, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
 		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil, polW: map[string]int{"table": 0, "element": 0}}, nil
 }
 
@@ -272,6 +282,7 @@ func (d *Datapath) Close() {
 	d.watch.Close()
 	d.pol.Close()
 	d.prog.Close()
+	d.plumbing.Close()
 	d.k.Close()
 }
 
