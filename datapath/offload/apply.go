@@ -74,7 +74,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	fixes, drifted := d.forget(byName)
 	d.clock.mark("watch")
 	if !drifted && d.last.valid && maps.Equal(byName, d.last.links) &&
-		maps.Equal(reps, d.last.in.Reps) && maps.Equal(targets, d.last.in.Targets) {
+		maps.Equal(reps, d.last.reps) && maps.Equal(targets, d.last.targets) {
 		// Links, ports and Skiff's filters are what the last Apply
 		// left (but for the filters someone else deleted or changed,
 		// put back first): the plan's difference alone, where it can
@@ -87,6 +87,8 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		case err != nil:
 		case c.same:
 			err = nil // nothing to compile, nothing to write
+		case len(c.remotes) > 0 && d.touchesRefused(d.last.plan, p, c.remotes):
+			err = flower.ErrNotIncremental
 		case len(c.remotes) > 0:
 			err = d.applyRemotes(p, c.remotes)
 		case c.group != "":
@@ -140,9 +142,14 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	in := flower.Input{Reps: reps, Targets: targets, Gateways: gws, HostPorts: hps, VXLAN: VXLANName}
 	rules, err := flower.Compile(p, in)
-	if err != nil {
+	refused := flower.RefusedNetworks(err)
+	if err != nil && refused == nil {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
+	// A refused network is left out of everything below (refused.go).
+	in, refusedEps := refuse(p, in, refused)
+	gws, hps = in.Gateways, in.HostPorts
+	d.noteRefused(refused, refusedEps)
 	// A policy that does not compile leaves the installed one in place.
 	polRules, polErr := flower.CompilePolicy(p, in, rules)
 	if polErr != nil {
@@ -259,7 +266,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// if they differ from those this Apply worked with only by what
 		// it did itself (someone else's change: the next Apply looks).
 		if now, err := d.relist(); err == nil && ownChanges(byName, now) && onlyGateways(listed, byName) {
-			d.last = lastApply{plan: p.Clone(), links: now, in: in, valid: true}
+			d.last = lastApply{plan: p.Clone(), links: now, in: in, reps: reps, targets: targets, valid: true}
 		}
 	}
 	errs = append(errs, d.sweep(p, true)...)
@@ -348,8 +355,11 @@ func onlyGateways(before, after map[string]nl.Link) bool {
 type lastApply struct {
 	plan  plan.Plan
 	links map[string]nl.Link
-	in    flower.Input
-	valid bool
+	// in is what the rules were compiled with (refused networks out);
+	// reps and targets are the ports found (refused networks' in).
+	in            flower.Input
+	reps, targets map[string]string
+	valid         bool
 }
 
 // sweep removes what the agent's restarts and dead namespaces left: taps

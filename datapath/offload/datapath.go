@@ -145,6 +145,10 @@ type Datapath struct {
 	drift   int            // devices changed by someone else, seen
 	last    lastApply
 	clock   phaseClock // the parts of the last Apply, under d.op
+	// What the last whole Apply refused (refused.go): networks with
+	// why, and their local endpoints.
+	refusedNets map[string]string
+	refusedEps  map[string]refusal
 }
 
 // New opens the netlink sockets of a datapath.

@@ -69,6 +69,9 @@ func (d *Datapath) Ready(endpoint string) (bool, string) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if r, ok := d.refusedEps[endpoint]; ok {
+		return false, r.reason
+	}
 	for _, s := range d.states {
 		if s.Rule.Endpoint == endpoint && s.Rule.Kind == flower.KindDecap {
 			if s.State == "" {
@@ -104,6 +107,11 @@ func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
 				Reason: s.Reason, Handle: s.Handle, Packets: s.Packets, Bytes: s.Bytes, HWPackets: s.HWPackets, HWBytes: s.HWBytes})
 		}
 	}
+	d.mu.Lock()
+	for ep, r := range d.refusedEps {
+		byEp[ep] = append(byEp[ep], datapath.Rule{Device: r.rep, Kind: RefusedKind, Reason: r.reason})
+	}
+	d.mu.Unlock()
 	for _, s := range pol {
 		kind := "policy"
 		if s.Rule.Direction != "" {

@@ -11,6 +11,7 @@ var (
 	offPackets = prometheus.NewDesc("skiff_agent_offload_rule_packets_total", "Packets matched by an endpoint's offload rules, by rule kind (tc statistics; hardware included where offloaded).", []string{"endpoint", "kind"}, nil)
 	offBytes   = prometheus.NewDesc("skiff_agent_offload_rule_bytes_total", "Bytes matched by an endpoint's offload rules, by rule kind.", []string{"endpoint", "kind"}, nil)
 	offWrites  = prometheus.NewDesc("skiff_agent_offload_writes", "Netlink writes of the offload datapath since start (links, qdiscs, filters).", nil, nil)
+	offRefused = prometheus.NewDesc("skiff_agent_offload_network_refused", "1 for each network the offload datapath cannot express on this node (its endpoints here get no rules; the reason is in the agent's log and each endpoint's rule states).", []string{"network"}, nil)
 	offPolicy  = prometheus.NewDesc("skiff_agent_offload_policy_filters", "Policy tc-flower filters (conntrack pipeline and rules) by state (hardware, software, refused, or empty when not installed).", []string{"state"}, nil)
 )
 
@@ -20,10 +21,14 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- offBytes
 	ch <- offWrites
 	ch <- offPolicy
+	ch <- offRefused
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(offWrites, prometheus.GaugeValue, float64(c.d.Writes()))
+	for n := range c.d.RefusedNetworks() {
+		ch <- prometheus.MustNewConstMetric(offRefused, prometheus.GaugeValue, 1, n)
+	}
 	pol := map[string]int{}
 	for _, s := range c.d.PolicyRules() {
 		pol[s.State]++

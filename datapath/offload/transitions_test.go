@@ -186,14 +186,22 @@ func offloadPlan(nets []plan.Network, locals []plan.Endpoint, remotes ...plan.Re
 	return p
 }
 
+// threeEndpoints is the fake node of the tables with a and b on blue and
+// c on red (on pf0vf0-2), and the remote endpoints r1 (behind 192.0.2.2)
+// and r2 (behind 192.0.2.3).
+func threeEndpoints(t *testing.T) (w *nltest.World, dp *Datapath, a, b, c plan.Endpoint, r1, r2 plan.Remote) {
+	w, _, dp = offloadNode(t, map[string]Port{"a": {Rep: "pf0vf0"}, "b": {Rep: "pf0vf1"}, "c": {Rep: "pf0vf2"}})
+	a = local("a", "blue", "02:00:00:00:00:0a", "198.51.100.10/24")
+	b = local("b", "blue", "02:00:00:00:00:0b", "198.51.100.11/24")
+	c = local("c", "red", "02:00:00:00:00:0c", "203.0.113.10/24")
+	r1 = remote("r1", "02:00:00:00:00:01", "198.51.100.5/24", vtep2)
+	r2 = remote("r2", "02:00:00:00:00:02", "198.51.100.6/24", vtep3)
+	return w, dp, a, b, c, r1, r2
+}
+
 func TestTransitionsFake(t *testing.T) {
-	w, _, dp := offloadNode(t, map[string]Port{"a": {Rep: "pf0vf0"}, "b": {Rep: "pf0vf1"}, "c": {Rep: "pf0vf2"}})
+	w, dp, a, b, c, r1, r2 := threeEndpoints(t)
 	ns := w.NS("")
-	a := local("a", "blue", "02:00:00:00:00:0a", "198.51.100.10/24")
-	b := local("b", "blue", "02:00:00:00:00:0b", "198.51.100.11/24")
-	c := local("c", "red", "02:00:00:00:00:0c", "203.0.113.10/24")
-	r1 := remote("r1", "02:00:00:00:00:01", "198.51.100.5/24", vtep2)
-	r2 := remote("r2", "02:00:00:00:00:02", "198.51.100.6/24", vtep3)
 	r2moved := r2
 	r2moved.VTEP = vtep2
 	blueSNAT, blueRouted := blueNet, blueNet

@@ -30,6 +30,16 @@ func RemoteRules(p plan.Plan, in Input, names []string) ([]Rule, error) {
 		return nil, nil
 	}
 	all, err := Compile(q, in)
+	if refused := RefusedNetworks(err); refused != nil {
+		// Another network refused is none of these endpoints' business;
+		// their own refused is decided by compiling the whole plan.
+		for _, n := range names {
+			if r, ok := q.Remote[n]; ok && refused[r.Network] != nil {
+				return nil, fmt.Errorf("remote endpoint %s: %w: %w", n, ErrNotIncremental, refused[r.Network])
+			}
+		}
+		err = nil
+	}
 	if err != nil {
 		return nil, err
 	}

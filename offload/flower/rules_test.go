@@ -2,6 +2,7 @@ package flower
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
@@ -338,5 +339,69 @@ func TestCookieForUnchanged(t *testing.T) {
 		if got, want := cookieFor(devs, r), cookie(r.MatchKey(), all); !bytes.Equal(got, want) {
 			t.Errorf("%s: cookie %x, want %x", r, got, want)
 		}
+	}
+}
+
+// A network Compile cannot express is refused alone: the rules of the
+// others are those of a plan without it, and the error names it.
+func TestCompileRefusesOneNetwork(t *testing.T) {
+	p, reps := base()
+	p.Networks["green"] = plan.Network{Name: "green", VNI: 200, FloodVTEPs: vteps("192.0.2.2")}
+	p.Local["g"] = plan.Endpoint{Name: "g", Network: "green", MAC: "02:00:00:00:00:1a", IPs: pfx("203.0.113.10/24"), VFIndex: -1}
+	reps["g"], reps["h"] = "repg", "reph" // h: only in one case
+	in := Input{Reps: reps, VXLAN: "skvx"}
+	green, err := Compile(p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blueOnly, _ := base()
+	want, err := Compile(blueOnly, Input{Reps: map[string]string{"a": "repa", "b": "repb"}, VXLAN: "skvx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(p *plan.Plan){
+		"more VTEPs than its flood rules hold": func(p *plan.Plan) {
+			n := p.Networks["green"]
+			for i := range 60 {
+				n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}))
+			}
+			p.Networks["green"] = n
+		},
+		"a local endpoint's MAC": func(p *plan.Plan) { e := p.Local["g"]; e.MAC = "zz"; p.Local["g"] = e },
+		"a remote endpoint's VTEP": func(p *plan.Plan) {
+			p.Remote["rg"] = plan.Remote{Name: "rg", Network: "green", VTEP: netip.MustParseAddr("2001:db8::2"), MAC: "02:00:00:00:00:1b"}
+		},
+		"a duplicate MAC": func(p *plan.Plan) {
+			p.Local["h"] = plan.Endpoint{Name: "h", Network: "green", MAC: "02:00:00:00:00:1a", IPs: pfx("203.0.113.11/24"), VFIndex: -1}
+		},
+		"its VNI": func(p *plan.Plan) { n := p.Networks["green"]; n.VNI = 0; p.Networks["green"] = n },
+	} {
+		q := p.Clone()
+		change(&q)
+		got, err := Compile(q, in)
+		refused := RefusedNetworks(err)
+		if len(refused) != 1 || refused["green"] == nil {
+			t.Errorf("%s: error %v, want green refused alone", name, err)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "network green refused: ") {
+			t.Errorf("%s: error %q does not name the network first", name, err)
+		}
+		if !slices.Equal(render(got), render(want)) {
+			t.Errorf("%s: rules\n%s\nwant blue's alone\n%s", name, strings.Join(render(got), "\n"), strings.Join(render(want), "\n"))
+		}
+		// The remote endpoints of blue still change alone; green's
+		// are not incremental while green is refused.
+		if _, err := RemoteRules(q, in, []string{"r1"}); err != nil {
+			t.Errorf("%s: blue's remote: %v", name, err)
+		}
+		if _, ok := q.Remote["rg"]; ok {
+			if _, err := RemoteRules(q, in, []string{"rg"}); !errors.Is(err, ErrNotIncremental) {
+				t.Errorf("%s: green's remote: %v, want ErrNotIncremental", name, err)
+			}
+		}
+	}
+	if len(green) <= len(want) {
+		t.Errorf("green has no rules of its own: %d against %d", len(green), len(want))
 	}
 }

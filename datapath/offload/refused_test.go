@@ -1,0 +1,107 @@
+package offload
+
+import (
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/skiff-sdn/skiff/internal/nl/nltest"
+	"github.com/skiff-sdn/skiff/internal/plan"
+)
+
+// A network the offload compile cannot express (more VTEPs than its
+// flood rules hold) is refused alone, on the fake: the Apply succeeds,
+// blue's rules stay exactly as they were and keep changing in place,
+// red's are removed, its endpoint c is not ready with the reason, which
+// its rule states (Counters, what skiffctl shows) and RefusedNetworks
+// give too; when red fits again, its rules come back.
+func TestRefusedNetworkFake(t *testing.T) {
+	w, dp, a, b, c, r1, r2 := threeEndpoints(t)
+	ns := w.NS("")
+	r2.VTEP = vtep2
+	locals := []plan.Endpoint{a, b, c}
+	big := redNet
+	big.FloodVTEPs = nil
+	for i := range 60 {
+		big.FloodVTEPs = append(big.FloodVTEPs, netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 100)}))
+	}
+	// red refused, with a policy isolating c both ways: nothing of it
+	// either (its filters would lead into rules that are not there).
+	refused := func(remotes ...plan.Remote) plan.Plan {
+		p := offloadPlan([]plan.Network{blueNet, big}, locals, remotes...)
+		p.Policies["c"] = plan.EndpointPolicy{Endpoint: "c", IngressIsolated: true, EgressIsolated: true}
+		return p
+	}
+	// Compared without filter handles: these steps reach the states of
+	// TestTransitionsFake in another order, and the kernel's handles
+	// follow the order of writes.
+	handles := regexp.MustCompile(` handle 0x[0-9a-f]+`)
+	show := func(s string) string {
+		ls := strings.Split(handles.ReplaceAllString(nltest.ShortCookies(s), ""), "\n")
+		for i := 0; i < len(ls); {
+			j := i
+			for j < len(ls) && strings.HasPrefix(ls[j], "filter ") {
+				j++
+			}
+			slices.Sort(ls[i:j]) // each run of filters, without the order of handles
+			i = max(j, i+1)
+		}
+		return strings.Join(ls, "\n")
+	}
+	both := nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), red, isolation(none("skg100"), none("skg200")))
+	// red's gateway stays (and the node's isolation of it); nothing of
+	// red's in the eswitch.
+	redRefused := nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), strings.Join(strings.Split(red, "\n")[:5], "\n"),
+		isolation(none("skg100"), none("skg200")))
+	withR2 := func(s string) string { return show(nltest.Expect(s, r2Rules("192.0.2.2"))) }
+	both, redRefused = show(both), show(redRefused)
+	ready := func(want map[string]string) func(t *testing.T) {
+		return func(t *testing.T) {
+			t.Helper()
+			for ep, why := range want {
+				ok, reason := dp.Ready(ep)
+				if ok != (why == "") || !strings.Contains(reason, why) {
+					t.Errorf("Ready(%s) = %v %q, want ready %v with a reason containing %q", ep, ok, reason, why == "", why)
+				}
+			}
+		}
+	}
+	const reason = "network red is not offloaded on this node: networks[red].floodVTEPs: broadcast from c: 60 copies need 20 flood filters, more than Skiff's 14 priorities"
+	refusedState := func(t *testing.T) {
+		t.Helper()
+		ready(map[string]string{"a": "", "b": "", "c": reason})(t)
+		if got := dp.RefusedNetworks(); len(got) != 1 || !strings.Contains(got["red"], "60 copies need 20 flood filters") {
+			t.Errorf("RefusedNetworks() = %q", got)
+		}
+		cs, err := dp.Counters(refused(r1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := cs.Endpoints["c"].Rules
+		if len(rs) != 1 || rs[0].Kind != RefusedKind || rs[0].Device != "pf0vf2" || rs[0].State != "" || rs[0].Reason != reason {
+			t.Errorf("c's rule states %+v, want one %s on pf0vf2 with the reason", rs, RefusedKind)
+		}
+		if len(cs.Endpoints["a"].Rules) == 0 {
+			t.Errorf("a has no rule states")
+		}
+	}
+	apply := func(p plan.Plan) func() error { return func() error { return dp.Apply(p) } }
+	nltest.Table{NS: ns, Writes: dp.Writes, Show: show}.Run(t, []nltest.Step{
+		{Name: "blue and red", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1)), Want: both, Writes: nltest.AnyWrites,
+			After: ready(map[string]string{"a": "", "b": "", "c": ""})},
+		{Name: "red floods to 60 VTEPs: refused alone, its rules removed, blue's untouched",
+			Apply: apply(refused(r1)), Want: redRefused, Writes: nltest.AnyWrites, After: refusedState},
+		{Name: "the same plan again: nothing written", Apply: apply(refused(r1)), Want: redRefused, Writes: 0},
+		{Name: "a remote endpoint of blue: its rules alone, in place", Apply: apply(refused(r1, r2)),
+			Want: withR2(redRefused), Writes: 4, After: refusedState},
+		{Name: "red back to two VTEPs: its rules again", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1, r2)),
+			Want: withR2(both), Writes: nltest.AnyWrites, After: func(t *testing.T) {
+				ready(map[string]string{"a": "", "b": "", "c": ""})(t)
+				if got := dp.RefusedNetworks(); len(got) != 0 {
+					t.Errorf("RefusedNetworks() = %q after red fits again", got)
+				}
+			}},
+	})
+}
