@@ -235,11 +235,11 @@ devlink pci/0000:03:00.0 eswitch switchdev`
 		return "link " + name + " device mtu 1500 " + state + " switchid " + sw + " hw-tc"
 	}
 	adopted := func(ep, home string) string {
-		return "link " + datapath.HostIfName(ep) + " device mtu 1500 up alias skiff:rep ep=" + ep + " home=" + home + " switchid " + sw + " hw-tc"
+		return "link " + datapath.HostIfName(ep) + " device mtu 1500 up alias skiff:rep ep=" + ep + " home=" + home + " switchid " + sw + " hw-tc" + bridgePort
 	}
 	nltest.Table{NS: ns, Writes: dp.Writes, Show: nltest.ShortCookies}.Run(t, dpuSteps(dp, expect(foreign, rep("pf0vf0", "down"), rep("pf0vf1", "down")),
-		expect(foreign, dpuGateway, isolated("skg100"), adopted("v0", "pf0vf0"), rep("pf0vf1", "down"), rulesV0),
-		expect(foreign, dpuGateway, isolated("skg100"), adopted("v0", "pf0vf0"), adopted("v1", "pf0vf1"), rulesBoth),
-		expect(foreign, dpuGateway, isolated("skg100"), rep("pf0vf0", "down"), "qdisc pf0vf0 clsact", adopted("v1", "pf0vf1"), rulesV1),
+		expect(foreign, dpuGateway, isolated("skg100"), adopted("v0", "pf0vf0"), rep("pf0vf1", "down"), rulesV0, replicated("HV0")),
+		expect(foreign, dpuGateway, isolated("skg100"), adopted("v0", "pf0vf0"), adopted("v1", "pf0vf1"), rulesBoth, replicated("HV0", "HV1")),
+		expect(foreign, dpuGateway, isolated("skg100"), rep("pf0vf0", "down"), "qdisc pf0vf0 clsact", adopted("v1", "pf0vf1"), rulesV1, replicated("HV1")),
 		expect(foreign, rep("pf0vf0", "down"), rep("pf0vf1", "down"), "qdisc pf0vf0 clsact\nqdisc pf0vf1 clsact")))
 }

@@ -10,13 +10,18 @@ import (
 // What the offload-wrapping table wants of the rules: the host's
 // endpoints on their adopted representors (HV0, HV1) reach the gateway
 // 198.51.100.1 (its MAC on skh100), each other and r (198.51.100.5,
-// :01) behind 192.0.2.2, and flood to each other and to 192.0.2.2; the
-// gateway port and the VXLAN device deliver to them.
+// :01) behind 192.0.2.2; the gateway port and the VXLAN device deliver
+// to them. Their broadcast and multicast go through the replication
+// bridge (replicated), flooding to each other and to 192.0.2.2.
 
-// dpuGateway are blue's gateway pair and the VXLAN device, offloaded.
+// bridgePort is how State prints a port of the replication bridge.
+const bridgePort = " master skrb learning off neigh_suppress off hairpin off flood off"
+
+// dpuGateway are blue's gateway pair and the VXLAN device, offloaded,
+// the gateway's port and the VXLAN device on the replication bridge.
 const dpuGateway = `link skg100 veth mtu 1450 up mac 02:73:6b:00:00:64 alias skiff:gateway:blue peer skh100
-link skh100 veth mtu 1450 up alias skiff:gateway-port:blue peer skg100
-link skvx vxlan mtu 1450 up alias skiff:vxlan:external external dstport 4789 hw-tc
+link skh100 veth mtu 1450 up alias skiff:gateway-port:blue peer skg100` + bridgePort + ` isolated on
+link skvx vxlan mtu 1450 up alias skiff:vxlan:external external dstport 4789 hw-tc` + bridgePort + ` isolated on vlan_tunnel on
 addr skg100 198.51.100.1/24
 qdisc skh100 clsact
 qdisc skvx clsact`
@@ -55,6 +60,18 @@ const (
 
 func to(dev string) string { return fmt.Sprintf(redirect, dev) }
 
+// replicated is the replication bridge of blue (VLAN 1, VNI 100,
+// flooding to 192.0.2.2) with the adopted representors hosts (HV0, HV1)
+// and the gateway's port as its access ports.
+func replicated(hosts ...string) string {
+	ls := []string{"link skrb bridge mtu 1450 up alias skiff:replication vlan_filtering", "vlan skh100 1 access", "vlan skvx 1 tunnel 100",
+		"fdb skvx 00:00:00:00:00:00 dst 192.0.2.2 self permanent vni 100 src_vni 100"}
+	for _, h := range hosts {
+		ls = append(ls, "vlan "+h+" 1 access")
+	}
+	return lines(ls...)
+}
+
 var (
 	// v0 alone.
 	rulesV0 = lines(
@@ -64,27 +81,22 @@ var (
 		filter("HV0", "3 21248 arp 0x2", arpR, encap, toVX),
 		filter("HV0", "3 21249 all 0x3", toR, encap, toVX),
 		filter("HV0", "3 21249 all 0x4", toGWMAC, toGW),
-		filter("HV0", "3 21250 all 0x5", flood, encap, toVX),
 		filter("skh100", entry, "", "gact goto chain 3"),
 		filter("skh100", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
 		filter("skh100", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10", to("HV0")),
-		filter("skh100", "3 21250 all 0x4", flood, to("HV0")),
 		filter("skvx", entry, "", "gact goto chain 3"),
 		filter("skvx", "3 21248 arp 0x2", decap+" "+fmt.Sprintf(arpFor, "198.51.100.10"), unset, to("HV0")),
-		filter("skvx", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10 "+decap, unset, to("HV0")),
-		filter("skvx", "3 21250 all 0x4", flood+" "+decap, unset, to("HV0")))
-	// v0 and v1: v1's rules, and v0's toward v1 added (its flood
-	// replaced in place).
+		filter("skvx", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10 "+decap, unset, to("HV0")))
+	// v0 and v1: v1's rules, and v0's toward v1 added.
 	rulesBoth = lines(
 		"qdisc HV0 clsact",
 		filter("HV0", entry, "", "gact goto chain 3"),
 		filter("HV0", "3 21248 arp 0x1", arpGW, toGW),
 		filter("HV0", "3 21248 arp 0x2", arpR, encap, toVX),
-		filter("HV0", "3 21248 arp 0x6", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
+		filter("HV0", "3 21248 arp 0x5", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
 		filter("HV0", "3 21249 all 0x3", toR, encap, toVX),
 		filter("HV0", "3 21249 all 0x4", toGWMAC, toGW),
-		filter("HV0", "3 21249 all 0x7", "dst_mac 02:00:00:00:00:11", to("HV1")),
-		filter("HV0", "3 21250 all 0x5", flood, fmt.Sprintf(mirror, "HV1"), encap, toVX),
+		filter("HV0", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11", to("HV1")),
 		"qdisc HV1 clsact",
 		filter("HV1", entry, "", "gact goto chain 3"),
 		filter("HV1", "3 21248 arp 0x1", arpGW, toGW),
@@ -93,21 +105,17 @@ var (
 		filter("HV1", "3 21249 all 0x4", toR, encap, toVX),
 		filter("HV1", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:10", to("HV0")),
 		filter("HV1", "3 21249 all 0x6", toGWMAC, toGW),
-		filter("HV1", "3 21250 all 0x7", flood, fmt.Sprintf(mirror, "HV0"), encap, toVX),
 		filter("skh100", entry, "", "gact goto chain 3"),
 		filter("skh100", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
-		filter("skh100", "3 21248 arp 0x5", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
+		filter("skh100", "3 21248 arp 0x4", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
 		filter("skh100", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10", to("HV0")),
-		filter("skh100", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11", to("HV1")),
-		filter("skh100", "3 21250 all 0x4", flood, fmt.Sprintf(mirror, "HV0"), to("HV1")),
+		filter("skh100", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:11", to("HV1")),
 		filter("skvx", entry, "", "gact goto chain 3"),
 		filter("skvx", "3 21248 arp 0x2", decap+" "+fmt.Sprintf(arpFor, "198.51.100.10"), unset, to("HV0")),
-		filter("skvx", "3 21248 arp 0x5", decap+" "+fmt.Sprintf(arpFor, "198.51.100.11"), unset, to("HV1")),
+		filter("skvx", "3 21248 arp 0x4", decap+" "+fmt.Sprintf(arpFor, "198.51.100.11"), unset, to("HV1")),
 		filter("skvx", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10 "+decap, unset, to("HV0")),
-		filter("skvx", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11 "+decap, unset, to("HV1")),
-		filter("skvx", "3 21250 all 0x4", flood+" "+decap, unset, fmt.Sprintf(mirror, "HV0"), to("HV1")))
-	// v1 alone once v0 left: v1's rules toward v0 gone, the floods
-	// replaced in place.
+		filter("skvx", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:11 "+decap, unset, to("HV1")))
+	// v1 alone once v0 left: v1's rules toward v0 gone.
 	rulesV1 = lines(
 		"qdisc HV1 clsact",
 		filter("HV1", entry, "", "gact goto chain 3"),
@@ -115,15 +123,12 @@ var (
 		filter("HV1", "3 21248 arp 0x3", arpR, encap, toVX),
 		filter("HV1", "3 21249 all 0x4", toR, encap, toVX),
 		filter("HV1", "3 21249 all 0x6", toGWMAC, toGW),
-		filter("HV1", "3 21250 all 0x7", flood, encap, toVX),
 		filter("skh100", entry, "", "gact goto chain 3"),
-		filter("skh100", "3 21248 arp 0x5", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
-		filter("skh100", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11", to("HV1")),
-		filter("skh100", "3 21250 all 0x4", flood, to("HV1")),
+		filter("skh100", "3 21248 arp 0x4", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
+		filter("skh100", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:11", to("HV1")),
 		filter("skvx", entry, "", "gact goto chain 3"),
-		filter("skvx", "3 21248 arp 0x5", decap+" "+fmt.Sprintf(arpFor, "198.51.100.11"), unset, to("HV1")),
-		filter("skvx", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11 "+decap, unset, to("HV1")),
-		filter("skvx", "3 21250 all 0x4", flood+" "+decap, unset, to("HV1")))
+		filter("skvx", "3 21248 arp 0x4", decap+" "+fmt.Sprintf(arpFor, "198.51.100.11"), unset, to("HV1")),
+		filter("skvx", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:11 "+decap, unset, to("HV1")))
 )
 
 func lines(ls ...string) string { return strings.Join(ls, "\n") }

@@ -229,6 +229,21 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err := d.pol.Delete(stale); err != nil {
 		errs = append(errs, err)
 	}
+	// Broadcast and multicast: the replication path (replication.go),
+	// and from a stand-in's representor to the stand-in (standin.go).
+	if err := d.replication(p, in, byName); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.standIns(in, byName); err != nil {
+		errs = append(errs, err)
+	}
+	// The links as the replication path left them (its bridge, ports
+	// moved into it): what the next Apply compares with.
+	if relisted, err := d.links(); err == nil {
+		byName = relisted
+	} else {
+		errs = append(errs, err)
+	}
 	// The node's routes into the host ports once their rules are in.
 	if err := d.hostRouting(p, gws, hps, byName); err != nil {
 		errs = append(errs, err)
@@ -332,14 +347,25 @@ func hasPairs(links map[string]nl.Link) bool {
 }
 
 // onlyGateways reports whether the links after differ from those before
-// only in the networks' gateway and host port pairs and the VXLAN device
-// (Apply makes and removes them between the two listings).
+// only in the networks' gateway and host port pairs, the VXLAN device and
+// the replication bridge, and in links joining or leaving that bridge
+// (Apply makes these changes between the two listings).
 func onlyGateways(before, after map[string]nl.Link) bool {
 	gw := func(name string) bool {
-		return name == VXLANName || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh") || strings.HasPrefix(name, "skn")
+		return name == VXLANName || name == ReplicationName || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh") || strings.HasPrefix(name, "skn")
+	}
+	bridges := map[int]bool{}
+	for _, ls := range []map[string]nl.Link{before, after} {
+		if br, ok := ls[ReplicationName]; ok {
+			bridges[br.Index] = true
+		}
 	}
 	for name, l := range after {
-		if b, ok := before[name]; !gw(name) && (!ok || b != l) {
+		b, ok := before[name]
+		if ok && (bridges[b.Master] || bridges[l.Master]) {
+			b.Master = l.Master
+		}
+		if !gw(name) && (!ok || b != l) {
 			return false
 		}
 	}

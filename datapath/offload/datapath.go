@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl"
@@ -100,6 +101,9 @@ type Datapath struct {
 	nft  nftState
 	prog *flower.Programmer
 	pol  *flower.PolicyProgrammer
+	// tcc writes the stand-ins' egress filters; tccWrites counts them.
+	tcc       tc.Client
+	tccWrites atomic.Int64
 	// Notifications of tc changes made by others.
 	watch tc.Watcher
 	// Link notifications (anyone's): none since the last listing
@@ -218,10 +222,16 @@ func New(o Options) (*Datapath, error) {
 		return fail(fmt.Errorf("link notifications: %w", err))
 	}
 	closers = append(closers, linkEv.Close)
-	if err := watch.Ignore(append(prog.PortIDs(), pol.PortIDs()...)...); err != nil {
+	// The stand-ins' egress filters (standin.go).
+	tcc, err := k.TC(1)
+	if err != nil {
 		return fail(err)
 	}
-	return &Datapath{opts: o, log: o.Logger, k: k, plumbing: plumbing, prog: prog, pol: pol, watch: watch, linkEv: linkEv,
+	closers = append(closers, tcc.Close)
+	if err := watch.Ignore(slices.Concat(prog.PortIDs(), pol.PortIDs(), tcc.PortIDs())...); err != nil {
+		return fail(err)
+	}
+	return &Datapath{opts: o, log: o.Logger, k: k, plumbing: plumbing, prog: prog, pol: pol, tcc: tcc, watch: watch, linkEv: linkEv,
 		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil, polW: map[string]int{"table": 0, "element": 0}}, nil
 }
 
@@ -286,6 +296,7 @@ func (d *Datapath) Close() {
 	d.watch.Close()
 	d.pol.Close()
 	d.prog.Close()
+	d.tcc.Close()
 	d.plumbing.Close()
 	d.k.Close()
 }
@@ -294,7 +305,7 @@ func (d *Datapath) Close() {
 // far (filters, and through the namespace's handle links, addresses,
 // routes, neighbours, nftables and sysctls).
 func (d *Datapath) Writes() int {
-	return d.prog.Writes() + d.pol.Writes() + d.k.Writes()
+	return d.prog.Writes() + d.pol.Writes() + d.k.Writes() + int(d.tccWrites.Load())
 }
 
 // TCMessages is the number of tc netlink messages (filters and qdiscs:

@@ -83,12 +83,16 @@ func (d *Datapath) neighbours(p plan.Plan) error {
 }
 
 // vtepUse counts the users of each VTEP of p: networks flooding to it
-// and remote endpoints (of a network of p) behind it.
+// and remote endpoints (of a network of p) behind it. The tunnel is
+// IPv4: an IPv6 VTEP is not one of its (the compile refuses a network
+// with a remote endpoint behind one).
 func vtepUse(p plan.Plan) map[netip.Addr]int {
 	use := map[netip.Addr]int{}
 	for _, n := range p.Networks {
 		for _, v := range n.FloodVTEPs {
-			use[v]++
+			if v.Is4() {
+				use[v]++
+			}
 		}
 	}
 	for _, r := range p.Remote {
@@ -102,7 +106,7 @@ func vtepUse(p plan.Plan) map[netip.Addr]int {
 // remoteVTEP is the VTEP of r that vtepUse counts.
 func remoteVTEP(p plan.Plan, r plan.Remote) (netip.Addr, bool) {
 	_, ok := p.Networks[r.Network]
-	return r.VTEP, ok && r.VTEP.IsValid()
+	return r.VTEP, ok && r.VTEP.Is4()
 }
 
 // resolve asks the kernel to resolve the underlay next hops of the VTEPs

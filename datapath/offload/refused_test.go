@@ -11,26 +11,25 @@ import (
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
-// A network the offload compile cannot express (more VTEPs than its
-// flood rules hold) is refused alone, on the fake: the Apply succeeds,
+// A network the offload compile cannot express (a remote endpoint behind
+// an IPv6 VTEP, which this IPv4 tunnel cannot reach) is refused alone, on the fake: the Apply succeeds,
 // blue's rules stay exactly as they were and keep changing in place,
 // red's are removed, its endpoint c is not ready with the reason, which
 // its rule states (Counters, what skiffctl shows) and RefusedNetworks
-// give too; when red fits again, its rules come back.
+// give too; without that endpoint, its rules come back.
 func TestRefusedNetworkFake(t *testing.T) {
 	w, dp, a, b, c, r1, r2 := threeEndpoints(t)
 	ns := w.NS("")
 	r2.VTEP = vtep2
 	locals := []plan.Endpoint{a, b, c}
-	big := redNet
-	big.FloodVTEPs = nil
-	for i := range 60 {
-		big.FloodVTEPs = append(big.FloodVTEPs, netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 100)}))
-	}
+	// A remote endpoint of red behind an IPv6 VTEP (a node whose
+	// underlay is IPv6): this node's tunnel is IPv4 and cannot reach it.
+	rx := remote("rx", "02:00:00:00:00:1c", "203.0.113.20/24", netip.MustParseAddr("2001:db8::2"))
+	rx.Network = "red"
 	// red refused, with a policy isolating c both ways: nothing of it
 	// either (its filters would lead into rules that are not there).
 	refused := func(remotes ...plan.Remote) plan.Plan {
-		p := offloadPlan([]plan.Network{blueNet, big}, locals, remotes...)
+		p := offloadPlan([]plan.Network{blueNet, redNet}, locals, append(remotes, rx)...)
 		p.Policies["c"] = plan.EndpointPolicy{Endpoint: "c", IngressIsolated: true, EgressIsolated: true}
 		return p
 	}
@@ -50,11 +49,11 @@ func TestRefusedNetworkFake(t *testing.T) {
 		}
 		return strings.Join(ls, "\n")
 	}
-	both := nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), red, isolation(none("skg100"), none("skg200")))
+	both := bridged(nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), red, isolation(none("skg100"), none("skg200"))), blueRepl, redRepl)
 	// red's gateway stays (and the node's isolation of it); nothing of
 	// red's in the eswitch.
-	redRefused := nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), strings.Join(strings.Split(red, "\n")[:5], "\n"),
-		isolation(none("skg100"), none("skg200")))
+	redRefused := bridged(nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), strings.Join(strings.Split(red, "\n")[:5], "\n"),
+		isolation(none("skg100"), none("skg200"))), blueRepl)
 	withR2 := func(s string) string { return show(nltest.Expect(s, r2Rules("192.0.2.2"))) }
 	both, redRefused = show(both), show(redRefused)
 	ready := func(want map[string]string) func(t *testing.T) {
@@ -68,11 +67,11 @@ func TestRefusedNetworkFake(t *testing.T) {
 			}
 		}
 	}
-	const reason = "network red is not offloaded on this node: networks[red].floodVTEPs: broadcast from c: 60 copies need 20 flood filters, more than Skiff's 14 priorities"
+	const reason = `network red is not offloaded on this node: remote[rx].vtep: "2001:db8::2" is not an IPv4 address`
 	refusedState := func(t *testing.T) {
 		t.Helper()
 		ready(map[string]string{"a": "", "b": "", "c": reason})(t)
-		if got := dp.RefusedNetworks(); len(got) != 1 || !strings.Contains(got["red"], "60 copies need 20 flood filters") {
+		if got := dp.RefusedNetworks(); len(got) != 1 || !strings.Contains(got["red"], "remote[rx].vtep") {
 			t.Errorf("RefusedNetworks() = %q", got)
 		}
 		cs, err := dp.Counters(refused(r1))
@@ -91,12 +90,12 @@ func TestRefusedNetworkFake(t *testing.T) {
 	nltest.Table{NS: ns, Writes: dp.Writes, Show: show}.Run(t, []nltest.Step{
 		{Name: "blue and red", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1)), Want: both, Writes: nltest.AnyWrites,
 			After: ready(map[string]string{"a": "", "b": "", "c": ""})},
-		{Name: "red floods to 60 VTEPs: refused alone, its rules removed, blue's untouched",
+		{Name: "red has a remote endpoint behind an IPv6 VTEP: refused alone, its rules and replication removed, blue's untouched",
 			Apply: apply(refused(r1)), Want: redRefused, Writes: nltest.AnyWrites, After: refusedState},
 		{Name: "the same plan again: nothing written", Apply: apply(refused(r1)), Want: redRefused, Writes: 0},
 		{Name: "a remote endpoint of blue: its rules alone, in place", Apply: apply(refused(r1, r2)),
 			Want: withR2(redRefused), Writes: 4, After: refusedState},
-		{Name: "red back to two VTEPs: its rules again", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1, r2)),
+		{Name: "red without it: its rules again", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1, r2)),
 			Want: withR2(both), Writes: nltest.AnyWrites, After: func(t *testing.T) {
 				ready(map[string]string{"a": "", "b": "", "c": ""})(t)
 				if got := dp.RefusedNetworks(); len(got) != 0 {

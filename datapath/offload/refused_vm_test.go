@@ -17,11 +17,11 @@ import (
 
 // TestRefusedNetworkVM runs in the kernel VM: a node with two pods on
 // blue and two on red (veths whose host sides are their ports), and an
-// underlay. red's plan floods to more VTEPs than its flood rules hold:
-// the Apply succeeds, blue's pods keep pinging each other with blue's
+// underlay. red gets a remote endpoint behind an IPv6 VTEP, which the
+// node's IPv4 tunnel cannot reach: the Apply succeeds, blue's pods keep pinging each other with blue's
 // filters untouched (the same handles), red's pods are cut off (their
-// filters removed) and not ready with the reason; red back within its
-// limit, its pods ping again.
+// filters removed) and not ready with the reason; without that
+// endpoint, red's pods ping again.
 func TestRefusedNetworkVM(t *testing.T) {
 	guest.Require(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -79,13 +79,11 @@ func TestRefusedNetworkVM(t *testing.T) {
 	}
 	blueBefore := handles(t, "skrfnode", blueDevs...)
 
-	// red floods to 60 VTEPs: 62 copies, more than its 14 flood filters.
+	// A remote endpoint of red behind an IPv6 VTEP, which this node's
+	// IPv4 tunnel cannot reach.
 	big := p.Clone()
-	n := big.Networks["red"]
-	for i := range 60 {
-		n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)}))
-	}
-	big.Networks["red"] = n
+	big.Remote["rx"] = plan.Remote{Name: "rx", Network: "red", VTEP: netip.MustParseAddr("2001:db8::2"), MAC: "02:00:00:00:00:1c",
+		IPs: []netip.Prefix{netip.MustParsePrefix("203.0.113.20/24")}}
 	if err := dp.Apply(big); err != nil {
 		t.Fatalf("a refused network failed the node's Apply: %v", err)
 	}
@@ -102,7 +100,7 @@ func TestRefusedNetworkVM(t *testing.T) {
 		t.Errorf("red's devices keep filters: %v", got)
 	}
 	for _, ep := range []string{"c", "d"} {
-		if ok, why := dp.Ready(ep); ok || !strings.Contains(why, "network red is not offloaded on this node") || !strings.Contains(why, "flood filters") {
+		if ok, why := dp.Ready(ep); ok || !strings.Contains(why, "network red is not offloaded on this node") || !strings.Contains(why, "remote[rx].vtep") {
 			t.Errorf("Ready(%s) = %v %q", ep, ok, why)
 		}
 	}
@@ -110,7 +108,7 @@ func TestRefusedNetworkVM(t *testing.T) {
 		t.Errorf("a not ready with red refused: %s", why)
 	}
 
-	// red within its limit again.
+	// red without it.
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}

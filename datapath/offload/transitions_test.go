@@ -37,7 +37,6 @@ const (
 	pReply   = "21247" // chain 0: what the node let through (fw)
 	pARP     = "21248" // chain 3: ARP
 	pUnicast = "21249" // chain 3: by destination MAC
-	pFlood   = "21250" // chain 3: broadcast
 	pCt      = "21264" // chain 0: IPv4 into conntrack; chain 1: established
 	pCt6     = "21265" // chain 0: IPv6; chain 1: related
 	pEntry   = "21266" // chain 0: the rest, to forwarding
@@ -257,21 +256,22 @@ func TestTransitionsFake(t *testing.T) {
 	apply := func(p plan.Plan) func() error { return func() error { return dp.Apply(p) } }
 	blue := nltest.Expect(offloadForeign, reps(2), blueLinks, blueQdiscs, blueRules(false), isolation(none("skg100")))
 	out := func(parts ...string) string {
-		return nltest.Expect(append([]string{offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(true), r2Rules("192.0.2.2"), red, blueHost}, parts...)...)
+		return bridged(nltest.Expect(append([]string{offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(true), r2Rules("192.0.2.2"), red, blueHost}, parts...)...),
+			blueRepl, redRepl)
 	}
 	joined := out(isolation(blueOut, none("skg200"), blueReplies), policy(true))
 	// The two filters written again, each at the next handle of its
 	// device.
 	repaired := nltest.Expect(strings.NewReplacer(
 		filter("pf0vf1", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0a", "ct nat", to("pf0vf0")),
-		filter("pf0vf1", "3 "+pUnicast+" all 0xb", "dst_mac 02:00:00:00:00:0a", "ct nat", to("pf0vf0")),
+		filter("pf0vf1", "3 "+pUnicast+" all 0xa", "dst_mac 02:00:00:00:00:0a", "ct nat", to("pf0vf0")),
 		filter("skvx", "2 "+pRule+" ip 0x9", "enc_key_id 100 ip_proto tcp src_ip 198.51.100.6/32 dst_ip 198.51.100.11/32 dst_port 80 ct_state +trk+new", "ct commit zone 101", "gact goto chain 3"),
 		filter("skvx", "2 "+pRule+" ip 0xa", "enc_key_id 100 ip_proto tcp src_ip 198.51.100.6/32 dst_ip 198.51.100.11/32 dst_port 80 ct_state +trk+new", "ct commit zone 101", "gact goto chain 3"),
 	).Replace(joined))
 	nltest.Table{NS: ns, Writes: dp.Writes, Show: nltest.ShortCookies}.Run(t, []nltest.Step{
 		{Name: "empty plan", Apply: apply(offloadPlan(nil, nil)), Want: nltest.Expect(offloadForeign, reps(0)), Writes: 0},
 		{Name: "blue: a and b on their representors, r1 behind 192.0.2.2 (which answered ARP)", Apply: apply(offloadPlan([]plan.Network{blueNet}, locals[:2], r1)),
-			Want: blue, Writes: nltest.AnyWrites, After: func(t *testing.T) {
+			Want: bridged(blue, blueRepl), Writes: nltest.AnyWrites, After: func(t *testing.T) {
 				probes(0, 0)(t)
 				for _, ep := range []string{"a", "b"} {
 					if ok, why := dp.Ready(ep); !ok {
@@ -280,11 +280,11 @@ func TestTransitionsFake(t *testing.T) {
 				}
 			}},
 		{Name: "r2 comes behind 192.0.2.3: its rules alone, the new VTEP's next hop resolved", Apply: apply(offloadPlan([]plan.Network{blueNet}, locals[:2], r1, r2)),
-			Want: nltest.Expect(blue, r2Rules("192.0.2.3")), Writes: 4, After: probes(0, 1)},
+			Want: bridged(nltest.Expect(blue, r2Rules("192.0.2.3")), blueRepl), Writes: 4, After: probes(0, 1)},
 		{Name: "r2 moves behind 192.0.2.2: its rules replaced in place", Apply: apply(offloadPlan([]plan.Network{blueNet}, locals[:2], r1, r2moved)),
-			Want: nltest.Expect(blue, r2Rules("192.0.2.2")), Writes: 4, After: probes(0, 1)},
+			Want: bridged(nltest.Expect(blue, r2Rules("192.0.2.2")), blueRepl), Writes: 4, After: probes(0, 1)},
 		{Name: "second network: red, c on pf0vf2", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1, r2moved)),
-			Want:   nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), r2Rules("192.0.2.2"), red, isolation(none("skg100"), none("skg200"))),
+			Want:   bridged(nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), r2Rules("192.0.2.2"), red, isolation(none("skg100"), none("skg200"))), blueRepl, redRepl),
 			Writes: nltest.AnyWrites},
 		{Name: "blue egress snat: its host port, masqueraded out", Apply: apply(offloadPlan([]plan.Network{blueSNAT, redNet}, locals, r1, r2moved)),
 			Want: out(isolation(blueOut, none("skg200"), blueMasquerade, blueReplies)), Writes: nltest.AnyWrites},
@@ -371,22 +371,21 @@ qdisc HW clsact`)
 		filter("skvx", "3 "+pARP+" arp 0x3", decap(100)+" arp_op request arp_tip 198.51.100.14", "tunnel_key unset", to(hw)),
 		filter("skvx", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0e "+decap(100), "tunnel_key unset", to(hw)),
 	}
-	withP := nltest.Expect(append(common, "link "+hp+" veth mtu 1450 up alias skiff:ep:p peer eth0 in /run/netns/pod-p", "qdisc "+hp+" clsact",
+	// What the bridge sends to pf0vf3 goes to its stand-in.
+	standIn := "filter pf0vf3 egress chain 0 prio 21249 protocol all handle 0x1 flower skip_hw not_in_hw action " + to(hw) + " cookie 736b0000…"
+	withP := bridged(nltest.Expect(append(common, standIn, "link "+hp+" veth mtu 1450 up alias skiff:ep:p peer eth0 in /run/netns/pod-p", "qdisc "+hp+" clsact",
 		filter("pf0vf3", "3 "+pARP+" arp 0x3", "arp_op request arp_tip 198.51.100.13", to(hp)),
 		filter("pf0vf3", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d", to(hp)),
-		filter("pf0vf3", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff", copyTo(hp), tunnel(100, "192.0.2.2"), to("skvx")),
 		filter(hp, "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 		filter(hp, "3 "+pARP+" arp 0x2", "arp_op request arp_tip 198.51.100.1", to("skh100")),
 		filter(hp, "3 "+pARP+" arp 0x3", "arp_op request arp_tip 198.51.100.14", to(hw)),
 		filter(hp, "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0e", to(hw)),
 		filter(hp, "3 "+pUnicast+" all 0x5", "dst_mac 02:73:6b:00:00:64", to("skh100")),
-		filter(hp, "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff", copyTo(hw), tunnel(100, "192.0.2.2"), to("skvx")),
 		filter("skh100", "3 "+pARP+" arp 0x2", "arp_op request arp_tip 198.51.100.13", to(hp)),
 		filter("skh100", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d", to(hp)),
-		filter("skh100", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff", copyTo(hp), to(hw)),
 		filter("skvx", "3 "+pARP+" arp 0x2", decap(100)+" arp_op request arp_tip 198.51.100.13", "tunnel_key unset", to(hp)),
-		filter("skvx", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d "+decap(100), "tunnel_key unset", to(hp)),
-		filter("skvx", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff "+decap(100), "tunnel_key unset", copyTo(hp), to(hw)))...)
+		filter("skvx", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d "+decap(100), "tunnel_key unset", to(hp)))...),
+		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3", hp}, gw: "skh100", vteps: []string{"192.0.2.2"}})
 	if m := nltest.Mismatch(withP, nltest.ShortCookies(w.NS("").State())); m != "" {
 		t.Fatalf("the node %s", m)
 	}
@@ -396,16 +395,13 @@ qdisc HW clsact`)
 	if m := nltest.Mismatch("link lo device mtu 65536 up\n", w.NS("/run/netns/pod-p").State()); m != "" {
 		t.Errorf("the pod's namespace after Unplumb %s", m)
 	}
-	// p leaves the plan: its rules go; w's floods reach the tunnel
-	// alone (replaced in place).
+	// p leaves the plan: its rules go (its port went with its veth).
 	delete(pl.Local, "p")
 	if err := dp.Apply(pl); err != nil {
 		t.Fatal(err)
 	}
-	withoutP := nltest.Expect(append(common,
-		filter("pf0vf3", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff", tunnel(100, "192.0.2.2"), to("skvx")),
-		filter("skh100", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff", to(hw)),
-		filter("skvx", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff "+decap(100), "tunnel_key unset", to(hw)))...)
+	withoutP := bridged(nltest.Expect(append(common, standIn)...),
+		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3"}, gw: "skh100", vteps: []string{"192.0.2.2"}})
 	if m := nltest.Mismatch(withoutP, nltest.ShortCookies(w.NS("").State())); m != "" {
 		t.Fatalf("the node after p left %s", m)
 	}

@@ -1,6 +1,12 @@
 package offload
 
-import "strings"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/skiff-sdn/skiff/internal/nl/nltest"
+)
 
 // What the offload transitions table wants, in pieces: the rules of
 // each network and endpoint as the kernel holds them after each step.
@@ -21,8 +27,8 @@ qdisc skvx clsact`
 
 // blueRules are blue's filters: a (198.51.100.10, :0a) on pf0vf0 and b
 // (.11, :0b) on pf0vf1 reach each other, the gateway (.1 and its MAC, on
-// skh100) and r1 (.5 behind 192.0.2.2) and flood to each other and to
-// 192.0.2.2; the gateway port and the VXLAN device deliver to a and b.
+// skh100) and r1 (.5 behind 192.0.2.2); the gateway port and the VXLAN device deliver to a and b.
+// (Broadcast and multicast are the replication bridge's: bridged.)
 // Each device's chain 0 sends everything to forwarding (chain 3). When
 // blue routes out (out), what is delivered to a or b from another
 // endpoint or the tunnel gets conntrack's reverse NAT first (a
@@ -44,7 +50,6 @@ func blueRules(out bool) string {
 		filter("pf0vf0", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:01", tunnel(100, "192.0.2.2"), to("skvx")),
 		filter("pf0vf0", "3 "+pUnicast+" all 0x6", "dst_mac 02:00:00:00:00:0b", deliver("pf0vf1")...),
 		filter("pf0vf0", "3 "+pUnicast+" all 0x7", "dst_mac 02:73:6b:00:00:64", to("skh100")),
-		filter("pf0vf0", "3 "+pFlood+" all 0x8", "dst_mac ff:ff:ff:ff:ff:ff", copyTo("pf0vf1"), tunnel(100, "192.0.2.2"), to("skvx")),
 
 		filter("pf0vf1", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 		filter("pf0vf1", "3 "+pARP+" arp 0x1", "arp_op request arp_tip 198.51.100.1", to("skh100")),
@@ -53,30 +58,27 @@ func blueRules(out bool) string {
 		filter("pf0vf1", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:01", tunnel(100, "192.0.2.2"), to("skvx")),
 		filter("pf0vf1", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0a", deliver("pf0vf0")...),
 		filter("pf0vf1", "3 "+pUnicast+" all 0x6", "dst_mac 02:73:6b:00:00:64", to("skh100")),
-		filter("pf0vf1", "3 "+pFlood+" all 0x7", "dst_mac ff:ff:ff:ff:ff:ff", copyTo("pf0vf0"), tunnel(100, "192.0.2.2"), to("skvx")),
 
 		filter("skh100", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 		filter("skh100", "3 "+pARP+" arp 0x2", "arp_op request arp_tip 198.51.100.10", to("pf0vf0")),
 		filter("skh100", "3 "+pARP+" arp 0x3", "arp_op request arp_tip 198.51.100.11", to("pf0vf1")),
 		filter("skh100", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0a", to("pf0vf0")),
 		filter("skh100", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0b", to("pf0vf1")),
-		filter("skh100", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff", copyTo("pf0vf0"), to("pf0vf1")),
 
 		filter("skvx", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 		filter("skvx", "3 "+pARP+" arp 0x2", decap(100)+" arp_op request arp_tip 198.51.100.10", "tunnel_key unset", to("pf0vf0")),
 		filter("skvx", "3 "+pARP+" arp 0x3", decap(100)+" arp_op request arp_tip 198.51.100.11", "tunnel_key unset", to("pf0vf1")),
 		filter("skvx", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0a "+decap(100), decapTo("pf0vf0")...),
 		filter("skvx", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0b "+decap(100), decapTo("pf0vf1")...),
-		filter("skvx", "3 "+pFlood+" all 0x6", "dst_mac ff:ff:ff:ff:ff:ff "+decap(100), "tunnel_key unset", copyTo("pf0vf0"), to("pf0vf1")),
 	}
 	if !out {
 		return lines(ls...)
 	}
 	return lines(append(ls,
-		filter("pf0vf0", "3 "+pARP+" arp 0xb", "dst_mac 02:00:00:00:00:0b", to("pf0vf1")),
-		filter("pf0vf1", "3 "+pARP+" arp 0xa", "dst_mac 02:00:00:00:00:0a", to("pf0vf0")),
-		filter("skvx", "3 "+pARP+" arp 0xa", "dst_mac 02:00:00:00:00:0a "+decap(100), "tunnel_key unset", to("pf0vf0")),
-		filter("skvx", "3 "+pARP+" arp 0xb", "dst_mac 02:00:00:00:00:0b "+decap(100), "tunnel_key unset", to("pf0vf1")),
+		filter("pf0vf0", "3 "+pARP+" arp 0xa", "dst_mac 02:00:00:00:00:0b", to("pf0vf1")),
+		filter("pf0vf1", "3 "+pARP+" arp 0x9", "dst_mac 02:00:00:00:00:0a", to("pf0vf0")),
+		filter("skvx", "3 "+pARP+" arp 0x8", "dst_mac 02:00:00:00:00:0a "+decap(100), "tunnel_key unset", to("pf0vf0")),
+		filter("skvx", "3 "+pARP+" arp 0x9", "dst_mac 02:00:00:00:00:0b "+decap(100), "tunnel_key unset", to("pf0vf1")),
 	)...)
 }
 
@@ -84,14 +86,15 @@ func blueRules(out bool) string {
 // behind vtep on a's and b's representors.
 func r2Rules(vtep string) string {
 	return lines(
-		filter("pf0vf0", "3 "+pARP+" arp 0x9", "arp_op request arp_tip 198.51.100.6", tunnel(100, vtep), to("skvx")),
-		filter("pf0vf0", "3 "+pUnicast+" all 0xa", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")),
-		filter("pf0vf1", "3 "+pARP+" arp 0x8", "arp_op request arp_tip 198.51.100.6", tunnel(100, vtep), to("skvx")),
-		filter("pf0vf1", "3 "+pUnicast+" all 0x9", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")))
+		filter("pf0vf0", "3 "+pARP+" arp 0x8", "arp_op request arp_tip 198.51.100.6", tunnel(100, vtep), to("skvx")),
+		filter("pf0vf0", "3 "+pUnicast+" all 0x9", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")),
+		filter("pf0vf1", "3 "+pARP+" arp 0x7", "arp_op request arp_tip 198.51.100.6", tunnel(100, vtep), to("skvx")),
+		filter("pf0vf1", "3 "+pUnicast+" all 0x8", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")))
 }
 
 // red is the second network: c (203.0.113.10, :0c) on pf0vf2, its
-// gateway (203.0.113.1) on skh200, flooding to 192.0.2.2 and 192.0.2.3.
+// gateway (203.0.113.1) on skh200; it floods to 192.0.2.2 and 192.0.2.3
+// (redRepl).
 var red = lines(`link skg200 veth mtu 1400 up mac 02:73:6b:00:00:c8 alias skiff:gateway:red peer skh200
 link skh200 veth mtu 1400 up alias skiff:gateway-port:red peer skg200
 addr skg200 203.0.113.1/24
@@ -100,14 +103,11 @@ qdisc skh200 clsact`,
 	filter("pf0vf2", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 	filter("pf0vf2", "3 "+pARP+" arp 0x1", "arp_op request arp_tip 203.0.113.1", to("skh200")),
 	filter("pf0vf2", "3 "+pUnicast+" all 0x2", "dst_mac 02:73:6b:00:00:c8", to("skh200")),
-	filter("pf0vf2", "3 "+pFlood+" all 0x3", "dst_mac ff:ff:ff:ff:ff:ff", tunnel(200, "192.0.2.2"), copyTo("skvx"), tunnel(200, "192.0.2.3"), to("skvx")),
 	filter("skh200", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 	filter("skh200", "3 "+pARP+" arp 0x2", "arp_op request arp_tip 203.0.113.10", to("pf0vf2")),
 	filter("skh200", "3 "+pUnicast+" all 0x3", "dst_mac 02:00:00:00:00:0c", to("pf0vf2")),
-	filter("skh200", "3 "+pFlood+" all 0x4", "dst_mac ff:ff:ff:ff:ff:ff", to("pf0vf2")),
-	filter("skvx", "3 "+pARP+" arp 0x7", decap(200)+" arp_op request arp_tip 203.0.113.10", "tunnel_key unset", to("pf0vf2")),
-	filter("skvx", "3 "+pUnicast+" all 0x8", "dst_mac 02:00:00:00:00:0c "+decap(200), "tunnel_key unset", to("pf0vf2")),
-	filter("skvx", "3 "+pFlood+" all 0x9", "dst_mac ff:ff:ff:ff:ff:ff "+decap(200), "tunnel_key unset", to("pf0vf2")))
+	filter("skvx", "3 "+pARP+" arp 0x6", decap(200)+" arp_op request arp_tip 203.0.113.10", "tunnel_key unset", to("pf0vf2")),
+	filter("skvx", "3 "+pUnicast+" all 0x7", "dst_mac 02:00:00:00:00:0c "+decap(200), "tunnel_key unset", to("pf0vf2")))
 
 // blueHost is blue's host port when it routes out: the node's end skn100
 // (the node's address and host MAC) and its eswitch side sknp100, whose
@@ -132,11 +132,11 @@ sysctl net/ipv4/ip_forward = 1
 sysctl net/ipv6/conf/skg100/forwarding = 1
 sysctl net/ipv4/conf/skg200/forwarding = 0
 qdisc sknp100 clsact`,
-	filter("skh100", "3 "+pUnicast+" all 0x7", "dst_mac 06:64:c0:00:02:02", tunnel(100, "192.0.2.2"), to("skvx")),
+	filter("skh100", "3 "+pUnicast+" all 0x6", "dst_mac 06:64:c0:00:02:02", tunnel(100, "192.0.2.2"), to("skvx")),
 	filter("sknp100", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 	filter("sknp100", "3 "+pUnicast+" all 0x2", "dst_mac 02:00:00:00:00:01", tunnel(100, "192.0.2.2"), to("skvx")),
 	filter("sknp100", "3 "+pUnicast+" all 0x3", "dst_mac 02:00:00:00:00:02", tunnel(100, "192.0.2.2"), to("skvx")),
-	filter("skvx", "3 "+pUnicast+" all 0xc", "dst_mac 06:64:c0:00:02:01 "+decap(100), "tunnel_key unset", to("sknp100")))
+	filter("skvx", "3 "+pUnicast+" all 0xa", "dst_mac 06:64:c0:00:02:01 "+decap(100), "tunnel_key unset", to("sknp100")))
 
 // isolation is the table of the node's stack (inet skiff) with the
 // isolate chain's rules, then other chains.
@@ -249,4 +249,63 @@ func policy(joined bool) string {
     meta nfproto ipv6 ip6 daddr @web-6 meta l4proto 6 th dport 443 counter return  # a\x00out\x000
     meta nfproto ipv6 icmpv6 type 133-137 return  # nd
     counter drop  # a\x00out\x00drop`)...)
+}
+
+// blue and red on the replication bridge, in the order they came.
+var (
+	blueRepl = replicated{vid: 1, vni: 100, reps: []string{"pf0vf0", "pf0vf1"}, gw: "skh100", vteps: []string{"192.0.2.2"}}
+	redRepl  = replicated{vid: 2, vni: 200, reps: []string{"pf0vf2"}, gw: "skh200", vteps: []string{"192.0.2.2", "192.0.2.3"}}
+)
+
+// replicated is a network on the replication bridge: its VLAN, its
+// VNI, the representors of its endpoints, its gateway's port and the
+// VTEPs it floods to.
+type replicated struct {
+	vid, vni int
+	reps     []string
+	gw       string
+	vteps    []string
+}
+
+// bridged is state (nltest.Expect's) with the replication path of nets:
+// the bridge skrb (its MTU the least of its ports'), the representors,
+// gateway ports and the VXLAN device as its ports (learning and
+// unknown-unicast flooding off; the gateway ports and skvx isolated,
+// skvx mapping VLANs to VNIs), each port's VLAN and skvx's flood
+// entries.
+func bridged(state string, nets ...replicated) string {
+	suffix := map[string]string{}
+	var extra []string
+	const port = " master skrb learning off neigh_suppress off hairpin off flood off"
+	for _, n := range nets {
+		for _, r := range n.reps {
+			suffix[r] = port
+			extra = append(extra, fmt.Sprintf("vlan %s %d access", r, n.vid))
+		}
+		if n.gw != "" {
+			suffix[n.gw] = port + " isolated on"
+			extra = append(extra, fmt.Sprintf("vlan %s %d access", n.gw, n.vid))
+		}
+		suffix["skvx"] = port + " isolated on vlan_tunnel on"
+		extra = append(extra, fmt.Sprintf("vlan skvx %d tunnel %d", n.vid, n.vni))
+		for _, v := range n.vteps {
+			extra = append(extra, fmt.Sprintf("fdb skvx 00:00:00:00:00:00 dst %s self permanent vni %d src_vni %d", v, n.vni, n.vni))
+		}
+	}
+	mtu := 0
+	ls := strings.Split(state, "\n")
+	for i, l := range ls {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[0] != "link" || suffix[f[1]] == "" {
+			continue
+		}
+		ls[i] += suffix[f[1]]
+		if m, _ := strconv.Atoi(f[4]); mtu == 0 || m < mtu {
+			mtu = m
+		}
+	}
+	if len(nets) > 0 {
+		extra = append(extra, fmt.Sprintf("link skrb bridge mtu %d up alias skiff:replication vlan_filtering", mtu))
+	}
+	return nltest.Expect(append(ls, extra...)...)
 }

@@ -75,6 +75,20 @@ type Kernel interface {
 	// PortFlags and SetPortFlags read and set a bridge port's flags.
 	PortFlags(index int) (PortFlags, error)
 	SetPortFlags(index int, f PortFlags) error
+	// BridgePort and SetBridgePort read and set a bridge port's
+	// flooding, isolation and VLAN tunnel flags (one write per flag).
+	BridgePort(index int) (BridgePort, error)
+	SetBridgePort(index int, p BridgePort) error
+	// BridgeVLANs lists the VLANs of every bridge port of the
+	// namespace (one dump), by port index, each port's in VID order,
+	// with their tunnel ids.
+	BridgeVLANs() (map[int][]BridgeVLAN, error)
+	// AddBridgeVLAN gives a port a VLAN (and its tunnel id: a second
+	// write); adding one it has sets its flags and tunnel id.
+	// DeleteBridgeVLAN removes it (and its tunnel id); one it does not
+	// have is no error.
+	AddBridgeVLAN(v BridgeVLAN) error
+	DeleteBridgeVLAN(v BridgeVLAN) error
 	// Stats returns the counters of every link, by name.
 	Stats() (map[string]Counters, error)
 

@@ -57,9 +57,14 @@ func (k *real) AddBridge(b Bridge) error {
 	k.w()
 	la := netlink.NewLinkAttrs()
 	la.Name, la.MTU = b.Name, b.MTU
-	// VLAN filtering stays at the kernel's default (off); some kernels
-	// refuse the attribute altogether.
-	if err := k.h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil {
+	// Without VLANFiltering the attributes stay at the kernel's defaults
+	// (some kernels refuse the VLAN attribute altogether).
+	br := &netlink.Bridge{LinkAttrs: la}
+	if b.VLANFiltering {
+		on, off, pvid := true, false, uint16(0)
+		br.VlanFiltering, br.MulticastSnooping, br.VlanDefaultPVID = &on, &off, &pvid
+	}
+	if err := k.h.LinkAdd(br); err != nil {
 		return fmt.Errorf("nl: add bridge %s: %w", b.Name, err)
 	}
 	return k.mark(b.Name, b.Alias)
@@ -256,27 +261,43 @@ func (k *real) MoveLink(index int, to Kernel) error {
 }
 
 func (k *real) PortFlags(index int) (PortFlags, error) {
-	l, err := k.byIndex(index)
-	if err != nil {
-		return PortFlags{}, err
-	}
-	p, err := k.h.LinkGetProtinfo(l)
-	if err = k.gone(index, err); err != nil {
-		return PortFlags{}, fmt.Errorf("nl: port flags of %s: %w", l.Attrs().Name, err)
-	}
-	return PortFlags{Learning: p.Learning, NeighSuppress: p.NeighSuppress, Hairpin: p.Hairpin}, nil
+	p, err := k.protinfo(index)
+	return PortFlags{Learning: p.Learning, NeighSuppress: p.NeighSuppress, Hairpin: p.Hairpin}, err
 }
 
 func (k *real) SetPortFlags(index int, f PortFlags) error {
+	return k.setFlags(index, []portFlag{{"learning", k.h.LinkSetLearning, f.Learning},
+		{"neigh_suppress", k.h.LinkSetBrNeighSuppress, f.NeighSuppress}, {"hairpin", k.h.LinkSetHairpin, f.Hairpin}})
+}
+
+// protinfo reads a bridge port's flags.
+func (k *real) protinfo(index int) (netlink.Protinfo, error) {
+	l, err := k.byIndex(index)
+	if err != nil {
+		return netlink.Protinfo{}, err
+	}
+	p, err := k.h.LinkGetProtinfo(l)
+	if err = k.gone(index, err); err != nil {
+		return netlink.Protinfo{}, fmt.Errorf("nl: port flags of %s: %w", l.Attrs().Name, err)
+	}
+	return p, nil
+}
+
+// portFlag is one bridge port flag to set: its name, the library's
+// setter and the value.
+type portFlag struct {
+	what string
+	set  func(netlink.Link, bool) error
+	on   bool
+}
+
+// setFlags sets a bridge port's flags, a write each.
+func (k *real) setFlags(index int, fs []portFlag) error {
 	l, err := k.byIndex(index)
 	if err != nil {
 		return err
 	}
-	for _, x := range []struct {
-		what string
-		set  func(netlink.Link, bool) error
-		on   bool
-	}{{"learning", k.h.LinkSetLearning, f.Learning}, {"neigh_suppress", k.h.LinkSetBrNeighSuppress, f.NeighSuppress}, {"hairpin", k.h.LinkSetHairpin, f.Hairpin}} {
+	for _, x := range fs {
 		k.w()
 		if err := k.gone(index, x.set(l, x.on)); err != nil {
 			return fmt.Errorf("nl: set %s on %s: %w", x.what, l.Attrs().Name, err)

@@ -69,6 +69,10 @@ type FDB struct {
 	// VXLAN device's own table they are ordinary static entries.
 	Static    bool
 	Permanent bool
+	// On an external (collect-metadata) VXLAN device: SrcVNI is the VNI
+	// whose table holds the entry (what a VLAN-aware bridge's tunnel
+	// mapping looks up), VNI the one sent to Dst. Zero: none.
+	SrcVNI, VNI uint32
 }
 
 // Neigh is an IP neighbour entry (ARP/ND) on a device.
@@ -82,11 +86,41 @@ type Neigh struct {
 	Usable bool
 }
 
-// Bridge describes a bridge to create (VLAN filtering off).
+// Bridge describes a bridge to create.
 type Bridge struct {
 	Name  string
 	MTU   int
 	Alias string
+	// VLANFiltering makes a VLAN-aware bridge whose ports carry no VLAN
+	// until given one (vlan_default_pvid 0), with multicast snooping off
+	// (every multicast frame floods to its VLAN's ports). Off: the
+	// kernel's defaults.
+	VLANFiltering bool
+}
+
+// BridgePort is what a port of a VLAN-aware bridge does beyond
+// PortFlags.
+type BridgePort struct {
+	// Flood: unknown unicast is flooded to the port (the kernel's
+	// default for a new port).
+	Flood bool
+	// Isolated ports exchange no frames with each other.
+	Isolated bool
+	// VLANTunnel maps the port's VLANs to tunnel ids (BridgeVLAN.
+	// TunnelID): an external VXLAN device's port.
+	VLANTunnel bool
+}
+
+// BridgeVLAN is a VLAN of a port of a VLAN-aware bridge.
+type BridgeVLAN struct {
+	LinkIndex int
+	VID       uint16
+	// Access: the port's PVID, untagged on egress (the port's frames
+	// enter this VLAN).
+	Access bool
+	// TunnelID is the tunnel id (VNI) the VLAN maps to on a port with
+	// VLANTunnel; 0: none.
+	TunnelID uint32
 }
 
 // VXLAN describes a VXLAN device to create, learning off. An External

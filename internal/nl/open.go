@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sync"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 )
 
 // real is the kernel of one namespace: a netlink handle opened there and
@@ -19,6 +22,11 @@ type real struct {
 	ns     netns.NsHandle // -1 for the caller's namespace
 	h      *netlink.Handle
 	writes atomic.Int64
+	// raw is a route netlink socket for what the netlink library does
+	// not encode (FDB entries' VNIs, bridge VLAN listings), dialed on
+	// first use; rawMu orders its requests.
+	rawMu sync.Mutex
+	raw   *rtnl.Conn
 }
 
 // Open returns the real kernel of the network namespace at path (such as
@@ -71,10 +79,30 @@ func (k *real) w() { k.writes.Add(1) }
 
 func (k *real) Close() error {
 	k.h.Close()
+	k.rawMu.Lock()
+	if k.raw != nil {
+		_ = k.raw.Close()
+		k.raw = nil
+	}
+	k.rawMu.Unlock()
 	if k.ns >= 0 {
 		return k.ns.Close()
 	}
 	return nil
+}
+
+// rawDo runs fn with the handle's raw socket, dialed on first use.
+func (k *real) rawDo(fn func(c *rtnl.Conn) error) error {
+	k.rawMu.Lock()
+	defer k.rawMu.Unlock()
+	if k.raw == nil {
+		c, err := rtnl.Dial(k.path)
+		if err != nil {
+			return fmt.Errorf("nl: route socket in %s: %w", where(k.path), err)
+		}
+		k.raw = c
+	}
+	return fn(k.raw)
 }
 
 // nsFd is the namespace's file descriptor: its own, or the calling

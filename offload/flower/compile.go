@@ -259,30 +259,6 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 				out = append(out, a)
 			}
 		}
-		// Broadcast (and IPv6 multicast): mirrored to every other
-		// local endpoint and every remote VTEP (IPv6 multicast to
-		// the gateway too), the last copy redirected.
-		for _, dst := range floods(n) {
-			var copies [][]Action
-			for _, o := range locals {
-				if o.ep.Name != l.ep.Name {
-					copies = append(copies, []Action{{Kind: Mirror, Dev: o.to}})
-				}
-			}
-			if gw, ok := in.Gateways[nname]; ok && dst == Multicast6 {
-				copies = append(copies, []Action{{Kind: Mirror, Dev: gw.Port}})
-			}
-			for _, v := range n.FloodVTEPs {
-				copies = append(copies, []Action{set(v), {Kind: Mirror, Dev: in.VXLAN}})
-			}
-			f := base
-			f.Kind, f.Match = KindFlood, Match{DstMAC: dst}
-			fl, err := flood(f, nil, copies)
-			if err != nil {
-				return nil, fmt.Errorf("networks[%s].floodVTEPs: broadcast from %s: %w", nname, l.ep.Name, err)
-			}
-			out = append(out, fl...)
-		}
 		// Decap on the VXLAN device, to this endpoint.
 		d := Rule{Dev: in.VXLAN, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindDecap}
 		d.Match = decap
@@ -302,13 +278,12 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 			out = append(out, a)
 		}
 	}
-	// From the node's gateway to the local endpoints: its unicast,
-	// its ARP requests for their addresses, its broadcast.
+	// From the node's gateway to the local endpoints: its unicast and
+	// its ARP requests for their addresses.
 	if gw, ok := in.Gateways[nname]; ok {
 		if !validMAC(gw.MAC) {
 			return nil, fmt.Errorf("gateways[%s].mac: %q is not a MAC address", nname, gw.MAC)
 		}
-		var copies [][]Action
 		for _, l := range locals {
 			g := Rule{Dev: gw.Port, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindGateway}
 			g.Match, g.Actions = Match{DstMAC: l.ep.MAC}, []Action{{Kind: Redirect, Dev: l.to}}
@@ -318,14 +293,6 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 				a.Prio, a.EthType, a.Match = PrioARP, EthARP, Match{ArpTIP: ip}
 				out = append(out, a)
 			}
-			copies = append(copies, []Action{{Kind: Mirror, Dev: l.to}})
-		}
-		for _, dst := range floods(n) {
-			fl, err := flood(Rule{Dev: gw.Port, Network: nname, EthType: EthAll, Kind: KindFlood, Match: Match{DstMAC: dst}}, nil, copies)
-			if err != nil {
-				return nil, fmt.Errorf("gateways[%s]: %w", nname, err)
-			}
-			out = append(out, fl...)
 		}
 	}
 	// The node's host port: its packets to remote endpoints
@@ -368,22 +335,6 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 				Match: Match{DstMAC: mac}, Actions: []Action{set(v), {Kind: Redirect, Dev: in.VXLAN}}}
 			out = append(out, r)
 		}
-	}
-	// Broadcast from the tunnel to every local endpoint. The tunnel
-	// metadata goes (unset) only in the last chunk: the chunks
-	// after a first one match on it too.
-	var copies [][]Action
-	for _, l := range locals {
-		copies = append(copies, []Action{{Kind: Mirror, Dev: l.to}})
-	}
-	for _, dst := range floods(n) {
-		f := Rule{Dev: in.VXLAN, Network: nname, EthType: EthAll, Kind: KindFlood, Match: decap}
-		f.Match.DstMAC = dst
-		fl, err := flood(f, []Action{{Kind: TunnelUnset}}, copies)
-		if err != nil {
-			return nil, fmt.Errorf("networks[%s]: broadcast to %d local endpoints: %w", nname, len(locals), err)
-		}
-		out = append(out, fl...)
 	}
 	return out, nil
 }

@@ -27,7 +27,6 @@ var gatewayRules = []string{
 	"repb UNI dst_mac 02:73:6b:00:00:64 action redirect:skh100 [gateway b]",
 	"skh100 ARP tip 198.51.100.10 action redirect:repa [gateway a]",
 	"skh100 ARP tip 198.51.100.11 action redirect:repb [gateway b]",
-	"skh100 FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action redirect:repb [flood ]",
 	"skh100 UNI dst_mac 02:00:00:00:00:0a action redirect:repa [gateway a]",
 	"skh100 UNI dst_mac 02:00:00:00:00:0b action redirect:repb [gateway b]",
 }

@@ -52,7 +52,7 @@ const (
 )
 
 // Priorities of the policy pipeline's filters (outside the forwarding
-// rules' PrioARP..PrioFloodLast). A priority holds one ethernet type: the
+// rules' PrioARP..PrioLast). A priority holds one ethernet type: the
 // families' filters sit at their own.
 const (
 	// PrioEntryReply: chain 0 of the gateway port of a network that

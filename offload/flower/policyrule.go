@@ -54,7 +54,7 @@ type PolicyRule struct {
 	Dev     string // the device's name, for messages
 	Index   int    // the device's ifindex
 	Chain   uint32
-	Prio    uint16 // not Skiff's datapath priorities (PrioARP..PrioFloodLast)
+	Prio    uint16 // not Skiff's datapath priorities (PrioARP..PrioLast)
 	Match   PolicyMatch
 	Actions []PolicyAction
 	// What the filter enforces, for counters (not part of the filter):
@@ -209,7 +209,7 @@ func (r PolicyRule) Validate() error {
 		return fmt.Errorf("policy rule on %s: prio: 0 lets the kernel choose; give one", r.Dev)
 	}
 	if skiffPrio(r.Prio) {
-		return fmt.Errorf("policy rule on %s: prio %#x: in the datapath's range %#x-%#x", r.Dev, r.Prio, PrioARP, PrioFloodLast)
+		return fmt.Errorf("policy rule on %s: prio %#x: in the datapath's range %#x-%#x", r.Dev, r.Prio, PrioARP, PrioLast)
 	}
 	m := r.Match
 	ip := m.IPProto != 0 || m.Src.IsValid() || m.Dst.IsValid() || m.DstPortMin != 0 || m.ICMPType != 0

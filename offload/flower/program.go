@@ -195,7 +195,7 @@ type installed struct {
 
 func (h installed) id() uint64 { return uint64(h.chain)<<48 ^ uint64(h.info)<<16 ^ uint64(h.handle) }
 
-func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioFloodLast }
+func skiffPrio(prio uint16) bool { return prio >= PrioARP && prio <= PrioLast }
 
 // dump returns Skiff's filters on dev's ingress: at Skiff's priorities,
 // with a cookie that starts with Skiff's mark. Others are never returned,

@@ -1,7 +1,6 @@
 package flower
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -21,12 +20,9 @@ const VXLANPort = 4789
 const (
 	PrioARP     uint16 = 0x5300 // ARP requests for known addresses, sent to their owner
 	PrioUnicast uint16 = 0x5301 // unicast by destination MAC: encap, decap, local
-	// PrioFlood up to PrioFloodLast: broadcast to every local endpoint and
-	// remote VTEP of the VNI, in chunks of a few copies each (a filter
-	// with many actions does not fit in a netlink dump message), every
-	// chunk but the last ending in "continue" to the next.
-	PrioFlood     uint16 = 0x5302
-	PrioFloodLast uint16 = 0x530f
+	// PrioLast ends Skiff's range: a filter at PrioARP..PrioLast with
+	// Skiff's cookie is Skiff's (and removed when no rule wants it).
+	PrioLast uint16 = 0x530f
 )
 
 // Ethernet types of Skiff's filters.
@@ -38,19 +34,12 @@ const (
 // Broadcast is the broadcast MAC.
 const Broadcast = "ff:ff:ff:ff:ff:ff"
 
-// Multicast6 matches every IPv6 multicast frame (33:33:xx:xx:xx:xx, RFC
-// 2464): neighbour solicitations to solicited-node groups, DAD, MLD. A
-// network with an IPv6 subnet floods it as broadcast, and from its local
-// endpoints to the node's gateway too (whose address they solicit).
-const Multicast6 = "33:33:00:00:00:00/ff:ff:00:00:00:00"
-
 // Rule kinds.
 const (
 	KindEncap = "encap" // representor -> tunnel
 	KindDecap = "decap" // tunnel -> representor
 	KindLocal = "local" // representor -> representor on this node
 	KindARP   = "arp"   // ARP request for a known address -> its owner
-	KindFlood = "flood" // broadcast -> every endpoint of the VNI
 	// KindStandIn: everything from a veth standing in for a VF enters
 	// the VF's representor.
 	KindStandIn = "standin"
@@ -61,7 +50,6 @@ const (
 	// this node's from the tunnel. The host port's own traffic to remote
 	// endpoints is KindEncap (Endpoint "").
 	KindHostPort = "hostport"
-	chunkActs    = 7          // copies' actions per flood filter
 	cookieLen    = 16         // TC_COOKIE_MAX_SIZE
 	magic        = "\x73\x6b" // "sk", first bytes of every Skiff cookie
 )
@@ -196,52 +184,6 @@ type Gateway struct {
 	Port string
 	MAC  string
 	IPs  []netip.Addr
-}
-
-// flood spreads copies (each one or more actions ending in a mirror) over
-// filters at PrioFlood, PrioFlood+1, ...: each holds at most chunkActs
-// actions of copies; every filter but the last ends in Continue; the last
-// starts with last and turns its final mirror into a redirect. No copies,
-// no filter.
-func flood(base Rule, last []Action, copies [][]Action) ([]Rule, error) {
-	if len(copies) == 0 {
-		return nil, nil
-	}
-	var chunks [][]Action
-	var cur []Action
-	for _, c := range copies {
-		if len(cur) > 0 && len(cur)+len(c) > chunkActs {
-			chunks = append(chunks, cur)
-			cur = nil
-		}
-		cur = append(cur, c...)
-	}
-	chunks = append(chunks, cur)
-	if n := len(chunks); n > int(PrioFloodLast-PrioFlood)+1 {
-		return nil, fmt.Errorf("%d copies need %d flood filters, more than Skiff's %d priorities", len(copies), n, PrioFloodLast-PrioFlood+1)
-	}
-	var out []Rule
-	for i, c := range chunks {
-		r := base
-		r.Prio = PrioFlood + uint16(i)
-		if i < len(chunks)-1 {
-			r.Actions = append(slices.Clone(c), Action{Kind: Continue})
-		} else {
-			r.Actions = append(slices.Clone(last), c...)
-			r.Actions[len(r.Actions)-1].Kind = Redirect
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// floods are the destination MACs a network floods: broadcast, and IPv6
-// multicast when the network has an IPv6 subnet.
-func floods(n plan.Network) []string {
-	if dualStack(n) {
-		return []string{Broadcast, Multicast6}
-	}
-	return []string{Broadcast}
 }
 
 // dualStack reports whether n has an IPv6 subnet.

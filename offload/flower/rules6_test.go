@@ -21,30 +21,12 @@ func TestCompileDualStack(t *testing.T) {
 	const m6 = "dst_mac 33:33:00:00:00:00/ff:ff:00:00:00:00"
 	expect(t, "dual stack", in, p, sorted(baseRules, []string{
 		"repa ARP tip 198.51.100.254 action redirect:skh100 [gateway a]",
-		"repa FLOOD " + m6 + " action mirror:repb action mirror:skh100 action set:192.0.2.2 action redirect:skvx [flood a]",
 		"repa UNI dst_mac 02:73:6b:00:00:64 action redirect:skh100 [gateway a]",
 		"repb ARP tip 198.51.100.254 action redirect:skh100 [gateway b]",
-		"repb FLOOD " + m6 + " action mirror:repa action mirror:skh100 action set:192.0.2.2 action redirect:skvx [flood b]",
 		"repb UNI dst_mac 02:73:6b:00:00:64 action redirect:skh100 [gateway b]",
 		"skh100 ARP tip 198.51.100.10 action redirect:repa [gateway a]",
 		"skh100 ARP tip 198.51.100.11 action redirect:repb [gateway b]",
-		"skh100 FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action redirect:repb [flood ]",
-		"skh100 FLOOD " + m6 + " action mirror:repa action redirect:repb [flood ]",
 		"skh100 UNI dst_mac 02:00:00:00:00:0a action redirect:repa [gateway a]",
 		"skh100 UNI dst_mac 02:00:00:00:00:0b action redirect:repb [gateway b]",
-		"skvx FLOOD decap100 " + m6 + " action tunnel_key unset action mirror:repa action redirect:repb [flood ]",
 	}))
-
-	// The same network without its IPv6 subnet: no multicast rules.
-	n.Subnets = n.Subnets[:1]
-	p.Networks["blue"] = n
-	rs, err := Compile(p, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
-		if r.Match.DstMAC == Multicast6 {
-			t.Errorf("IPv4-only network has an IPv6 multicast rule: %s", r)
-		}
-	}
 }

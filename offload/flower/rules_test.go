@@ -3,6 +3,7 @@ package flower
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -42,7 +43,6 @@ var short = strings.NewReplacer(
 	"enc_key_id 100 enc_dst_ip 192.0.2.1 enc_dst_port 4789 ", "decap100 ",
 	" prio 21248 proto 0x0806", " ARP",
 	" prio 21249 proto 0x0003", " UNI",
-	" prio 21250 proto 0x0003", " FLOOD",
 	"arp_op request arp_tip ", "tip ",
 	"mirred redirect dev ", "redirect:",
 	"mirred mirror dev ", "mirror:",
@@ -60,17 +60,14 @@ func render(rs []Rule) []string {
 var baseRules = []string{
 	"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
 	"repa ARP tip 198.51.100.11 action redirect:repb [arp a]",
-	"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repb action set:192.0.2.2 action redirect:skvx [flood a]",
 	"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
 	"repa UNI dst_mac 02:00:00:00:00:0b action redirect:repb [local a]",
 	"repb ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp b]",
 	"repb ARP tip 198.51.100.10 action redirect:repa [arp b]",
-	"repb FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action set:192.0.2.2 action redirect:skvx [flood b]",
 	"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap b]",
 	"repb UNI dst_mac 02:00:00:00:00:0a action redirect:repa [local b]",
 	"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
 	"skvx ARP decap100 tip 198.51.100.11 action tunnel_key unset action redirect:repb [arp b]",
-	"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action mirror:repa action redirect:repb [flood ]",
 	"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
 	"skvx UNI decap100 dst_mac 02:00:00:00:00:0b action tunnel_key unset action redirect:repb [decap b]",
 }
@@ -122,10 +119,8 @@ func TestCompileTransitions(t *testing.T) {
 			p.Remote["r2"] = plan.Remote{Name: "r2", Network: "blue", VTEP: netip.MustParseAddr("192.0.2.3"), MAC: "02:00:00:00:00:02", IPs: pfx("198.51.100.2/24")}
 		}, sorted(without(baseRules, "FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror"), []string{
 			"repa ARP tip 198.51.100.2 action set:192.0.2.3 action redirect:skvx [arp a]",
-			"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repb action set:192.0.2.2 action mirror:skvx action set:192.0.2.3 action redirect:skvx [flood a]",
 			"repa UNI dst_mac 02:00:00:00:00:02 action set:192.0.2.3 action redirect:skvx [encap a]",
 			"repb ARP tip 198.51.100.2 action set:192.0.2.3 action redirect:skvx [arp b]",
-			"repb FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action set:192.0.2.2 action mirror:skvx action set:192.0.2.3 action redirect:skvx [flood b]",
 			"repb UNI dst_mac 02:00:00:00:00:02 action set:192.0.2.3 action redirect:skvx [encap b]",
 		})},
 		{"remote endpoint moves to the other VTEP", func(p *plan.Plan, _ map[string]string) {
@@ -138,10 +133,8 @@ func TestCompileTransitions(t *testing.T) {
 			delete(p.Remote, "r2")
 		}, sorted(without(baseRules, "192.0.2.2"), []string{
 			"repa ARP tip 198.51.100.1 action set:192.0.2.3 action redirect:skvx [arp a]",
-			"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repb action set:192.0.2.3 action redirect:skvx [flood a]",
 			"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.3 action redirect:skvx [encap a]",
 			"repb ARP tip 198.51.100.1 action set:192.0.2.3 action redirect:skvx [arp b]",
-			"repb FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror:repa action set:192.0.2.3 action redirect:skvx [flood b]",
 			"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.3 action redirect:skvx [encap b]",
 		})},
 		{"local endpoint b deleted; last remote VTEP removed", func(p *plan.Plan, reps map[string]string) {
@@ -153,14 +146,12 @@ func TestCompileTransitions(t *testing.T) {
 			p.Networks["blue"] = n
 		}, []string{
 			"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
-			"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repa [flood ]",
 			"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
 		}},
 		{"local endpoint a moves to another representor", func(p *plan.Plan, reps map[string]string) {
 			reps["a"] = "repz"
 		}, []string{
 			"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repz [arp a]",
-			"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repz [flood ]",
 			"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repz [decap a]",
 		}},
 		{"endpoint not plumbed yet: no rules, no network rules", func(p *plan.Plan, reps map[string]string) {
@@ -201,13 +192,6 @@ func TestCompileErrors(t *testing.T) {
 		}, "remote[r1].vtep:"},
 		{"bad VNI", func(p *plan.Plan, _ *Input) { n := p.Networks["blue"]; n.VNI = 1 << 24; p.Networks["blue"] = n }, "networks[blue].vni: must be 1..16777215"},
 		{"duplicate MAC", func(p *plan.Plan, _ *Input) { r := p.Remote["r1"]; r.MAC = "02:00:00:00:00:0b"; p.Remote["r1"] = r }, "duplicate MAC or IP"},
-		{"too many VTEPs", func(p *plan.Plan, _ *Input) {
-			n := p.Networks["blue"]
-			for i := range 60 {
-				n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}))
-			}
-			p.Networks["blue"] = n
-		}, "networks[blue].floodVTEPs: broadcast from a: 62 copies need 21 flood filters, more than Skiff's 14 priorities"},
 	}
 	for _, c := range cases {
 		p, reps := base()
@@ -246,25 +230,49 @@ func TestCookie(t *testing.T) {
 	}
 }
 
-// Broadcast to many VTEPs is spread over chained filters (continue), each
-// small enough for a netlink dump message; only the last redirects.
-func TestCompileFloodChunks(t *testing.T) {
-	p, reps := base()
-	delete(p.Local, "b")
-	delete(reps, "b")
-	delete(p.Remote, "r1")
-	n := p.Networks["blue"]
-	n.FloodVTEPs = vteps("192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5", "192.0.2.6")
-	p.Networks["blue"] = n
-	var targets map[string]string
-	want := []string{
-		"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.2 action mirror:skvx action set:192.0.2.3 action mirror:skvx action set:192.0.2.4 action mirror:skvx action continue [flood a]",
-		"repa prio 21251 proto 0x0003 dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.5 action mirror:skvx action set:192.0.2.6 action redirect:skvx [flood a]",
-		"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
-		"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repa [flood ]",
-		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
+// No rule grows with the number of VTEPs a network floods to, nor with
+// its local endpoints beyond their unicast: broadcast and multicast are
+// the node's replication path's (datapath/offload), not the rules'. A
+// network of 5,000 VTEPs and 250 local endpoints compiles, and each
+// representor holds what it held with one VTEP.
+func TestCompileNoFanOut(t *testing.T) {
+	p := plan.New("n1")
+	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
+	n := plan.Network{Name: "blue", VNI: 100}
+	reps := map[string]string{}
+	for i := range 250 {
+		name := fmt.Sprintf("e%d", i)
+		p.Local[name] = plan.Endpoint{Name: name, Network: "blue", MAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff),
+			IPs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 16)}, VFIndex: -1}
+		reps[name] = fmt.Sprintf("rep%d", i)
 	}
-	expect(t, "", Input{Reps: reps, Targets: targets, VXLAN: "skvx"}, p, want)
+	in := Input{Reps: reps, VXLAN: "skvx"}
+	count := func(vteps int) map[string]int {
+		t.Helper()
+		m := n
+		for i := range vteps {
+			m.FloodVTEPs = append(m.FloodVTEPs, netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}))
+		}
+		p.Networks["blue"] = m
+		rs, err := Compile(p, in)
+		if err != nil {
+			t.Fatalf("%d VTEPs: %v", vteps, err)
+		}
+		per := map[string]int{}
+		for _, r := range rs {
+			per[r.Dev]++
+		}
+		return per
+	}
+	one, many := count(1), count(5000)
+	if !maps.Equal(one, many) {
+		t.Errorf("rules per device differ between 1 and 5,000 VTEPs")
+	}
+	// Each representor: a local rule and an ARP rule per other local
+	// endpoint; skvx: a decap and an ARP rule per local endpoint.
+	if one["rep0"] != 2*249 || one["skvx"] != 2*250 {
+		t.Errorf("rep0 has %d rules, skvx %d; want %d and %d", one["rep0"], one["skvx"], 2*249, 2*250)
+	}
 }
 
 // A veth standing in for the VF behind repa: its traffic enters repa's
@@ -277,10 +285,8 @@ func TestCompileStandIn(t *testing.T) {
 	targets := map[string]string{"a": "vetha"}
 	want := []string{
 		"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
-		"repa FLOOD dst_mac ff:ff:ff:ff:ff:ff action set:192.0.2.2 action redirect:skvx [flood a]",
 		"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
 		"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:vetha [arp a]",
-		"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:vetha [flood ]",
 		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:vetha [decap a]",
 		"vetha UNI action mirred ingress redirect dev repa [standin a]",
 	}
@@ -303,10 +309,8 @@ func TestCompileGateway(t *testing.T) {
 		"repa ARP tip 198.51.100.254 action redirect:skh100 [gateway a]",
 		"repa UNI dst_mac 02:73:6b:00:00:64 action redirect:skh100 [gateway a]",
 		"skh100 ARP tip 198.51.100.10 action redirect:repa [gateway a]",
-		"skh100 FLOOD dst_mac ff:ff:ff:ff:ff:ff action redirect:repa [flood ]",
 		"skh100 UNI dst_mac 02:00:00:00:00:0a action redirect:repa [gateway a]",
 		"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:repa [arp a]",
-		"skvx FLOOD decap100 dst_mac ff:ff:ff:ff:ff:ff action tunnel_key unset action redirect:repa [flood ]",
 		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:repa [decap a]",
 	})
 	in.Gateways["blue"] = Gateway{Port: "skh100", MAC: "bad", IPs: vteps("198.51.100.254")}
@@ -360,13 +364,6 @@ func TestCompileRefusesOneNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, change := range map[string]func(p *plan.Plan){
-		"more VTEPs than its flood rules hold": func(p *plan.Plan) {
-			n := p.Networks["green"]
-			for i := range 60 {
-				n.FloodVTEPs = append(n.FloodVTEPs, netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}))
-			}
-			p.Networks["green"] = n
-		},
 		"a local endpoint's MAC": func(p *plan.Plan) { e := p.Local["g"]; e.MAC = "zz"; p.Local["g"] = e },
 		"a remote endpoint's VTEP": func(p *plan.Plan) {
 			p.Remote["rg"] = plan.Remote{Name: "rg", Network: "green", VTEP: netip.MustParseAddr("2001:db8::2"), MAC: "02:00:00:00:00:1b"}

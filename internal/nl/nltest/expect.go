@@ -18,8 +18,9 @@ import (
 //	want := nltest.Expect(foreign, blueLinks, blueFilters, "sysctl net/ipv4/ip_forward = 1")
 //	if got := w.NS("").State(); got != want { ... }
 //
-// Lines are put in State's order: links by name; addresses, FDB entries
-// and neighbours by link name, then address, entry or IP; routes, rules
+// Lines are put in State's order: links by name; addresses, bridge
+// VLANs, FDB entries and neighbours by link name, then address, VID,
+// entry or IP; routes, rules
 // and sysctls as written (State's order: routes by table then
 // destination, rules by priority, sysctls the namespace's then the
 // links'); tables by name, each with the indented lines under it; each
@@ -33,7 +34,14 @@ func Expect(parts ...string) string {
 		key  string // what orders lines of one kind and link
 		text string
 	}
-	kinds := []string{"link ", "addr ", "fdb ", "neigh ", "route ", "rule ", "sysctl ", "table ", "qdisc ", "devlink ", "vf "}
+	kinds := []string{"link ", "addr ", "fdb ", "neigh ", "route ", "rule ", "sysctl ", "table ", "qdisc ", "devlink ", "vf ", "vlan "}
+	const vlans = 11 // between addr and fdb lines, as State prints them
+	rank := func(k int) int {
+		if k == vlans {
+			return 15
+		}
+		return 10 * k
+	}
 	const filters = 8 // "filter " lines go with their link's qdisc
 	var ls []line
 	for _, p := range parts {
@@ -75,7 +83,7 @@ func Expect(parts ...string) string {
 		return p.Bits()
 	}
 	slices.SortStableFunc(ls, func(a, b line) int {
-		if c := cmp.Compare(a.kind, b.kind); c != 0 {
+		if c := cmp.Compare(rank(a.kind), rank(b.kind)); c != 0 {
 			return c
 		}
 		switch a.kind {
@@ -89,6 +97,9 @@ func Expect(parts ...string) string {
 			return cmp.Or(cmp.Compare(a.link, b.link), cmp.Compare(a.text, b.text))
 		case 3:
 			return cmp.Or(cmp.Compare(a.link, b.link), addrOf(a.key).Compare(addrOf(b.key)))
+		case vlans:
+			vid := func(s string) int { n, _ := strconv.Atoi(s); return n }
+			return cmp.Or(cmp.Compare(a.link, b.link), cmp.Compare(vid(a.key), vid(b.key)))
 		}
 		return 0 // as written
 	})

@@ -80,6 +80,7 @@ func (k *kernel) AddBridge(b nl.Bridge) error {
 			return fmt.Errorf("nl: add bridge %s: %w", b.Name, err)
 		}
 		l := n.newLink(b.Name, "bridge")
+		l.vlanOn = b.VLANFiltering
 		if b.MTU > 0 {
 			l.MTU = b.MTU
 		}
@@ -396,7 +397,22 @@ func (k *kernel) MoveLink(index int, to nl.Kernel) error {
 
 func (k *kernel) PortFlags(index int) (nl.PortFlags, error) {
 	var out nl.PortFlags
-	err := k.do(func(n *NS) error {
+	err := k.port(index, func(l *link) { out = l.flags })
+	return out, err
+}
+
+func (k *kernel) SetPortFlags(index int, f nl.PortFlags) error {
+	return k.setPort(index, "learning", func(l *link) bool {
+		changed := l.flags != f
+		l.flags = f
+		return changed
+	})
+}
+
+// port runs fn on the bridge port index; another link is the kernel's
+// error (it has no protinfo).
+func (k *kernel) port(index int, fn func(l *link)) error {
+	return k.do(func(n *NS) error {
 		l, err := n.link(index)
 		if err != nil {
 			return err
@@ -404,14 +420,15 @@ func (k *kernel) PortFlags(index int) (nl.PortFlags, error) {
 		if l.Master == 0 {
 			return fmt.Errorf("nl: port flags of %s: Device with index %d not found", l.Name, index)
 		}
-		out = l.flags
+		fn(l)
 		return nil
 	})
-	return out, err
 }
 
-// SetPortFlags counts a write per flag, as the real handle does.
-func (k *kernel) SetPortFlags(index int, f nl.PortFlags) error {
+// setPort counts a write per flag, as the real handle does (three; the
+// first, named first, fails on a link that is no port), and runs change,
+// an event when it changed something.
+func (k *kernel) setPort(index int, first string, change func(l *link) bool) error {
 	return k.do(func(n *NS) error {
 		l, err := n.link(index)
 		if err != nil {
@@ -419,12 +436,11 @@ func (k *kernel) SetPortFlags(index int, f nl.PortFlags) error {
 		}
 		k.write()
 		if l.Master == 0 {
-			return fmt.Errorf("nl: set learning on %s: %w", l.Name, unix.EOPNOTSUPP)
+			return fmt.Errorf("nl: set %s on %s: %w", first, l.Name, unix.EOPNOTSUPP)
 		}
 		k.write()
 		k.write()
-		if l.flags != f {
-			l.flags = f
+		if change(l) {
 			n.event(nl.Event{Kind: "link", Index: l.Index, Name: l.Name})
 		}
 		return nil

@@ -147,8 +147,9 @@ func (k *kernel) FDB(index int) ([]nl.FDB, error) {
 			slices.SortFunc(out, func(a, b nl.FDB) int { return cmp.Compare(a.MAC, b.MAC) })
 		}
 		for _, e := range l.self {
-			for _, d := range e.dsts {
-				out = append(out, nl.FDB{LinkIndex: index, MAC: e.mac, Dst: d, Self: true, Static: e.static, Permanent: true})
+			for i, d := range e.dsts {
+				out = append(out, nl.FDB{LinkIndex: index, MAC: e.mac, Dst: d, Self: true, Static: e.static, Permanent: true,
+					SrcVNI: e.srcVNI, VNI: e.vnis[i]})
 			}
 		}
 		return nil
@@ -239,7 +240,7 @@ func (n *NS) addressFDB(l *link, mac string, e nl.FDB, op fdbOp) error {
 	case i >= 0:
 		return unix.EEXIST
 	}
-	l.self = append(l.self, selfFDB{mac: mac, dsts: []netip.Addr{{}}})
+	l.self = append(l.self, selfFDB{mac: mac, dsts: []netip.Addr{{}}, vnis: []uint32{0}})
 	n.event(nl.Event{Kind: "neigh", Index: l.Index, Static: true})
 	return nil
 }
@@ -268,7 +269,13 @@ func (n *NS) selfFDB(l *link, mac string, e nl.FDB, op fdbOp) error {
 	if !dst.IsValid() {
 		return unix.EAFNOSUPPORT
 	}
-	i := slices.IndexFunc(l.self, func(s selfFDB) bool { return s.mac == mac })
+	// An external device keeps a table per source VNI; another device
+	// has its own VNI only.
+	src := e.SrcVNI
+	if !l.External {
+		src = 0
+	}
+	i := slices.IndexFunc(l.self, func(s selfFDB) bool { return s.mac == mac && s.srcVNI == src })
 	if op == fdbDelete {
 		if i < 0 {
 			return nil
@@ -277,6 +284,7 @@ func (n *NS) selfFDB(l *link, mac string, e nl.FDB, op fdbOp) error {
 			l.self = slices.Delete(l.self, i, i+1)
 		} else if j := slices.Index(l.self[i].dsts, dst); j >= 0 {
 			l.self[i].dsts = slices.Delete(l.self[i].dsts, j, j+1)
+			l.self[i].vnis = slices.Delete(l.self[i].vnis, j, j+1)
 			if len(l.self[i].dsts) == 0 {
 				l.self = slices.Delete(l.self, i, i+1)
 			}
@@ -295,11 +303,12 @@ func (n *NS) selfFDB(l *link, mac string, e nl.FDB, op fdbOp) error {
 	}
 	switch {
 	case i < 0:
-		l.self = append(l.self, selfFDB{mac: mac, dsts: []netip.Addr{dst}, static: e.Static})
+		l.self = append(l.self, selfFDB{mac: mac, srcVNI: src, dsts: []netip.Addr{dst}, vnis: []uint32{e.VNI}, static: e.Static})
 	case op == fdbSet:
-		l.self[i].dsts[0], l.self[i].static = dst, e.Static
+		l.self[i].dsts[0], l.self[i].vnis[0], l.self[i].static = dst, e.VNI, e.Static
 	case many && !slices.Contains(l.self[i].dsts, dst):
 		l.self[i].dsts = append(l.self[i].dsts, dst)
+		l.self[i].vnis = append(l.self[i].vnis, e.VNI)
 	default:
 		l.self[i].static = e.Static
 		return nil

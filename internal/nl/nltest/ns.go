@@ -52,6 +52,9 @@ type link struct {
 	mtuSet bool // a bridge's MTU was set after creation (no auto adjust)
 
 	flags   nl.PortFlags // a bridge port's
+	bport   nl.BridgePort
+	vlans   []nl.BridgeVLAN // a bridge port's, by VID
+	vlanOn  bool            // a bridge's VLAN filtering
 	addrs   []netip.Prefix
 	neighs  map[netip.Addr]*neigh
 	self    []selfFDB         // a VXLAN device's own entries, in order
@@ -82,8 +85,10 @@ const (
 // destinations (several only for the all-zero and multicast MACs).
 type selfFDB struct {
 	mac    string
+	srcVNI uint32 // an external device's table the entry is in
 	dsts   []netip.Addr
-	static bool // NUD_NOARP given as well
+	vnis   []uint32 // each destination's VNI (0: the device's)
+	static bool     // NUD_NOARP given as well
 }
 
 // brFDB is an entry of a bridge's table (one per MAC): the port it
@@ -228,7 +233,7 @@ func (n *NS) detach(l *link) {
 	if l.Kind == "bridge" {
 		for _, p := range n.links {
 			if p.Master == l.Index {
-				p.Master, p.flags = 0, nl.PortFlags{}
+				p.Master, p.flags, p.bport, p.vlans = 0, nl.PortFlags{}, nl.BridgePort{}, nil
 				n.event(nl.Event{Kind: "link", Index: p.Index, Name: p.Name})
 			}
 		}
@@ -282,7 +287,7 @@ func (n *NS) down(l *link) {
 // port makes l a port of bridge br: the kernel's defaults for its flags,
 // a permanent entry for its own MAC, the bridge's MAC and MTU adjusted.
 func (n *NS) port(l, br *link) {
-	l.Master, l.flags = br.Index, nl.PortFlags{Learning: true}
+	l.Master, l.flags, l.bport, l.vlans = br.Index, nl.PortFlags{Learning: true}, nl.BridgePort{Flood: true}, nil
 	if br.fdb == nil {
 		br.fdb = map[string]*brFDB{}
 	}
@@ -298,7 +303,7 @@ func (n *NS) port(l, br *link) {
 // goes.
 func (n *NS) unport(l *link) {
 	br := n.links[l.Master]
-	l.Master, l.flags = 0, nl.PortFlags{}
+	l.Master, l.flags, l.bport, l.vlans = 0, nl.PortFlags{}, nl.BridgePort{}, nil
 	if br == nil {
 		return
 	}

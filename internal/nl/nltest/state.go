@@ -65,6 +65,7 @@ func (n *NS) State() string {
 			}
 		}
 	}
+	out = append(out, vlanLines(ls)...)
 	out = append(out, n.fdbLines(ls)...)
 	for _, l := range ls {
 		var ips []netip.Addr
@@ -168,11 +169,45 @@ func (n *NS) linkLine(l *link, name func(int) string) string {
 	if l.owner != [2]uint32{} {
 		s += fmt.Sprintf(" owner %d group %d", l.owner[0], l.owner[1])
 	}
+	if l.vlanOn {
+		s += " vlan_filtering"
+	}
 	if l.Master != 0 {
 		s += fmt.Sprintf(" master %s learning %s neigh_suppress %s hairpin %s", name(l.Master),
 			onOff(l.flags.Learning), onOff(l.flags.NeighSuppress), onOff(l.flags.Hairpin))
+		// The VLAN-aware bridge's flags, when not the kernel's defaults.
+		if !l.bport.Flood {
+			s += " flood off"
+		}
+		if l.bport.Isolated {
+			s += " isolated on"
+		}
+		if l.bport.VLANTunnel {
+			s += " vlan_tunnel on"
+		}
 	}
 	return s
+}
+
+// vlanLines are the bridge ports' VLANs:
+//
+//	vlan pf0vf0 2 access
+//	vlan skvx 2 tunnel 100
+func vlanLines(ls []*link) []string {
+	var out []string
+	for _, l := range ls {
+		for _, v := range l.vlans {
+			s := fmt.Sprintf("vlan %s %d", l.Name, v.VID)
+			if v.Access {
+				s += " access"
+			}
+			if v.TunnelID != 0 {
+				s += fmt.Sprintf(" tunnel %d", v.TunnelID)
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (n *NS) fdbLines(ls []*link) []string {
@@ -198,10 +233,16 @@ func (n *NS) fdbLines(ls []*link) []string {
 			}
 		}
 		for _, e := range l.self {
-			for _, d := range e.dsts {
+			for i, d := range e.dsts {
 				s := fmt.Sprintf("fdb %s %s dst %s self permanent", l.Name, e.mac, d)
 				if e.static {
 					s += " static"
+				}
+				if e.vnis[i] != 0 {
+					s += fmt.Sprintf(" vni %d", e.vnis[i])
+				}
+				if e.srcVNI != 0 {
+					s += fmt.Sprintf(" src_vni %d", e.srcVNI)
 				}
 				es = append(es, s)
 			}

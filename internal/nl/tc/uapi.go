@@ -236,3 +236,7 @@ const (
 // Ingress is the parent of the filters on a clsact (or ingress) qdisc's
 // ingress: TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS).
 const Ingress = TC_H_CLSACT&0xffff0000 | TC_H_MIN_INGRESS
+
+// Egress is the parent of the filters on a clsact qdisc's egress:
+// TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS).
+const Egress = TC_H_CLSACT&0xffff0000 | TC_H_MIN_EGRESS

@@ -9,14 +9,15 @@ import (
 	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
-// IP and TC are iproute2 inside the guest, by full path: busybox's applets
-// shadow PATH; NFT is nftables' nft (what kube-proxy's nftables mode
-// drives); Ping is busybox's ping.
+// IP, TC and Bridge are iproute2 inside the guest, by full path:
+// busybox's applets shadow PATH; NFT is nftables' nft (what kube-proxy's
+// nftables mode drives); Ping is busybox's ping.
 const (
-	IP   = "/usr/sbin/ip"
-	TC   = "/usr/sbin/tc"
-	NFT  = "/usr/sbin/nft"
-	Ping = "/bin/ping"
+	IP     = "/usr/sbin/ip"
+	TC     = "/usr/sbin/tc"
+	Bridge = "/usr/sbin/bridge"
+	NFT    = "/usr/sbin/nft"
+	Ping   = "/bin/ping"
 )
 
 // Tools are the guest's programs for testkit's namespace helpers:

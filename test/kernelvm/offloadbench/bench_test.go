@@ -224,15 +224,15 @@ func TestScale(t *testing.T) {
 	installed := dp.Writes() - w0
 	installMsgs := dp.TCMessages() - m0
 	repRules := count(t, "skpbench")
-	// encap + ARP per remote, 5 flood filters (15 VTEPs, 3 per filter),
-	// all in the forwarding chain, and chain 0's filter sending
-	// everything there (no policy: no conntrack).
-	if want := 2*endpoints + 5 + 1; repRules != want {
+	// encap + ARP per remote, all in the forwarding chain, and chain
+	// 0's filter sending everything there (no policy: no conntrack);
+	// broadcast is the replication bridge's.
+	if want := 2*endpoints + 1; repRules != want {
 		t.Fatalf("representor holds %d rules, want %d", repRules, want)
 	}
-	// Decap, ARP and flood for the local endpoint, and chain 0's.
+	// Decap and ARP for the local endpoint, and chain 0's.
 	vxRules := count(t, offload.VXLANName)
-	if want := 3 + 1; vxRules != want {
+	if want := 2 + 1; vxRules != want {
 		t.Fatalf("%s holds %d rules, want %d", offload.VXLANName, vxRules, want)
 	}
 	total := repRules + vxRules
