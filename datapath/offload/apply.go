@@ -141,6 +141,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	in := flower.Input{Reps: reps, Targets: targets, Gateways: gws, HostPorts: hps, VXLAN: VXLANName}
+	d.clock.mark("pairs")
 	rules, err := flower.Compile(p, in)
 	refused := flower.RefusedNetworks(err)
 	if err != nil && refused == nil {
@@ -150,6 +151,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	in, refusedEps := refuse(p, in, refused)
 	gws, hps = in.Gateways, in.HostPorts
 	d.noteRefused(refused, refusedEps)
+	d.clock.mark("compile")
 	// A policy that does not compile leaves the installed one in place.
 	polRules, polErr := flower.CompilePolicy(p, in, rules)
 	if polErr != nil {
@@ -222,10 +224,12 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			errs = append(errs, err)
 		}
 	}
+	d.clock.mark("policy")
 	states, err := d.prog.Sync(devs, rules)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	d.clock.mark("sync")
 	if err := d.pol.Delete(stale); err != nil {
 		errs = append(errs, err)
 	}
@@ -237,6 +241,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err := d.standIns(in, byName); err != nil {
 		errs = append(errs, err)
 	}
+	d.clock.mark("replication")
 	// The links as the replication path left them (its bridge, ports
 	// moved into it): what the next Apply compares with.
 	if relisted, err := d.links(); err == nil {
@@ -251,6 +256,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err := d.neighbours(p); err != nil {
 		errs = append(errs, err)
 	}
+	d.clock.mark("neighbours")
 	// Where each rule sits, and room to add, for the changes in place
 	// that may follow: the first costs what later ones do.
 	at := positions(rules, fwdAt)

@@ -120,6 +120,9 @@ type Datapath struct {
 	// Users of each VTEP in the last Apply's plan (vtepUse), kept by
 	// remote endpoint changes, under d.op.
 	vteps map[netip.Addr]int
+	// usable are the VTEPs whose next hop a whole Apply found usable
+	// (not looked up again while they stay).
+	usable map[netip.Addr]bool
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   datapath.PlumbGate

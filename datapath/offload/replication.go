@@ -194,6 +194,7 @@ func (d *Datapath) floodLists(vx int, want map[nl.FDB]bool) []error {
 	}
 	var errs []error
 	seen := map[nl.FDB]bool{}
+	var gone, add []nl.FDB
 	for _, e := range have {
 		if !e.Self || e.MAC != allZeros || e.SrcVNI == 0 {
 			continue
@@ -203,9 +204,7 @@ func (d *Datapath) floodLists(vx int, want map[nl.FDB]bool) []error {
 			seen[k] = true
 			continue
 		}
-		if err := d.k.DeleteFDB(e); err != nil {
-			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
-		}
+		gone = append(gone, e)
 	}
 	for _, e := range slices.SortedFunc(maps.Keys(want), func(a, b nl.FDB) int {
 		if a.SrcVNI != b.SrcVNI {
@@ -214,9 +213,17 @@ func (d *Datapath) floodLists(vx int, want map[nl.FDB]bool) []error {
 		return a.Dst.Compare(b.Dst)
 	}) {
 		if !seen[e] {
-			if err := d.k.AddFDB(e); err != nil {
-				errs = append(errs, fmt.Errorf("offload datapath: %w", err))
-			}
+			add = append(add, e)
+		}
+	}
+	if len(gone) > 0 {
+		if err := d.k.DeleteFDBs(gone); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
+		}
+	}
+	if len(add) > 0 {
+		if err := d.k.AddFDBs(add); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
 		}
 	}
 	return errs

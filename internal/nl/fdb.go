@@ -111,36 +111,50 @@ func fdbMsg(e FDB) ([]byte, error) {
 	return enc.Bytes(), nil
 }
 
-// fdbDo sends one FDB request; what ignore matches is no error.
-func (k *real) fdbDo(what string, typ, flags uint16, e FDB, ignore unix.Errno) error {
-	k.w()
-	b, err := fdbMsg(e)
-	if err != nil {
-		return err
-	}
-	err = k.rawDo(func(c *rtnl.Conn) error {
-		errs, err := c.Do([]rtnl.Request{{Type: typ, Flags: flags, Data: b}})
+// fdbDo sends one FDB request for each of es, pipelined; what ignore
+// matches is no error.
+func (k *real) fdbDo(what string, typ, flags uint16, es []FDB, ignore unix.Errno) error {
+	reqs := make([]rtnl.Request, 0, len(es))
+	for _, e := range es {
+		k.w()
+		b, err := fdbMsg(e)
 		if err != nil {
 			return err
 		}
-		return errs[0]
-	})
-	if err != nil && !errors.Is(err, ignore) {
-		return fmt.Errorf("nl: %s fdb %s dst %v vni %d on %d: %w", what, e.MAC, e.Dst, e.SrcVNI, e.LinkIndex, k.gone(e.LinkIndex, err))
+		reqs = append(reqs, rtnl.Request{Type: typ, Flags: flags, Data: b})
 	}
-	return nil
+	var answers []error
+	if err := k.rawDo(func(c *rtnl.Conn) error {
+		var err error
+		answers, err = c.Do(reqs)
+		return err
+	}); err != nil {
+		return fmt.Errorf("nl: %s fdb: %w", what, err)
+	}
+	var errs []error
+	for i, err := range answers {
+		if err != nil && !errors.Is(err, ignore) {
+			e := es[i]
+			errs = append(errs, fmt.Errorf("nl: %s fdb %s dst %v vni %d on %d: %w", what, e.MAC, e.Dst, e.SrcVNI, e.LinkIndex, k.gone(e.LinkIndex, err)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // AddFDB appends: several all-zero entries (one per remote VTEP) may
 // coexist.
-func (k *real) AddFDB(e FDB) error {
-	return k.fdbDo("add", unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_APPEND, e, unix.EEXIST)
+func (k *real) AddFDB(e FDB) error { return k.AddFDBs([]FDB{e}) }
+
+func (k *real) AddFDBs(es []FDB) error {
+	return k.fdbDo("add", unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_APPEND, es, unix.EEXIST)
 }
 
 func (k *real) SetFDB(e FDB) error {
-	return k.fdbDo("set", unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, e, 0)
+	return k.fdbDo("set", unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, []FDB{e}, 0)
 }
 
-func (k *real) DeleteFDB(e FDB) error {
-	return k.fdbDo("delete", unix.RTM_DELNEIGH, 0, e, unix.ENOENT)
+func (k *real) DeleteFDB(e FDB) error { return k.DeleteFDBs([]FDB{e}) }
+
+func (k *real) DeleteFDBs(es []FDB) error {
+	return k.fdbDo("delete", unix.RTM_DELNEIGH, 0, es, unix.ENOENT)
 }

@@ -141,6 +141,10 @@ type Kernel interface {
 	AddFDB(e FDB) error
 	SetFDB(e FDB) error
 	DeleteFDB(e FDB) error
+	// AddFDBs and DeleteFDBs are AddFDB and DeleteFDB of many entries,
+	// pipelined (a write each); the error joins each entry's.
+	AddFDBs(es []FDB) error
+	DeleteFDBs(es []FDB) error
 
 	// nftables.
 

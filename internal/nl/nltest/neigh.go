@@ -1,6 +1,7 @@
 package nltest
 
 import (
+	"errors"
 	"cmp"
 	"fmt"
 	"net"
@@ -169,6 +170,19 @@ const (
 func (k *kernel) AddFDB(e nl.FDB) error    { return k.fdb(e, fdbAdd, "add") }
 func (k *kernel) SetFDB(e nl.FDB) error    { return k.fdb(e, fdbSet, "set") }
 func (k *kernel) DeleteFDB(e nl.FDB) error { return k.fdb(e, fdbDelete, "delete") }
+
+func (k *kernel) AddFDBs(es []nl.FDB) error    { return k.fdbs(es, k.AddFDB) }
+func (k *kernel) DeleteFDBs(es []nl.FDB) error { return k.fdbs(es, k.DeleteFDB) }
+
+// fdbs runs one of es at a time through op, every one whatever the
+// others' errors, and joins the errors.
+func (k *kernel) fdbs(es []nl.FDB, op func(nl.FDB) error) error {
+	var errs []error
+	for _, e := range es {
+		errs = append(errs, op(e))
+	}
+	return errors.Join(errs...)
+}
 
 // fdb carries out an FDB call: the bridge's entry when Master is set (or
 // neither flag), then the device's own when Self is, as the kernel

@@ -135,8 +135,9 @@ func TestReplication(t *testing.T) {
 		}
 		leaves = append(leaves, time.Since(start))
 	}
-	t.Logf("FIGURE replication VTEP join: first %v, median %v; leave: first %v, median %v",
-		joins[0].Round(time.Microsecond), median(joins[1:]).Round(time.Microsecond), leaves[0].Round(time.Microsecond), median(leaves[1:]).Round(time.Microsecond))
+	t.Logf("FIGURE replication VTEP join: first %v, median %v; leave: first %v, median %v; the last leave's parts: %s",
+		joins[0].Round(time.Microsecond), median(joins[1:]).Round(time.Microsecond), leaves[0].Round(time.Microsecond), median(leaves[1:]).Round(time.Microsecond),
+		phaseFigures("replication_leave", dp))
 	figure("replication_join_first_ms", joins[0])
 	figure("replication_join_median_ms", median(joins[1:]))
 	figure("replication_leave_median_ms", median(leaves[1:]))
@@ -144,12 +145,12 @@ func TestReplication(t *testing.T) {
 	// The hand-built software reference: a bridge with a plain VXLAN
 	// device whose flood list is the same 5,000 VTEPs.
 	node("skrs", "skrspeer")
-	guest.In(t, "skrs", guest.IP, "link", "add", "br", "type", "bridge")
+	guest.In(t, "skrs", guest.IP, "link", "add", "skrsbr", "type", "bridge")
 	guest.In(t, "skrs", guest.IP, "link", "add", "vx", "type", "vxlan", "id", "100", "local", "192.0.2.1", "dstport", "4789", "nolearning")
 	for _, dev := range []string{"vx", "skrcpa", "skrcpb"} {
-		guest.In(t, "skrs", guest.IP, "link", "set", dev, "master", "br", "up")
+		guest.In(t, "skrs", guest.IP, "link", "set", dev, "master", "skrsbr", "up")
 	}
-	guest.In(t, "skrs", guest.IP, "link", "set", "br", "up")
+	guest.In(t, "skrs", guest.IP, "link", "set", "skrsbr", "up")
 	b.Reset()
 	for i := range floodVTEPs {
 		fmt.Fprintf(&b, "fdb append 00:00:00:00:00:00 dev vx dst %s self permanent\n", vtep(i))
