@@ -1,8 +1,8 @@
 package nltest
 
 import (
-	"errors"
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
