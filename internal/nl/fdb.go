@@ -26,13 +26,18 @@ func ndmsg(family uint8, index int, state uint16, flags uint8) []byte {
 	return b
 }
 
-func (k *real) FDB(index int) ([]FDB, error) {
+func (k *real) FDB(index int) ([]FDB, error) { return k.fdbDump(index) }
+
+func (k *real) FDBs() ([]FDB, error) { return k.fdbDump(0) }
+
+// fdbDump lists the entries of link index (every link's: 0).
+func (k *real) fdbDump(index int) ([]FDB, error) {
 	var out []FDB
 	err := k.rawDo(func(c *rtnl.Conn) error {
 		for range dumpRetries {
 			out = out[:0]
 			err := c.Dump(unix.RTM_GETNEIGH, ndmsg(unix.AF_BRIDGE, 0, 0, 0), func(_ rtnl.Header, p []byte) error {
-				if e, ok := decodeFDB(p); ok && e.LinkIndex == index {
+				if e, ok := decodeFDB(p); ok && (index == 0 || e.LinkIndex == index) {
 					out = append(out, e)
 				}
 				return nil
@@ -71,6 +76,8 @@ func decodeFDB(p []byte) (FDB, bool) {
 			e.VNI = d.U32()
 		case unix.NDA_SRC_VNI:
 			e.SrcVNI = d.U32()
+		case unix.NDA_VLAN:
+			e.VLAN = d.U16()
 		}
 	}
 	return e, d.Err() == nil
@@ -108,6 +115,9 @@ func fdbMsg(e FDB) ([]byte, error) {
 	if e.SrcVNI != 0 {
 		enc.U32(unix.NDA_SRC_VNI, e.SrcVNI)
 	}
+	if e.VLAN != 0 {
+		enc.U16(unix.NDA_VLAN, e.VLAN)
+	}
 	return enc.Bytes(), nil
 }
 
@@ -123,19 +133,28 @@ func (k *real) fdbDo(what string, typ, flags uint16, es []FDB, ignore unix.Errno
 		}
 		reqs = append(reqs, rtnl.Request{Type: typ, Flags: flags, Data: b})
 	}
+	return k.pipelined(what+" fdb", reqs, ignore, func(i int, err error) error {
+		e := es[i]
+		return fmt.Errorf("nl: %s fdb %s dst %v vni %d on %d: %w", what, e.MAC, e.Dst, e.SrcVNI, e.LinkIndex, k.gone(e.LinkIndex, err))
+	})
+}
+
+// pipelined sends reqs over the handle's route socket, pipelined, and
+// joins the refusals (those matching ignore are none), each described
+// by describe with the request's position.
+func (k *real) pipelined(what string, reqs []rtnl.Request, ignore unix.Errno, describe func(i int, err error) error) error {
 	var answers []error
 	if err := k.rawDo(func(c *rtnl.Conn) error {
 		var err error
 		answers, err = c.Do(reqs)
 		return err
 	}); err != nil {
-		return fmt.Errorf("nl: %s fdb: %w", what, err)
+		return fmt.Errorf("nl: %s: %w", what, err)
 	}
 	var errs []error
 	for i, err := range answers {
 		if err != nil && !errors.Is(err, ignore) {
-			e := es[i]
-			errs = append(errs, fmt.Errorf("nl: %s fdb %s dst %v vni %d on %d: %w", what, e.MAC, e.Dst, e.SrcVNI, e.LinkIndex, k.gone(e.LinkIndex, err)))
+			errs = append(errs, describe(i, err))
 		}
 	}
 	return errors.Join(errs...)

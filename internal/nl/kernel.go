@@ -44,6 +44,8 @@ type Kernel interface {
 	// its Alias; a link that cannot be marked is deleted again.
 	AddBridge(b Bridge) error
 	AddVXLAN(v VXLAN) error
+	// AddVLAN creates an 802.1Q device on v.Parent, left down.
+	AddVLAN(v VLAN) error
 	// AddPair creates a veth pair with both ends in this namespace (the
 	// aliases, when set, on each end).
 	AddPair(p Pair) error
@@ -130,11 +132,20 @@ type Kernel interface {
 	// SetNeigh creates or replaces a permanent entry.
 	SetNeigh(n Neigh) error
 	DeleteNeigh(n Neigh) error
+	// SetNeighs and DeleteNeighs are SetNeigh and DeleteNeigh of many
+	// entries, pipelined: every one is tried and the errors are joined
+	// (an entry without an address or with a bad MAC fails the call
+	// before anything is sent).
+	SetNeighs(ns []Neigh) error
+	DeleteNeighs(ns []Neigh) error
 	// Resolve asks the kernel to resolve a neighbour now (an ARP or ND
 	// probe now, not when the first packet needs it).
 	Resolve(index int, ip netip.Addr) error
 	// FDB lists a link's bridge-family forwarding entries.
 	FDB(index int) ([]FDB, error)
+	// FDBs lists every link's bridge-family forwarding entries (one
+	// dump, where FDB filters it for one link).
+	FDBs() ([]FDB, error)
 	// AddFDB appends an entry (all-zero VXLAN entries may have several
 	// destinations); an entry that is there is no error. SetFDB
 	// creates or replaces the entry of that MAC.

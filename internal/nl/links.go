@@ -26,6 +26,9 @@ func linkOf(l netlink.Link) Link {
 			x.Local = ip
 		}
 	}
+	if v, ok := l.(*netlink.Vlan); ok {
+		x.VID, x.Parent = uint16(v.VlanId), a.ParentIndex
+	}
 	return x
 }
 
@@ -68,6 +71,16 @@ func (k *real) AddBridge(b Bridge) error {
 		return fmt.Errorf("nl: add bridge %s: %w", b.Name, err)
 	}
 	return k.mark(b.Name, b.Alias)
+}
+
+func (k *real) AddVLAN(v VLAN) error {
+	k.w()
+	la := netlink.NewLinkAttrs()
+	la.Name, la.ParentIndex = v.Name, v.Parent
+	if err := k.h.LinkAdd(&netlink.Vlan{LinkAttrs: la, VlanId: int(v.VID)}); err != nil {
+		return fmt.Errorf("nl: add vlan %s (id %d on %d): %w", v.Name, v.VID, v.Parent, k.gone(v.Parent, err))
+	}
+	return k.mark(v.Name, v.Alias)
 }
 
 func (k *real) AddVXLAN(v VXLAN) error {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 )
 
 // usable are the neighbour states packets can use now.
@@ -66,6 +68,56 @@ func (k *real) DeleteNeigh(n Neigh) error {
 		return fmt.Errorf("nl: delete neighbour %s on %d: %w", n.IP, n.LinkIndex, k.gone(n.LinkIndex, err))
 	}
 	return nil
+}
+
+// neighMsg is the RTM_NEWNEIGH or RTM_DELNEIGH body of permanent entry n
+// (no link-layer address when n has none: a delete).
+func neighMsg(n Neigh) ([]byte, error) {
+	fam := uint8(unix.AF_INET6)
+	if n.IP.Is4() {
+		fam = unix.AF_INET
+	}
+	enc := rtnl.NewEncoder(ndmsg(fam, n.LinkIndex, unix.NUD_PERMANENT, 0))
+	enc.Put(unix.NDA_DST, n.IP.AsSlice())
+	if n.MAC != "" {
+		mac, err := net.ParseMAC(n.MAC)
+		if err != nil {
+			return nil, fmt.Errorf("nl: neighbour mac %q: %w", n.MAC, err)
+		}
+		enc.Put(unix.NDA_LLADDR, mac)
+	}
+	return enc.Bytes(), nil
+}
+
+// neighsDo sends one neighbour request for each of ns, pipelined; what
+// ignore matches is no error.
+func (k *real) neighsDo(what string, typ, flags uint16, ns []Neigh, ignore unix.Errno) error {
+	if len(ns) == 0 {
+		return nil
+	}
+	reqs := make([]rtnl.Request, 0, len(ns))
+	for _, n := range ns {
+		k.w()
+		if !n.IP.IsValid() {
+			return fmt.Errorf("nl: %s neighbour on %d: no address", what, n.LinkIndex)
+		}
+		b, err := neighMsg(n)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, rtnl.Request{Type: typ, Flags: flags, Data: b})
+	}
+	return k.pipelined(what+" neighbours", reqs, ignore, func(i int, err error) error {
+		return fmt.Errorf("nl: %s neighbour %s on %d: %w", what, ns[i].IP, ns[i].LinkIndex, k.gone(ns[i].LinkIndex, err))
+	})
+}
+
+func (k *real) SetNeighs(ns []Neigh) error {
+	return k.neighsDo("set", unix.RTM_NEWNEIGH, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, ns, 0)
+}
+
+func (k *real) DeleteNeighs(ns []Neigh) error {
+	return k.neighsDo("delete", unix.RTM_DELNEIGH, 0, ns, unix.ENOENT)
 }
 
 func (k *real) Resolve(index int, ip netip.Addr) error {

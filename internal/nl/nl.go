@@ -41,6 +41,9 @@ type Link struct {
 	Port     int
 	Learning bool
 	External bool
+	// VLAN (802.1Q) only: its id and the link it is a VLAN of.
+	VID    uint16
+	Parent int
 }
 
 // TapKind is the Kind of tap and tun links in Links.
@@ -73,6 +76,8 @@ type FDB struct {
 	// whose table holds the entry (what a VLAN-aware bridge's tunnel
 	// mapping looks up), VNI the one sent to Dst. Zero: none.
 	SrcVNI, VNI uint32
+	// VLAN is a VLAN-aware bridge's entry's VLAN (0: none).
+	VLAN uint16
 }
 
 // Neigh is an IP neighbour entry (ARP/ND) on a device.
@@ -96,6 +101,14 @@ type Bridge struct {
 	// (every multicast frame floods to its VLAN's ports). Off: the
 	// kernel's defaults.
 	VLANFiltering bool
+}
+
+// VLAN describes an 802.1Q device to create on the link Parent.
+type VLAN struct {
+	Name   string
+	Parent int
+	VID    uint16
+	Alias  string
 }
 
 // BridgePort is what a port of a VLAN-aware bridge does beyond

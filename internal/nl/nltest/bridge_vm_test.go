@@ -95,13 +95,67 @@ func bridgeVLANScript(k nl.Kernel) []string {
 	step("flood other vni", k.AddFDB(nl.FDB{LinkIndex: vx, MAC: zero, Dst: netip.MustParseAddr("192.0.2.2"), Self: true, Permanent: true, SrcVNI: 101, VNI: 101}))
 	step("flood again", k.AddFDB(nl.FDB{LinkIndex: vx, MAC: zero, Dst: netip.MustParseAddr("192.0.2.2"), Self: true, Permanent: true, SrcVNI: 100, VNI: 100}))
 	observe("configured")
+	// A VLAN device on the bridge holding neighbours (left down), and
+	// bridge entries in a VLAN.
+	step("vlan device", k.AddVLAN(nl.VLAN{Name: "skrt.10", Parent: br, VID: 10}))
+	step("vlan device again", k.AddVLAN(nl.VLAN{Name: "skrt.10", Parent: br, VID: 10}))
+	step("vlan device of that id", k.AddVLAN(nl.VLAN{Name: "skrtx", Parent: br, VID: 10}))
+	step("vlan device id 4095", k.AddVLAN(nl.VLAN{Name: "skrty", Parent: br, VID: 4095}))
+	vd := idx("skrt.10")
+	mac := "02:00:00:00:00:05"
+	step("bridge entry", k.AddFDB(nl.FDB{LinkIndex: p, MAC: "02:00:00:00:00:0a", Master: true, Static: true, VLAN: 10}))
+	step("bridge entry, vlan not on the port", k.AddFDB(nl.FDB{LinkIndex: p, MAC: "02:00:00:00:00:0a", Master: true, Static: true, VLAN: 12}))
+	step("bridge entry on the tunnel port", k.AddFDB(nl.FDB{LinkIndex: vx, MAC: mac, Master: true, Static: true, VLAN: 10}))
+	step("unicast entry", k.AddFDB(nl.FDB{LinkIndex: vx, MAC: mac, Dst: netip.MustParseAddr("192.0.2.2"), Self: true, Permanent: true, SrcVNI: 100, VNI: 100}))
+	step("neighbours", k.SetNeighs([]nl.Neigh{{LinkIndex: vd, IP: netip.MustParseAddr("198.51.100.5"), MAC: mac, Permanent: true},
+		{LinkIndex: vd, IP: netip.MustParseAddr("2001:db8::5"), MAC: mac, Permanent: true},
+		{LinkIndex: vd, IP: netip.MustParseAddr("198.51.100.6"), MAC: mac, Permanent: true}}))
+	step("neighbours on no link", k.SetNeighs([]nl.Neigh{{LinkIndex: 9999, IP: netip.MustParseAddr("198.51.100.5"), MAC: mac, Permanent: true}}))
+	step("delete neighbours", k.DeleteNeighs([]nl.Neigh{{LinkIndex: vd, IP: netip.MustParseAddr("198.51.100.6")},
+		{LinkIndex: vd, IP: netip.MustParseAddr("198.51.100.7")}}))
+	suppressed := func(label string) {
+		ls, err := k.Links()
+		var vlans []string
+		for _, l := range ls {
+			if l.Kind == "vlan" {
+				vlans = append(vlans, fmt.Sprintf("%s id %d parent %v up %v", l.Name, l.VID, l.Parent == br, l.Up))
+			}
+		}
+		add("%s vlan devices %v (%s)", label, vlans, errClass(err))
+		es, err := k.FDBs()
+		var fdb []string
+		for _, e := range es {
+			if (e.LinkIndex == p || e.LinkIndex == vx) && !e.Permanent || e.Self && e.LinkIndex == vx && e.MAC != zero {
+				fdb = append(fdb, fmt.Sprintf("%d %s master %v static %v vlan %d dst %s src_vni %d", e.LinkIndex-p, e.MAC, e.Master, e.Static, e.VLAN, e.Dst, e.SrcVNI))
+			}
+		}
+		slices.Sort(fdb)
+		add("%s entries %v (%s)", label, fdb, errClass(err))
+		ns, err := k.Neighs(vd)
+		var neighs []string
+		for _, n := range ns {
+			neighs = append(neighs, fmt.Sprintf("%s %s permanent %v", n.IP, n.MAC, n.Permanent))
+		}
+		slices.Sort(neighs)
+		add("%s neighbours %v (%s)", label, neighs, errClass(err))
+	}
+	suppressed("suppressing")
+	step("delete bridge entry", k.DeleteFDB(nl.FDB{LinkIndex: vx, MAC: mac, Master: true, Static: true, VLAN: 10}))
+	step("delete unicast entry", k.DeleteFDB(nl.FDB{LinkIndex: vx, MAC: mac, Dst: netip.MustParseAddr("192.0.2.2"), Self: true, Permanent: true, SrcVNI: 100, VNI: 100}))
+	suppressed("entries deleted")
 	step("delete flood", k.DeleteFDB(nl.FDB{LinkIndex: vx, MAC: zero, Dst: netip.MustParseAddr("192.0.2.2"), Self: true, SrcVNI: 100, VNI: 100}))
 	step("delete flood absent", k.DeleteFDB(nl.FDB{LinkIndex: vx, MAC: zero, Dst: netip.MustParseAddr("192.0.2.9"), Self: true, SrcVNI: 100, VNI: 100}))
 	step("delete vlan", k.DeleteBridgeVLAN(nl.BridgeVLAN{LinkIndex: vx, VID: 11}))
 	step("delete vlan absent", k.DeleteBridgeVLAN(nl.BridgeVLAN{LinkIndex: vx, VID: 13}))
 	step("delete access vlan", k.DeleteBridgeVLAN(nl.BridgeVLAN{LinkIndex: p, VID: 11, Access: true}))
 	observe("after deletions")
+	step("vlan 10 off the port, its entry on it", k.DeleteBridgeVLAN(nl.BridgeVLAN{LinkIndex: p, VID: 10, Access: true}))
+	suppressed("vlan gone")
+	step("delete the entry of a vlan gone", k.DeleteFDB(nl.FDB{LinkIndex: p, MAC: "02:00:00:00:00:0a", Master: true, Static: true, VLAN: 10}))
 	step("release", k.SetMaster(p, 0))
 	observe("released")
+	suppressed("released")
+	step("delete bridge", k.DeleteLink(br))
+	suppressed("bridge deleted")
 	return out
 }

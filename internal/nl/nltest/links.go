@@ -93,6 +93,34 @@ func (k *kernel) AddBridge(b nl.Bridge) error {
 	})
 }
 
+func (k *kernel) AddVLAN(v nl.VLAN) error {
+	k.write()
+	return k.do(func(n *NS) error {
+		err := checkNew(n, v.Name, 0)
+		parent := n.links[v.Parent]
+		switch {
+		case err != nil:
+		case parent == nil:
+			err = unix.ENODEV
+		case v.VID == 0 || v.VID > 4094:
+			err = unix.ERANGE
+		}
+		for _, o := range n.links {
+			if err == nil && o.Kind == "vlan" && o.Parent == v.Parent && o.VID == v.VID {
+				err = unix.EEXIST
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("nl: add vlan %s (id %d on %d): %w", v.Name, v.VID, v.Parent, err)
+		}
+		l := n.newLink(v.Name, "vlan")
+		l.VID, l.Parent, l.MTU, l.MAC = v.VID, v.Parent, parent.MTU, parent.MAC
+		n.place(l)
+		k.mark(n, l, v.Alias)
+		return nil
+	})
+}
+
 func (k *kernel) AddVXLAN(v nl.VXLAN) error {
 	k.write()
 	return k.do(func(n *NS) error {
@@ -299,6 +327,7 @@ func (k *kernel) SetMTU(index, mtu int) error {
 		}
 		l.MTU = mtu
 		n.event(nl.Event{Kind: "link", Index: l.Index, Name: l.Name})
+		n.lowerVLANs(l)
 		if br := n.links[l.Master]; br != nil {
 			n.adjustBridge(br)
 		}
@@ -332,11 +361,11 @@ func (k *kernel) SetMAC(index int, mac string) error {
 		}
 		l.MAC, l.macSet = hw.String(), true
 		if br := n.links[l.Master]; br != nil && old != l.MAC {
-			if e := br.fdb[old]; e != nil && e.kernel && e.port == l {
-				delete(br.fdb, old)
+			if e := br.fdb[fdbKey{mac: old}]; e != nil && e.kernel && e.port == l {
+				delete(br.fdb, fdbKey{mac: old})
 			}
-			if _, ok := br.fdb[l.MAC]; !ok {
-				br.fdb[l.MAC] = &brFDB{port: l, permanent: true, kernel: true}
+			if _, ok := br.fdb[fdbKey{mac: l.MAC}]; !ok {
+				br.fdb[fdbKey{mac: l.MAC}] = &brFDB{port: l, permanent: true, kernel: true}
 			}
 			n.adjustBridge(br)
 		}

@@ -123,6 +123,22 @@ func (k *kernel) Resolve(index int, ip netip.Addr) error {
 	})
 }
 
+func (k *kernel) SetNeighs(ns []nl.Neigh) error {
+	var errs []error
+	for _, n := range ns {
+		errs = append(errs, k.SetNeigh(n))
+	}
+	return errors.Join(errs...)
+}
+
+func (k *kernel) DeleteNeighs(ns []nl.Neigh) error {
+	var errs []error
+	for _, n := range ns {
+		errs = append(errs, k.DeleteNeigh(n))
+	}
+	return errors.Join(errs...)
+}
+
 func zeroOrMulticast(mac string) bool {
 	hw, _ := net.ParseMAC(mac)
 	return hw[0]&1 != 0 || mac == "00:00:00:00:00:00"
@@ -131,31 +147,48 @@ func zeroOrMulticast(mac string) bool {
 func (k *kernel) FDB(index int) ([]nl.FDB, error) {
 	var out []nl.FDB
 	err := k.do(func(n *NS) error {
-		l := n.links[index]
-		if l == nil {
-			return nil
-		}
-		br := n.links[l.Master]
-		if l.Kind == "bridge" {
-			br = l // its own entries
-		}
-		if br != nil {
-			for mac, e := range br.fdb {
-				if e.port == l {
-					out = append(out, nl.FDB{LinkIndex: index, MAC: mac, Master: true, Static: e.static && !e.permanent, Permanent: e.permanent})
-				}
-			}
-			slices.SortFunc(out, func(a, b nl.FDB) int { return cmp.Compare(a.MAC, b.MAC) })
-		}
-		for _, e := range l.self {
-			for i, d := range e.dsts {
-				out = append(out, nl.FDB{LinkIndex: index, MAC: e.mac, Dst: d, Self: true, Static: e.static, Permanent: true,
-					SrcVNI: e.srcVNI, VNI: e.vnis[i]})
-			}
+		if l := n.links[index]; l != nil {
+			out = n.fdbOf(l)
 		}
 		return nil
 	})
 	return out, err
+}
+
+func (k *kernel) FDBs() ([]nl.FDB, error) {
+	var out []nl.FDB
+	err := k.do(func(n *NS) error {
+		for _, l := range n.sorted() {
+			out = append(out, n.fdbOf(l)...)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// fdbOf lists l's entries: the bridge's for it (by MAC, then VLAN),
+// then its own.
+func (n *NS) fdbOf(l *link) []nl.FDB {
+	var out []nl.FDB
+	br := n.links[l.Master]
+	if l.Kind == "bridge" {
+		br = l // its own entries
+	}
+	if br != nil {
+		for k, e := range br.fdb {
+			if e.port == l {
+				out = append(out, nl.FDB{LinkIndex: l.Index, MAC: k.mac, VLAN: k.vlan, Master: true, Static: e.static && !e.permanent, Permanent: e.permanent})
+			}
+		}
+		slices.SortFunc(out, func(a, b nl.FDB) int { return cmp.Or(cmp.Compare(a.MAC, b.MAC), cmp.Compare(a.VLAN, b.VLAN)) })
+	}
+	for _, e := range l.self {
+		for i, d := range e.dsts {
+			out = append(out, nl.FDB{LinkIndex: l.Index, MAC: e.mac, Dst: d, Self: true, Static: e.static, Permanent: true,
+				SrcVNI: e.srcVNI, VNI: e.vnis[i]})
+		}
+	}
+	return out
 }
 
 // fdbOp is what an FDB call asks: add (append), set (replace) or delete.
@@ -210,6 +243,12 @@ func (k *kernel) fdb(e nl.FDB, op fdbOp, what string) error {
 			if br == nil {
 				return fail(unix.EOPNOTSUPP)
 			}
+			if br.vlanOn && e.VLAN != 0 && !slices.ContainsFunc(l.vlans, func(v nl.BridgeVLAN) bool { return v.VID == e.VLAN }) {
+				// "RTM_NEWNEIGH/RTM_DELNEIGH with unconfigured vlan": a
+				// static entry outlives its VLAN on the port and can no
+				// longer be deleted by it.
+				return fail(unix.EINVAL)
+			}
 			n.bridgeFDB(br, l, mac, e, op)
 		}
 		if !e.Self {
@@ -260,17 +299,18 @@ func (n *NS) addressFDB(l *link, mac string, e nl.FDB, op fdbOp) error {
 }
 
 func (n *NS) bridgeFDB(br, port *link, mac string, e nl.FDB, op fdbOp) {
-	h := br.fdb[mac]
+	key := fdbKey{mac: mac, vlan: e.VLAN}
+	h := br.fdb[key]
 	if op == fdbDelete {
 		if h != nil && h.port == port {
-			delete(br.fdb, mac)
+			delete(br.fdb, key)
 			n.event(nl.Event{Kind: "neigh", Index: port.Index, Deleted: true, Static: h.permanent || h.static})
 		}
 		return
 	}
 	x := &brFDB{port: port, permanent: e.Permanent, static: e.Static || e.Permanent}
 	if h == nil || *h != *x {
-		br.fdb[mac] = x
+		br.fdb[key] = x
 		n.event(nl.Event{Kind: "neigh", Index: port.Index, Static: x.static})
 	}
 }

@@ -58,7 +58,7 @@ type link struct {
 	addrs   []netip.Prefix
 	neighs  map[netip.Addr]*neigh
 	self    []selfFDB         // a VXLAN device's own entries, in order
-	fdb     map[string]*brFDB // a bridge's entries, by MAC
+	fdb     map[fdbKey]*brFDB // a bridge's entries, by MAC and VLAN
 	fwd     [2]string         // IPv4 and IPv6 forwarding sysctls
 	stats   nl.Counters
 	vfs     []nl.VF
@@ -89,6 +89,12 @@ type selfFDB struct {
 	dsts   []netip.Addr
 	vnis   []uint32 // each destination's VNI (0: the device's)
 	static bool     // NUD_NOARP given as well
+}
+
+// fdbKey is where a bridge entry is: its MAC and VLAN (0: none).
+type fdbKey struct {
+	mac  string
+	vlan uint16
 }
 
 // brFDB is an entry of a bridge's table (one per MAC): the port it
@@ -222,6 +228,12 @@ func (n *NS) deleteLink(l *link) {
 	}
 	n.detach(l)
 	n.remove(l)
+	// The kernel unregisters a link's VLAN devices with it.
+	for _, v := range n.sorted() {
+		if v.Kind == "vlan" && v.Parent == l.Index {
+			n.deleteLink(v)
+		}
+	}
 }
 
 // detach drops what the kernel drops of a link that leaves n (deleted or
@@ -289,10 +301,10 @@ func (n *NS) down(l *link) {
 func (n *NS) port(l, br *link) {
 	l.Master, l.flags, l.bport, l.vlans = br.Index, nl.PortFlags{Learning: true}, nl.BridgePort{Flood: true}, nil
 	if br.fdb == nil {
-		br.fdb = map[string]*brFDB{}
+		br.fdb = map[fdbKey]*brFDB{}
 	}
-	if _, ok := br.fdb[l.MAC]; !ok {
-		br.fdb[l.MAC] = &brFDB{port: l, permanent: true, kernel: true}
+	if _, ok := br.fdb[fdbKey{mac: l.MAC}]; !ok {
+		br.fdb[fdbKey{mac: l.MAC}] = &brFDB{port: l, permanent: true, kernel: true}
 	}
 	n.adjustBridge(br)
 	n.event(nl.Event{Kind: "link", Index: l.Index, Name: l.Name})
@@ -347,9 +359,21 @@ func (n *NS) adjustBridge(br *link) {
 	}
 	if !br.mtuSet && mtu != 0 && mtu != br.MTU {
 		br.MTU, changed = mtu, true
+		n.lowerVLANs(br)
 	}
 	if changed {
 		n.event(nl.Event{Kind: "link", Index: br.Index, Name: br.Name})
+	}
+}
+
+// lowerVLANs gives l's VLAN devices l's MTU where theirs is larger, as
+// the kernel does when a link's MTU changes.
+func (n *NS) lowerVLANs(l *link) {
+	for _, v := range n.links {
+		if v.Kind == "vlan" && v.Parent == l.Index && v.MTU > l.MTU {
+			v.MTU = l.MTU
+			n.event(nl.Event{Kind: "link", Index: v.Index, Name: v.Name})
+		}
 	}
 }
 
@@ -390,14 +414,14 @@ func (l *link) view() nl.Link {
 // entry (the kernel's, for its MAC) with it: none for all zeros, nor
 // when a port's entry holds the MAC.
 func (n *NS) bridgeMAC(br *link, mac string) {
-	if e := br.fdb[br.MAC]; e != nil && e.port == br && e.kernel {
-		delete(br.fdb, br.MAC)
+	if e := br.fdb[fdbKey{mac: br.MAC}]; e != nil && e.port == br && e.kernel {
+		delete(br.fdb, fdbKey{mac: br.MAC})
 	}
 	br.MAC = mac
 	if br.fdb == nil {
-		br.fdb = map[string]*brFDB{}
+		br.fdb = map[fdbKey]*brFDB{}
 	}
-	if _, ok := br.fdb[mac]; !ok && mac != zeroMAC {
-		br.fdb[mac] = &brFDB{port: br, permanent: true, kernel: true}
+	if _, ok := br.fdb[fdbKey{mac: mac}]; !ok && mac != zeroMAC {
+		br.fdb[fdbKey{mac: mac}] = &brFDB{port: br, permanent: true, kernel: true}
 	}
 }

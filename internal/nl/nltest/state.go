@@ -160,6 +160,9 @@ func (n *NS) linkLine(l *link, name func(int) string) string {
 		}
 		s += fmt.Sprintf(" dstport %d", l.Port)
 	}
+	if l.Kind == "vlan" {
+		s += fmt.Sprintf(" id %d on %s", l.VID, name(l.Parent))
+	}
 	if l.SwitchID != "" {
 		s += " switchid " + l.SwitchID
 	}
@@ -219,7 +222,7 @@ func (n *NS) fdbLines(ls []*link) []string {
 			br = l // its own entries
 		}
 		if br != nil {
-			for mac, e := range br.fdb {
+			for k, e := range br.fdb {
 				if e.port != l || e.kernel {
 					continue
 				}
@@ -229,7 +232,11 @@ func (n *NS) fdbLines(ls []*link) []string {
 				} else if e.static {
 					state = "static"
 				}
-				es = append(es, fmt.Sprintf("fdb %s %s master %s", l.Name, mac, state))
+				s := fmt.Sprintf("fdb %s %s master %s", l.Name, k.mac, state)
+				if k.vlan != 0 {
+					s += fmt.Sprintf(" vlan %d", k.vlan)
+				}
+				es = append(es, s)
 			}
 		}
 		for _, e := range l.self {
