@@ -193,8 +193,7 @@ func SyncPermanentNeighs(k nl.Kernel, link int, want map[netip.Addr]string) erro
 	if err != nil {
 		return err
 	}
-	var errs []error
-	var stale []nl.Neigh
+	var set, stale []nl.Neigh
 	seen := map[netip.Addr]bool{}
 	for _, h := range have {
 		if !h.Permanent {
@@ -206,16 +205,13 @@ func SyncPermanentNeighs(k nl.Kernel, link int, want map[netip.Addr]string) erro
 		case !ok:
 			stale = append(stale, h)
 		case mac != h.MAC:
-			errs = append(errs, k.SetNeigh(nl.Neigh{LinkIndex: link, IP: h.IP, MAC: mac, Permanent: true}))
+			set = append(set, nl.Neigh{LinkIndex: link, IP: h.IP, MAC: mac, Permanent: true})
 		}
 	}
-	for ip, mac := range want {
+	for _, ip := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
 		if !seen[ip] {
-			errs = append(errs, k.SetNeigh(nl.Neigh{LinkIndex: link, IP: ip, MAC: mac, Permanent: true}))
+			set = append(set, nl.Neigh{LinkIndex: link, IP: ip, MAC: want[ip], Permanent: true})
 		}
 	}
-	for _, h := range stale {
-		errs = append(errs, k.DeleteNeigh(h))
-	}
-	return errors.Join(errs...)
+	return errors.Join(k.SetNeighs(set), k.DeleteNeighs(stale))
 }

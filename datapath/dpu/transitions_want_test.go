@@ -19,9 +19,10 @@ const bridgePort = " master skrb learning off neigh_suppress off hairpin off flo
 
 // dpuGateway are blue's gateway pair and the VXLAN device, offloaded,
 // the gateway's port and the VXLAN device on the replication bridge.
-const dpuGateway = `link skg100 veth mtu 1450 up mac 02:73:6b:00:00:64 alias skiff:gateway:blue peer skh100
+var dpuGateway = `link skg100 veth mtu 1450 up mac 02:73:6b:00:00:64 alias skiff:gateway:blue peer skh100
 link skh100 veth mtu 1450 up alias skiff:gateway-port:blue peer skg100` + bridgePort + ` isolated on
-link skvx vxlan mtu 1450 up alias skiff:vxlan:external external dstport 4789 hw-tc` + bridgePort + ` isolated on vlan_tunnel on
+link skvx vxlan mtu 1450 up alias skiff:vxlan:external external dstport 4789 hw-tc` +
+	strings.Replace(bridgePort, "neigh_suppress off", "neigh_suppress on", 1) + ` isolated on vlan_tunnel on
 addr skg100 198.51.100.1/24
 qdisc skh100 clsact
 qdisc skvx clsact`
@@ -62,12 +63,19 @@ func to(dev string) string { return fmt.Sprintf(redirect, dev) }
 
 // replicated is the replication bridge of blue (VLAN 1, VNI 100,
 // flooding to 192.0.2.2) with the adopted representors hosts (HV0, HV1)
-// and the gateway's port as its access ports.
+// and the gateway's port as its access ports, and its neighbour
+// suppression: r's and the hosts' endpoints (v0: .10, :10; v1: .11,
+// :11) in the VLAN device skrb.1 and the bridge.
 func replicated(hosts ...string) string {
 	ls := []string{"link skrb bridge mtu 1450 up alias skiff:replication vlan_filtering", "vlan skh100 1 access", "vlan skvx 1 tunnel 100",
-		"fdb skvx 00:00:00:00:00:00 dst 192.0.2.2 self permanent vni 100 src_vni 100"}
+		"fdb skvx 00:00:00:00:00:00 dst 192.0.2.2 self permanent vni 100 src_vni 100",
+		"link skrb.1 vlan mtu 1450 down alias skiff:suppress id 1 on skrb",
+		"fdb skvx 02:00:00:00:00:01 master static vlan 1", "fdb skvx 02:00:00:00:00:01 dst 192.0.2.2 self permanent vni 100 src_vni 100",
+		"neigh skrb.1 198.51.100.5 lladdr 02:00:00:00:00:01", "fdb skh100 02:73:6b:00:00:64 master static vlan 1"}
 	for _, h := range hosts {
-		ls = append(ls, "vlan "+h+" 1 access")
+		n := strings.TrimPrefix(h, "HV")
+		ls = append(ls, "vlan "+h+" 1 access", "fdb "+h+" 02:00:00:00:00:1"+n+" master static vlan 1",
+			"neigh skrb.1 198.51.100.1"+n+" lladdr 02:00:00:00:00:1"+n)
 	}
 	return lines(ls...)
 }
@@ -78,9 +86,8 @@ var (
 		"qdisc HV0 clsact",
 		filter("HV0", entry, "", "gact goto chain 3"),
 		filter("HV0", "3 21248 arp 0x1", arpGW, toGW),
-		filter("HV0", "3 21248 arp 0x2", arpR, encap, toVX),
-		filter("HV0", "3 21249 all 0x3", toR, encap, toVX),
-		filter("HV0", "3 21249 all 0x4", toGWMAC, toGW),
+		filter("HV0", "3 21249 all 0x2", toR, encap, toVX),
+		filter("HV0", "3 21249 all 0x3", toGWMAC, toGW),
 		filter("skh100", entry, "", "gact goto chain 3"),
 		filter("skh100", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
 		filter("skh100", "3 21249 all 0x3", "dst_mac 02:00:00:00:00:10", to("HV0")),
@@ -92,19 +99,17 @@ var (
 		"qdisc HV0 clsact",
 		filter("HV0", entry, "", "gact goto chain 3"),
 		filter("HV0", "3 21248 arp 0x1", arpGW, toGW),
-		filter("HV0", "3 21248 arp 0x2", arpR, encap, toVX),
-		filter("HV0", "3 21248 arp 0x5", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
-		filter("HV0", "3 21249 all 0x3", toR, encap, toVX),
-		filter("HV0", "3 21249 all 0x4", toGWMAC, toGW),
-		filter("HV0", "3 21249 all 0x6", "dst_mac 02:00:00:00:00:11", to("HV1")),
+		filter("HV0", "3 21248 arp 0x4", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
+		filter("HV0", "3 21249 all 0x2", toR, encap, toVX),
+		filter("HV0", "3 21249 all 0x3", toGWMAC, toGW),
+		filter("HV0", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:11", to("HV1")),
 		"qdisc HV1 clsact",
 		filter("HV1", entry, "", "gact goto chain 3"),
 		filter("HV1", "3 21248 arp 0x1", arpGW, toGW),
 		filter("HV1", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
-		filter("HV1", "3 21248 arp 0x3", arpR, encap, toVX),
-		filter("HV1", "3 21249 all 0x4", toR, encap, toVX),
-		filter("HV1", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:10", to("HV0")),
-		filter("HV1", "3 21249 all 0x6", toGWMAC, toGW),
+		filter("HV1", "3 21249 all 0x3", toR, encap, toVX),
+		filter("HV1", "3 21249 all 0x4", "dst_mac 02:00:00:00:00:10", to("HV0")),
+		filter("HV1", "3 21249 all 0x5", toGWMAC, toGW),
 		filter("skh100", entry, "", "gact goto chain 3"),
 		filter("skh100", "3 21248 arp 0x2", fmt.Sprintf(arpFor, "198.51.100.10"), to("HV0")),
 		filter("skh100", "3 21248 arp 0x4", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
@@ -120,9 +125,8 @@ var (
 		"qdisc HV1 clsact",
 		filter("HV1", entry, "", "gact goto chain 3"),
 		filter("HV1", "3 21248 arp 0x1", arpGW, toGW),
-		filter("HV1", "3 21248 arp 0x3", arpR, encap, toVX),
-		filter("HV1", "3 21249 all 0x4", toR, encap, toVX),
-		filter("HV1", "3 21249 all 0x6", toGWMAC, toGW),
+		filter("HV1", "3 21249 all 0x3", toR, encap, toVX),
+		filter("HV1", "3 21249 all 0x5", toGWMAC, toGW),
 		filter("skh100", entry, "", "gact goto chain 3"),
 		filter("skh100", "3 21248 arp 0x4", fmt.Sprintf(arpFor, "198.51.100.11"), to("HV1")),
 		filter("skh100", "3 21249 all 0x5", "dst_mac 02:00:00:00:00:11", to("HV1")),

@@ -147,8 +147,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	if err != nil && refused == nil {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
-	// A refused network is left out of everything below (refused.go).
-	in, refusedEps := refuse(p, in, refused)
+	// A refused network is left out of everything below but the
+	// software fallback (refused.go).
+	in, refusedEps, soft := refuse(p, in, refused)
 	gws, hps = in.Gateways, in.HostPorts
 	d.noteRefused(refused, refusedEps)
 	d.clock.mark("compile")
@@ -162,8 +163,11 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// rules; without it, the installed filters stay.
 		errs = append(errs, polErr)
 	}
+	// The fallback stand-ins' way into their representors (after the
+	// policy compile: no policy pipeline for them).
+	rules = append(rules, standInRules(p, soft)...)
 	vx, hasVX := byName[VXLANName]
-	if len(rules) > 0 {
+	if len(rules) > 0 || len(soft.Reps) > 0 {
 		if vx, err = d.ensureVXLAN(vx, hasVX, mtu(p)); err != nil {
 			return fmt.Errorf("offload datapath: %w", err)
 		}
@@ -174,7 +178,7 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	// we remove them) and Skiff's own interfaces.
 	devs := map[string]flower.Device{}
 	for _, l := range byName {
-		if l.SwitchID != "" || (owned(l) && l.Name != VXLANName) {
+		if l.SwitchID != "" || (owned(l) && l.Name != VXLANName && l.Kind != "vlan") {
 			devs[l.Name] = d.device(l)
 		}
 	}
@@ -235,10 +239,10 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	// Broadcast and multicast: the replication path (replication.go),
 	// and from a stand-in's representor to the stand-in (standin.go).
-	if err := d.replication(p, in, byName); err != nil {
+	if err := d.replication(p, withSoftware(in, soft), byName); err != nil {
 		errs = append(errs, err)
 	}
-	if err := d.standIns(in, byName); err != nil {
+	if err := d.standIns(withSoftware(in, soft), byName); err != nil {
 		errs = append(errs, err)
 	}
 	d.clock.mark("replication")
@@ -275,8 +279,8 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	d.mu.Unlock()
 	d.gate.Done(start)
 	clean := len(errs) == 0 && polErr == nil
-	// Delete last: the VXLAN device when no rule needs it.
-	if len(rules) == 0 && hasVX && owned(vx) {
+	// Delete last: the VXLAN device when no rule (or fallback) needs it.
+	if len(rules) == 0 && len(soft.Reps) == 0 && hasVX && owned(vx) {
 		d.log.Info("removing unneeded device", "link", VXLANName)
 		if err := d.k.DeleteLink(vx.Index); err != nil {
 			errs = append(errs, fmt.Errorf("offload datapath: deleting %s: %w", VXLANName, err))
@@ -354,11 +358,12 @@ func hasPairs(links map[string]nl.Link) bool {
 
 // onlyGateways reports whether the links after differ from those before
 // only in the networks' gateway and host port pairs, the VXLAN device and
-// the replication bridge, and in links joining or leaving that bridge
+// the replication bridge and its VLAN devices, and in links joining or
+// leaving that bridge
 // (Apply makes these changes between the two listings).
 func onlyGateways(before, after map[string]nl.Link) bool {
 	gw := func(name string) bool {
-		return name == VXLANName || name == ReplicationName || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh") || strings.HasPrefix(name, "skn")
+		return name == VXLANName || strings.HasPrefix(name, ReplicationName) || strings.HasPrefix(name, "skg") || strings.HasPrefix(name, "skh") || strings.HasPrefix(name, "skn")
 	}
 	bridges := map[int]bool{}
 	for _, ls := range []map[string]nl.Link{before, after} {

@@ -123,6 +123,9 @@ type Datapath struct {
 	// usable are the VTEPs whose next hop a whole Apply found usable
 	// (not looked up again while they stay).
 	usable map[netip.Addr]bool
+	// suppressing are the networks the replication bridge answers
+	// neighbour requests for, by name (suppress.go), under d.mu.
+	suppressing map[string]suppressed
 
 	op     sync.Mutex // one netlink conversation at a time: Apply or Rules
 	gate   datapath.PlumbGate

@@ -70,6 +70,9 @@ func (d *Datapath) Ready(endpoint string) (bool, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if r, ok := d.refusedEps[endpoint]; ok {
+		if r.software {
+			return true, ""
+		}
 		return false, r.reason
 	}
 	for _, s := range d.states {
@@ -109,7 +112,11 @@ func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
 	}
 	d.mu.Lock()
 	for ep, r := range d.refusedEps {
-		byEp[ep] = append(byEp[ep], datapath.Rule{Device: r.rep, Kind: RefusedKind, Reason: r.reason})
+		state := ""
+		if r.software {
+			state = "software"
+		}
+		byEp[ep] = append(byEp[ep], datapath.Rule{Device: r.rep, Kind: RefusedKind, State: state, Reason: r.reason})
 	}
 	d.mu.Unlock()
 	for _, s := range pol {

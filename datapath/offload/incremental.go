@@ -246,6 +246,11 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 			return errDevices
 		}
 	}
+	// The bridge's answers for their addresses (suppress.go).
+	if err := d.suppressRemotes(d.last.plan, p, names); err != nil {
+		return err
+	}
+	d.clock.mark("suppress")
 	// The underlay next hops of VTEPs new to the node (no user before
 	// this change); the others were resolved when they got their first.
 	want := map[netip.Addr]bool{}

@@ -14,9 +14,11 @@ import (
 // A network the offload compile cannot express (a remote endpoint behind
 // an IPv6 VTEP, which this IPv4 tunnel cannot reach) is refused alone, on the fake: the Apply succeeds,
 // blue's rules stay exactly as they were and keep changing in place,
-// red's are removed, its endpoint c is not ready with the reason, which
-// its rule states (Counters, what skiffctl shows) and RefusedNetworks
-// give too; without that endpoint, its rules come back.
+// red's are removed; with a NetworkPolicy isolating c, c is cut off and
+// not ready with the reason, which its rule states (Counters, what
+// skiffctl shows) and RefusedNetworks give too; without the policy, c
+// is forwarded in software by the replication bridge (ready, its rule
+// state "software"); without that endpoint, red's rules come back.
 func TestRefusedNetworkFake(t *testing.T) {
 	w, dp, a, b, c, r1, r2 := threeEndpoints(t)
 	ns := w.NS("")
@@ -31,6 +33,12 @@ func TestRefusedNetworkFake(t *testing.T) {
 	refused := func(remotes ...plan.Remote) plan.Plan {
 		p := offloadPlan([]plan.Network{blueNet, redNet}, locals, append(remotes, rx)...)
 		p.Policies["c"] = plan.EndpointPolicy{Endpoint: "c", IngressIsolated: true, EgressIsolated: true}
+		return p
+	}
+	// red refused without the policy: c falls back to software.
+	soft := func(remotes ...plan.Remote) plan.Plan {
+		p := refused(remotes...)
+		delete(p.Policies, "c")
 		return p
 	}
 	// Compared without filter handles: these steps reach the states of
@@ -49,13 +57,27 @@ func TestRefusedNetworkFake(t *testing.T) {
 		}
 		return strings.Join(ls, "\n")
 	}
-	both := bridged(nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), red, isolation(none("skg100"), none("skg200"))), blueRepl, redRepl)
+	bothOf := func(blue replicated, rules ...string) string {
+		return show(bridged(nltest.Expect(append([]string{offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), red,
+			isolation(none("skg100"), none("skg200"))}, rules...)...), blue, redRepl))
+	}
 	// red's gateway stays (and the node's isolation of it); nothing of
-	// red's in the eswitch.
-	redRefused := bridged(nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), strings.Join(strings.Split(red, "\n")[:5], "\n"),
-		isolation(none("skg100"), none("skg200"))), blueRepl)
-	withR2 := func(s string) string { return show(nltest.Expect(s, r2Rules("192.0.2.2"))) }
-	both, redRefused = show(both), show(redRefused)
+	// red's in the eswitch. blue's VLAN device keeps the MTU the bridge
+	// had with red's port (the kernel lowers a VLAN device's MTU with
+	// its link's, never raises it).
+	refusedOf := func(blue replicated, rules ...string) string {
+		return show(strings.Replace(bridged(nltest.Expect(append([]string{offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false),
+			strings.Join(strings.Split(red, "\n")[:5], "\n"), isolation(none("skg100"), none("skg200"))}, rules...)...), blue),
+			"link skrb.1 vlan mtu 1450", "link skrb.1 vlan mtu 1400", 1))
+	}
+	both, redRefused := bothOf(blueRepl), refusedOf(blueRepl)
+	// red forwarded in software: red's gateway port and pf0vf2 on the
+	// bridge in VLAN 2 with c's and the gateway's entries (none for rx,
+	// whose VTEP the tunnel does not reach), no filter of red's.
+	softOf := func(blue replicated, rules ...string) string {
+		return show(bridged(nltest.Expect(append([]string{offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false),
+			strings.Join(strings.Split(red, "\n")[:5], "\n"), isolation(none("skg100"), none("skg200"))}, rules...)...), blue, redRepl))
+	}
 	ready := func(want map[string]string) func(t *testing.T) {
 		return func(t *testing.T) {
 			t.Helper()
@@ -79,8 +101,9 @@ func TestRefusedNetworkFake(t *testing.T) {
 			t.Fatal(err)
 		}
 		rs := cs.Endpoints["c"].Rules
-		if len(rs) != 1 || rs[0].Kind != RefusedKind || rs[0].Device != "pf0vf2" || rs[0].State != "" || rs[0].Reason != reason {
-			t.Errorf("c's rule states %+v, want one %s on pf0vf2 with the reason", rs, RefusedKind)
+		if len(rs) != 1 || rs[0].Kind != RefusedKind || rs[0].Device != "pf0vf2" || rs[0].State != "" || !strings.HasPrefix(rs[0].Reason, reason) ||
+			!strings.Contains(rs[0].Reason, "a NetworkPolicy isolates endpoint c") {
+			t.Errorf("c's rule states %+v, want one %s on pf0vf2 with the reason (cut off: a policy isolates it)", rs, RefusedKind)
 		}
 		if len(cs.Endpoints["a"].Rules) == 0 {
 			t.Errorf("a has no rule states")
@@ -94,9 +117,23 @@ func TestRefusedNetworkFake(t *testing.T) {
 			Apply: apply(refused(r1)), Want: redRefused, Writes: nltest.AnyWrites, After: refusedState},
 		{Name: "the same plan again: nothing written", Apply: apply(refused(r1)), Want: redRefused, Writes: 0},
 		{Name: "a remote endpoint of blue: its rules alone, in place", Apply: apply(refused(r1, r2)),
-			Want: withR2(redRefused), Writes: 4, After: refusedState},
+			Want: refusedOf(blueWithR2("192.0.2.2"), r2Rules("192.0.2.2")), Writes: 5, After: refusedState},
+		{Name: "red still refused, without the policy: c forwarded in software", Apply: apply(soft(r1, r2)),
+			Want: softOf(blueWithR2("192.0.2.2"), r2Rules("192.0.2.2")), Writes: nltest.AnyWrites, After: func(t *testing.T) {
+				ready(map[string]string{"a": "", "b": "", "c": ""})(t)
+				cs, err := dp.Counters(soft(r1, r2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs := cs.Endpoints["c"].Rules
+				if len(rs) != 1 || rs[0].Kind != RefusedKind || rs[0].State != "software" || !strings.HasPrefix(rs[0].Reason, reason) ||
+					!strings.Contains(rs[0].Reason, "forwarded in software") {
+					t.Errorf("c's rule states %+v, want one %s in software with the reason", rs, RefusedKind)
+				}
+			}},
+		{Name: "the same plan again: nothing written", Apply: apply(soft(r1, r2)), Want: softOf(blueWithR2("192.0.2.2"), r2Rules("192.0.2.2")), Writes: 0},
 		{Name: "red without it: its rules again", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1, r2)),
-			Want: withR2(both), Writes: nltest.AnyWrites, After: func(t *testing.T) {
+			Want: bothOf(blueWithR2("192.0.2.2"), r2Rules("192.0.2.2")), Writes: nltest.AnyWrites, After: func(t *testing.T) {
 				ready(map[string]string{"a": "", "b": "", "c": ""})(t)
 				if got := dp.RefusedNetworks(); len(got) != 0 {
 					t.Errorf("RefusedNetworks() = %q after red fits again", got)

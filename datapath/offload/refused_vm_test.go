@@ -16,45 +16,36 @@ import (
 )
 
 // TestRefusedNetworkVM runs in the kernel VM: a node with two pods on
-// blue and two on red (veths whose host sides are their ports), and an
-// underlay. red gets a remote endpoint behind an IPv6 VTEP, which the
-// node's IPv4 tunnel cannot reach: the Apply succeeds, blue's pods keep pinging each other with blue's
-// filters untouched (the same handles), red's pods are cut off (their
-// filters removed) and not ready with the reason; without that
-// endpoint, red's pods ping again.
+// blue and two on red (veths whose host sides are their ports), and a
+// peer namespace whose plain VXLAN device (VNI 200) is a remote endpoint
+// of red. red gets a remote endpoint behind an IPv6 VTEP, which the
+// node's IPv4 tunnel cannot reach: the Apply succeeds, blue's pods keep
+// pinging each other with blue's filters untouched (the same handles),
+// red's filters are removed and its pods fall back to software: they
+// ping each other and the peer through the node's bridge and are ready;
+// with a NetworkPolicy isolating one of them they are cut off instead,
+// not ready with the reason; without that endpoint, red is offloaded
+// again.
 func TestRefusedNetworkVM(t *testing.T) {
 	guest.Require(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	node := newNS(t, "skrfnode")
-	newNS(t, "skrfpeer")
-	sh(t, "/usr/sbin/ip", "link", "add", "skrfu0", "netns", "skrfnode", "type", "veth", "peer", "name", "skrfu1", "netns", "skrfpeer")
-	nsExec(t, "skrfnode", "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", "skrfu0")
-	nsExec(t, "skrfnode", "/usr/sbin/ip", "link", "set", "skrfu0", "up")
-	nsExec(t, "skrfpeer", "/usr/sbin/ip", "addr", "add", "192.0.2.2/24", "dev", "skrfu1")
-	nsExec(t, "skrfpeer", "/usr/sbin/ip", "link", "set", "skrfu1", "up")
+	node := peerNode(t, "skrfnode", "skrfpeer", "skrf", 200, "203.0.113.99/24")
 
 	p := plan.New("n1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
 	vtep := []netip.Addr{netip.MustParseAddr("192.0.2.2")}
 	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1450, FloodVTEPs: vtep}
 	p.Networks["red"] = plan.Network{Name: "red", VNI: 200, MTU: 1450, FloodVTEPs: vtep}
-	pods := map[string]string{"a": "skrfpa", "b": "skrfpb", "c": "skrfpc", "d": "skrfpd"}
-	ips := map[string]string{}
+	p.Remote["rp"] = plan.Remote{Name: "rp", Network: "red", VTEP: vtep[0], MAC: peerMAC, IPs: []netip.Prefix{netip.MustParsePrefix("203.0.113.99/24")}}
+	pods := map[string]string{"a": "skrfpa", "b": "skrfpb", "c": "skrfpc", "d": "skrfpd", "rp": "skrfpeer"}
+	ips := map[string]string{"rp": "203.0.113.99"}
 	for i, name := range []string{"a", "b", "c", "d"} {
-		newNS(t, pods[name])
 		network, subnet := "blue", "198.51.100"
 		if name == "c" || name == "d" {
 			network, subnet = "red", "203.0.113"
 		}
-		mac := fmt.Sprintf("02:00:00:00:00:%02x", 10+i)
 		ips[name] = fmt.Sprintf("%s.%d", subnet, 10+i)
-		host := datapath.HostIfName(name)
-		sh(t, "/usr/sbin/ip", "link", "add", host, "netns", "skrfnode", "type", "veth", "peer", "name", "eth0", "netns", pods[name])
-		nsExec(t, "skrfnode", "/usr/sbin/ip", "link", "set", host, "alias", datapath.HostIfAlias(name), "up")
-		nsExec(t, pods[name], "/usr/sbin/ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
-		nsExec(t, pods[name], "/usr/sbin/ip", "addr", "add", ips[name]+"/24", "dev", "eth0")
-		p.Local[name] = plan.Endpoint{Name: name, Network: network, Kind: plan.KindVeth, MAC: mac,
-			IPs: []netip.Prefix{netip.MustParsePrefix(ips[name] + "/24")}, VFIndex: -1}
+		p.Local[name] = vethPod(t, "skrfnode", pods[name], name, network, fmt.Sprintf("02:00:00:00:00:%02x", 10+i), ips[name]+"/24")
 	}
 	reps := func(e plan.Endpoint) (Port, bool) { return Port{Rep: datapath.HostIfName(e.Name)}, true }
 	dp, err := New(Options{Logger: log, NetNS: node, Representor: reps})
@@ -72,7 +63,8 @@ func TestRefusedNetworkVM(t *testing.T) {
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	for _, pair := range [][2]string{{"a", "b"}, {"b", "a"}, {"c", "d"}, {"d", "c"}} {
+	redPairs := [][2]string{{"c", "d"}, {"d", "c"}, {"c", "rp"}, {"rp", "d"}}
+	for _, pair := range append([][2]string{{"a", "b"}, {"b", "a"}}, redPairs...) {
 		if !ping(pair[0], pair[1]) {
 			t.Fatalf("both networks programmed: %s cannot ping %s", pair[0], pair[1])
 		}
@@ -93,27 +85,58 @@ func TestRefusedNetworkVM(t *testing.T) {
 	if !ping("a", "b") || !ping("b", "a") {
 		t.Errorf("blue stopped forwarding when red was refused")
 	}
-	if ping("c", "d") || ping("d", "c") {
-		t.Errorf("red's pods still reach each other with red refused")
-	}
 	if got := handles(t, "skrfnode", redDevs...); len(got) != 0 {
 		t.Errorf("red's devices keep filters: %v", got)
 	}
+	for _, pair := range redPairs {
+		if !ping(pair[0], pair[1]) {
+			t.Errorf("red refused, forwarded in software: %s cannot ping %s", pair[0], pair[1])
+		}
+	}
+	for _, ep := range []string{"a", "c", "d"} {
+		if ok, why := dp.Ready(ep); !ok {
+			t.Errorf("%s not ready with red refused (red in software): %s", ep, why)
+		}
+	}
+	cs, err := dp.Counters(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := cs.Endpoints["c"].Rules; len(rs) != 1 || rs[0].Kind != RefusedKind || rs[0].State != "software" || !strings.Contains(rs[0].Reason, "remote[rx].vtep") {
+		t.Errorf("c's rule states with red in software: %+v", rs)
+	}
+
+	// A NetworkPolicy isolating c: red cannot be forwarded in software.
+	isolated := big.Clone()
+	isolated.Policies["c"] = plan.EndpointPolicy{Endpoint: "c", IngressIsolated: true, EgressIsolated: true}
+	if err := dp.Apply(isolated); err != nil {
+		t.Fatal(err)
+	}
+	for _, pair := range redPairs {
+		if ping(pair[0], pair[1]) {
+			t.Errorf("red refused with c isolated by a policy: %s still pings %s", pair[0], pair[1])
+		}
+	}
 	for _, ep := range []string{"c", "d"} {
-		if ok, why := dp.Ready(ep); ok || !strings.Contains(why, "network red is not offloaded on this node") || !strings.Contains(why, "remote[rx].vtep") {
+		if ok, why := dp.Ready(ep); ok || !strings.Contains(why, "network red is not offloaded on this node") || !strings.Contains(why, "NetworkPolicy") {
 			t.Errorf("Ready(%s) = %v %q", ep, ok, why)
 		}
 	}
-	if ok, why := dp.Ready("a"); !ok {
-		t.Errorf("a not ready with red refused: %s", why)
+	if !ping("a", "b") {
+		t.Errorf("blue stopped forwarding with red cut off")
 	}
 
 	// red without it.
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	if !ping("c", "d") || !ping("d", "c") {
-		t.Errorf("red's pods do not reach each other once red fits again")
+	for _, pair := range redPairs {
+		if !ping(pair[0], pair[1]) {
+			t.Errorf("red offloaded again: %s cannot ping %s", pair[0], pair[1])
+		}
+	}
+	if got := handles(t, "skrfnode", redDevs...); len(got) == 0 {
+		t.Errorf("red's devices hold no filters once red fits again")
 	}
 	if got := dp.RefusedNetworks(); len(got) != 0 {
 		t.Errorf("RefusedNetworks() = %v", got)

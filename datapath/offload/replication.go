@@ -122,8 +122,13 @@ func (d *Datapath) replication(p plan.Plan, in flower.Input, byName map[string]n
 		}
 		want[vni], used[next] = next, true
 	}
+	// The neighbour suppression wanted; its entries no longer wanted go
+	// before any VLAN does (suppress.go).
+	sup := suppressWants(p, in, ports, want, vx, byName)
+	add, serrs := d.staleEntries(br, vx, byName, sup.fdb)
+	errs = append(errs, serrs...)
 	// The VXLAN port: its flags, then each network's VLAN and VNI.
-	if err := d.bridgePort(vx, br, nl.BridgePort{Isolated: true, VLANTunnel: true}); err != nil {
+	if err := d.bridgePort(vx, br, nl.BridgePort{Isolated: true, VLANTunnel: true}, true); err != nil {
 		return err
 	}
 	wantVX := map[uint16]nl.BridgeVLAN{}
@@ -142,7 +147,7 @@ func (d *Datapath) replication(p plan.Plan, in flower.Input, byName map[string]n
 				return
 			}
 			isPort[l.Index] = true
-			if err := d.bridgePort(l, br, nl.BridgePort{Isolated: isolated}); err != nil {
+			if err := d.bridgePort(l, br, nl.BridgePort{Isolated: isolated}, false); err != nil {
 				errs = append(errs, err)
 				return
 			}
@@ -175,6 +180,7 @@ func (d *Datapath) replication(p plan.Plan, in flower.Input, byName map[string]n
 		}
 	}
 	errs = append(errs, d.floodLists(vx.Index, flood)...)
+	errs = append(errs, d.suppress(sup, add, br, byName)...)
 	return errors.Join(errs...)
 }
 
@@ -216,22 +222,13 @@ func (d *Datapath) floodLists(vx int, want map[nl.FDB]bool) []error {
 			add = append(add, e)
 		}
 	}
-	if len(gone) > 0 {
-		if err := d.k.DeleteFDBs(gone); err != nil {
-			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
-		}
-	}
-	if len(add) > 0 {
-		if err := d.k.AddFDBs(add); err != nil {
-			errs = append(errs, fmt.Errorf("offload datapath: %w", err))
-		}
-	}
-	return errs
+	return append(errs, d.writeFDBs(gone, add)...)
 }
 
 // bridgePort makes l a port of br with learning and unknown-unicast
-// flooding off and flags f (Flood is taken as off).
-func (d *Datapath) bridgePort(l, br nl.Link, f nl.BridgePort) error {
+// flooding off, neigh_suppress as suppress, and flags f (Flood is taken
+// as off).
+func (d *Datapath) bridgePort(l, br nl.Link, f nl.BridgePort, suppress bool) error {
 	if l.Master != br.Index {
 		if err := d.k.SetMaster(l.Index, br.Index); err != nil {
 			return fmt.Errorf("offload datapath: %s into %s: %w", l.Name, ReplicationName, err)
@@ -241,8 +238,8 @@ func (d *Datapath) bridgePort(l, br nl.Link, f nl.BridgePort) error {
 	if err != nil {
 		return fmt.Errorf("offload datapath: %w", err)
 	}
-	if pf.Learning {
-		pf.Learning = false
+	if pf.Learning || pf.NeighSuppress != suppress {
+		pf.Learning, pf.NeighSuppress = false, suppress
 		if err := d.k.SetPortFlags(l.Index, pf); err != nil {
 			return fmt.Errorf("offload datapath: %w", err)
 		}
@@ -286,6 +283,9 @@ func (d *Datapath) portVLANs(index int, have []nl.BridgeVLAN, want map[uint16]nl
 // noReplication removes the replication path: the bridge (its ports
 // leave it) and the VXLAN device's flood entries.
 func (d *Datapath) noReplication(vx nl.Link, hasVX bool, br nl.Link, hasBR bool) error {
+	d.mu.Lock()
+	d.suppressing = nil
+	d.mu.Unlock()
 	var errs []error
 	if hasVX {
 		errs = append(errs, d.floodLists(vx.Index, nil)...)

@@ -30,25 +30,13 @@ import (
 func TestReplicationVM(t *testing.T) {
 	guest.Require(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	node := newNS(t, "skrpnode")
-	newNS(t, "skrppeer")
+	node := peerNode(t, "skrpnode", "skrppeer", "skrp", 100, "198.51.100.99/24", "2001:db8:100::99/64")
+	nsExec(t, "skrpnode", "/usr/sbin/ip", "route", "add", "198.18.0.0/15", "via", "192.0.2.2")
 	guest.SwitchdevEswitch(t, "skrpnode", 72, 1)
 	var rep string
 	for _, r := range guest.Representors(t, "skrpnode") {
 		rep = r
 	}
-	sh(t, "/usr/sbin/ip", "link", "add", "skrpu0", "netns", "skrpnode", "type", "veth", "peer", "name", "skrpu1", "netns", "skrppeer")
-	nsExec(t, "skrpnode", "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", "skrpu0")
-	nsExec(t, "skrpnode", "/usr/sbin/ip", "link", "set", "skrpu0", "up")
-	nsExec(t, "skrpnode", "/usr/sbin/ip", "route", "add", "198.18.0.0/15", "via", "192.0.2.2")
-	nsExec(t, "skrppeer", "/usr/sbin/ip", "addr", "add", "192.0.2.2/24", "dev", "skrpu1")
-	nsExec(t, "skrppeer", "/usr/sbin/ip", "link", "set", "skrpu1", "up")
-	const peerMAC = "02:00:00:00:00:99"
-	nsExec(t, "skrppeer", "/usr/sbin/ip", "link", "add", "vx100", "address", peerMAC, "mtu", "1450", "type", "vxlan", "id", "100",
-		"local", "192.0.2.2", "remote", "192.0.2.1", "dstport", "4789", "nolearning")
-	nsExec(t, "skrppeer", "/usr/sbin/ip", "addr", "add", "198.51.100.99/24", "dev", "vx100")
-	nsExec(t, "skrppeer", "/usr/sbin/ip", "-6", "addr", "add", "2001:db8:100::99/64", "dev", "vx100", "nodad")
-	nsExec(t, "skrppeer", "/usr/sbin/ip", "link", "set", "vx100", "up")
 
 	// The peer's namespace takes the 1,001 copies of a frame from a
 	// veth, which queues them in one CPU's backlog (1,000 frames by
@@ -77,21 +65,11 @@ func TestReplicationVM(t *testing.T) {
 	names := []string{"a", "b", "c", "d", "e", "f", "w", "r"}
 	for i, name := range names {
 		pods[name] = "skrpp" + name
-		newNS(t, pods[name])
 		network, ips := "blue", []string{fmt.Sprintf("198.51.100.%d/24", 10+i), fmt.Sprintf("2001:db8:100::%x/64", 0x10+i)}
 		if name == "r" {
 			network, ips = "red", []string{"203.0.113.10/24"}
 		}
-		mac := fmt.Sprintf("02:00:00:00:00:%02x", 0x10+i)
-		host := datapath.HostIfName(name)
-		sh(t, "/usr/sbin/ip", "link", "add", host, "netns", "skrpnode", "type", "veth", "peer", "name", "eth0", "netns", pods[name])
-		nsExec(t, "skrpnode", "/usr/sbin/ip", "link", "set", host, "alias", datapath.HostIfAlias(name), "up")
-		nsExec(t, pods[name], "/usr/sbin/ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
-		e := plan.Endpoint{Name: name, Network: network, Kind: plan.KindVeth, MAC: mac, VFIndex: -1}
-		for _, ip := range ips {
-			nsExec(t, pods[name], "/usr/sbin/ip", "addr", "add", ip, "dev", "eth0", "nodad")
-			e.IPs = append(e.IPs, netip.MustParsePrefix(ip))
-		}
+		e := vethPod(t, "skrpnode", pods[name], name, network, fmt.Sprintf("02:00:00:00:00:%02x", 0x10+i), ips...)
 		if name == "w" {
 			e.Kind, e.VFIndex = plan.KindVF, 0
 		}

@@ -257,14 +257,14 @@ func TestTransitionsFake(t *testing.T) {
 	blue := nltest.Expect(offloadForeign, reps(2), blueLinks, blueQdiscs, blueRules(false), isolation(none("skg100")))
 	out := func(parts ...string) string {
 		return bridged(nltest.Expect(append([]string{offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(true), r2Rules("192.0.2.2"), red, blueHost}, parts...)...),
-			blueRepl, redRepl)
+			blueWithR2("192.0.2.2"), redRepl)
 	}
 	joined := out(isolation(blueOut, none("skg200"), blueReplies), policy(true))
 	// The two filters written again, each at the next handle of its
 	// device.
 	repaired := nltest.Expect(strings.NewReplacer(
-		filter("pf0vf1", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0a", "ct nat", to("pf0vf0")),
-		filter("pf0vf1", "3 "+pUnicast+" all 0xa", "dst_mac 02:00:00:00:00:0a", "ct nat", to("pf0vf0")),
+		filter("pf0vf1", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0a", "ct nat", to("pf0vf0")),
+		filter("pf0vf1", "3 "+pUnicast+" all 0x8", "dst_mac 02:00:00:00:00:0a", "ct nat", to("pf0vf0")),
 		filter("skvx", "2 "+pRule+" ip 0x9", "enc_key_id 100 ip_proto tcp src_ip 198.51.100.6/32 dst_ip 198.51.100.11/32 dst_port 80 ct_state +trk+new", "ct commit zone 101", "gact goto chain 3"),
 		filter("skvx", "2 "+pRule+" ip 0xa", "enc_key_id 100 ip_proto tcp src_ip 198.51.100.6/32 dst_ip 198.51.100.11/32 dst_port 80 ct_state +trk+new", "ct commit zone 101", "gact goto chain 3"),
 	).Replace(joined))
@@ -280,11 +280,11 @@ func TestTransitionsFake(t *testing.T) {
 				}
 			}},
 		{Name: "r2 comes behind 192.0.2.3: its rules alone, the new VTEP's next hop resolved", Apply: apply(offloadPlan([]plan.Network{blueNet}, locals[:2], r1, r2)),
-			Want: bridged(nltest.Expect(blue, r2Rules("192.0.2.3")), blueRepl), Writes: 4, After: probes(0, 1)},
+			Want: bridged(nltest.Expect(blue, r2Rules("192.0.2.3")), blueWithR2("192.0.2.3")), Writes: 5, After: probes(0, 1)},
 		{Name: "r2 moves behind 192.0.2.2: its rules replaced in place", Apply: apply(offloadPlan([]plan.Network{blueNet}, locals[:2], r1, r2moved)),
-			Want: bridged(nltest.Expect(blue, r2Rules("192.0.2.2")), blueRepl), Writes: 4, After: probes(0, 1)},
+			Want: bridged(nltest.Expect(blue, r2Rules("192.0.2.2")), blueWithR2("192.0.2.2")), Writes: 4, After: probes(0, 1)},
 		{Name: "second network: red, c on pf0vf2", Apply: apply(offloadPlan([]plan.Network{blueNet, redNet}, locals, r1, r2moved)),
-			Want:   bridged(nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), r2Rules("192.0.2.2"), red, isolation(none("skg100"), none("skg200"))), blueRepl, redRepl),
+			Want:   bridged(nltest.Expect(offloadForeign, reps(3), blueLinks, blueQdiscs, blueRules(false), r2Rules("192.0.2.2"), red, isolation(none("skg100"), none("skg200"))), blueWithR2("192.0.2.2"), redRepl),
 			Writes: nltest.AnyWrites},
 		{Name: "blue egress snat: its host port, masqueraded out", Apply: apply(offloadPlan([]plan.Network{blueSNAT, redNet}, locals, r1, r2moved)),
 			Want: out(isolation(blueOut, none("skg200"), blueMasquerade, blueReplies)), Writes: nltest.AnyWrites},
@@ -385,7 +385,8 @@ qdisc HW clsact`)
 		filter("skh100", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d", to(hp)),
 		filter("skvx", "3 "+pARP+" arp 0x2", decap(100)+" arp_op request arp_tip 198.51.100.13", "tunnel_key unset", to(hp)),
 		filter("skvx", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d "+decap(100), "tunnel_key unset", to(hp)))...),
-		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3", hp}, gw: "skh100", vteps: []string{"192.0.2.2"}})
+		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3", hp}, gw: "skh100", vteps: []string{"192.0.2.2"},
+			hosts: []host{{"pf0vf3", "02:00:00:00:00:0e", "", "198.51.100.14"}, {hp, "02:00:00:00:00:0d", "", "198.51.100.13"}}})
 	if m := nltest.Mismatch(withP, nltest.ShortCookies(w.NS("").State())); m != "" {
 		t.Fatalf("the node %s", m)
 	}
@@ -401,7 +402,8 @@ qdisc HW clsact`)
 		t.Fatal(err)
 	}
 	withoutP := bridged(nltest.Expect(append(common, standIn)...),
-		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3"}, gw: "skh100", vteps: []string{"192.0.2.2"}})
+		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3"}, gw: "skh100", vteps: []string{"192.0.2.2"},
+			hosts: []host{{"pf0vf3", "02:00:00:00:00:0e", "", "198.51.100.14"}}})
 	if m := nltest.Mismatch(withoutP, nltest.ShortCookies(w.NS("").State())); m != "" {
 		t.Fatalf("the node after p left %s", m)
 	}

@@ -2,9 +2,11 @@ package offload
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/internal/nl/nltest"
 )
 
@@ -46,18 +48,16 @@ func blueRules(out bool) string {
 		filter("pf0vf0", "0 "+pEntry+" all 0x2", "", "gact goto chain 3"),
 		filter("pf0vf0", "3 "+pARP+" arp 0x2", "arp_op request arp_tip 198.51.100.1", to("skh100")),
 		filter("pf0vf0", "3 "+pARP+" arp 0x3", "arp_op request arp_tip 198.51.100.11", to("pf0vf1")),
-		filter("pf0vf0", "3 "+pARP+" arp 0x4", "arp_op request arp_tip 198.51.100.5", tunnel(100, "192.0.2.2"), to("skvx")),
-		filter("pf0vf0", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:01", tunnel(100, "192.0.2.2"), to("skvx")),
-		filter("pf0vf0", "3 "+pUnicast+" all 0x6", "dst_mac 02:00:00:00:00:0b", deliver("pf0vf1")...),
-		filter("pf0vf0", "3 "+pUnicast+" all 0x7", "dst_mac 02:73:6b:00:00:64", to("skh100")),
+		filter("pf0vf0", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:01", tunnel(100, "192.0.2.2"), to("skvx")),
+		filter("pf0vf0", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0b", deliver("pf0vf1")...),
+		filter("pf0vf0", "3 "+pUnicast+" all 0x6", "dst_mac 02:73:6b:00:00:64", to("skh100")),
 
 		filter("pf0vf1", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 		filter("pf0vf1", "3 "+pARP+" arp 0x1", "arp_op request arp_tip 198.51.100.1", to("skh100")),
 		filter("pf0vf1", "3 "+pARP+" arp 0x2", "arp_op request arp_tip 198.51.100.10", to("pf0vf0")),
-		filter("pf0vf1", "3 "+pARP+" arp 0x3", "arp_op request arp_tip 198.51.100.5", tunnel(100, "192.0.2.2"), to("skvx")),
-		filter("pf0vf1", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:01", tunnel(100, "192.0.2.2"), to("skvx")),
-		filter("pf0vf1", "3 "+pUnicast+" all 0x5", "dst_mac 02:00:00:00:00:0a", deliver("pf0vf0")...),
-		filter("pf0vf1", "3 "+pUnicast+" all 0x6", "dst_mac 02:73:6b:00:00:64", to("skh100")),
+		filter("pf0vf1", "3 "+pUnicast+" all 0x3", "dst_mac 02:00:00:00:00:01", tunnel(100, "192.0.2.2"), to("skvx")),
+		filter("pf0vf1", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0a", deliver("pf0vf0")...),
+		filter("pf0vf1", "3 "+pUnicast+" all 0x5", "dst_mac 02:73:6b:00:00:64", to("skh100")),
 
 		filter("skh100", "0 "+pEntry+" all 0x1", "", "gact goto chain 3"),
 		filter("skh100", "3 "+pARP+" arp 0x2", "arp_op request arp_tip 198.51.100.10", to("pf0vf0")),
@@ -75,8 +75,8 @@ func blueRules(out bool) string {
 		return lines(ls...)
 	}
 	return lines(append(ls,
-		filter("pf0vf0", "3 "+pARP+" arp 0xa", "dst_mac 02:00:00:00:00:0b", to("pf0vf1")),
-		filter("pf0vf1", "3 "+pARP+" arp 0x9", "dst_mac 02:00:00:00:00:0a", to("pf0vf0")),
+		filter("pf0vf0", "3 "+pARP+" arp 0x8", "dst_mac 02:00:00:00:00:0b", to("pf0vf1")),
+		filter("pf0vf1", "3 "+pARP+" arp 0x7", "dst_mac 02:00:00:00:00:0a", to("pf0vf0")),
 		filter("skvx", "3 "+pARP+" arp 0x8", "dst_mac 02:00:00:00:00:0a "+decap(100), "tunnel_key unset", to("pf0vf0")),
 		filter("skvx", "3 "+pARP+" arp 0x9", "dst_mac 02:00:00:00:00:0b "+decap(100), "tunnel_key unset", to("pf0vf1")),
 	)...)
@@ -86,10 +86,8 @@ func blueRules(out bool) string {
 // behind vtep on a's and b's representors.
 func r2Rules(vtep string) string {
 	return lines(
-		filter("pf0vf0", "3 "+pARP+" arp 0x8", "arp_op request arp_tip 198.51.100.6", tunnel(100, vtep), to("skvx")),
-		filter("pf0vf0", "3 "+pUnicast+" all 0x9", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")),
-		filter("pf0vf1", "3 "+pARP+" arp 0x7", "arp_op request arp_tip 198.51.100.6", tunnel(100, vtep), to("skvx")),
-		filter("pf0vf1", "3 "+pUnicast+" all 0x8", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")))
+		filter("pf0vf0", "3 "+pUnicast+" all 0x7", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")),
+		filter("pf0vf1", "3 "+pUnicast+" all 0x6", "dst_mac 02:00:00:00:00:02", tunnel(100, vtep), to("skvx")))
 }
 
 // red is the second network: c (203.0.113.10, :0c) on pf0vf2, its
@@ -251,28 +249,47 @@ func policy(joined bool) string {
     counter drop  # a\x00out\x00drop`)...)
 }
 
-// blue and red on the replication bridge, in the order they came.
+// blue and red on the replication bridge, in the order they came: blue
+// with a, b and r1 (blueRepl), and r2 behind a VTEP (blueWithR2).
 var (
-	blueRepl = replicated{vid: 1, vni: 100, reps: []string{"pf0vf0", "pf0vf1"}, gw: "skh100", vteps: []string{"192.0.2.2"}}
-	redRepl  = replicated{vid: 2, vni: 200, reps: []string{"pf0vf2"}, gw: "skh200", vteps: []string{"192.0.2.2", "192.0.2.3"}}
+	blueRepl = replicated{vid: 1, vni: 100, reps: []string{"pf0vf0", "pf0vf1"}, gw: "skh100", vteps: []string{"192.0.2.2"},
+		hosts: []host{{"pf0vf0", "02:00:00:00:00:0a", "", "198.51.100.10"}, {"pf0vf1", "02:00:00:00:00:0b", "", "198.51.100.11"},
+			{"skvx", "02:00:00:00:00:01", "192.0.2.2", "198.51.100.5"}}}
+	redRepl = replicated{vid: 2, vni: 200, reps: []string{"pf0vf2"}, gw: "skh200", vteps: []string{"192.0.2.2", "192.0.2.3"},
+		hosts: []host{{"pf0vf2", "02:00:00:00:00:0c", "", "203.0.113.10"}}}
 )
 
+func blueWithR2(vtep string) replicated {
+	r := blueRepl
+	r.hosts = append(slices.Clone(r.hosts), host{"skvx", "02:00:00:00:00:02", vtep, "198.51.100.6"})
+	return r
+}
+
 // replicated is a network on the replication bridge: its VLAN, its
-// VNI, the representors of its endpoints, its gateway's port and the
-// VTEPs it floods to.
+// VNI, the representors of its endpoints, its gateway's port, the
+// VTEPs it floods to and the endpoints whose neighbour requests the
+// bridge answers (hosts).
 type replicated struct {
 	vid, vni int
 	reps     []string
 	gw       string
 	vteps    []string
+	hosts    []host
 }
+
+// host is an endpoint of a replicated network: the bridge port its MAC
+// is on (skvx for a remote endpoint, behind vtep) and its address.
+type host struct{ dev, mac, vtep, ip string }
 
 // bridged is state (nltest.Expect's) with the replication path of nets:
 // the bridge skrb (its MTU the least of its ports'), the representors,
 // gateway ports and the VXLAN device as its ports (learning and
 // unknown-unicast flooding off; the gateway ports and skvx isolated,
-// skvx mapping VLANs to VNIs), each port's VLAN and skvx's flood
-// entries.
+// skvx mapping VLANs to VNIs, neigh_suppress on skvx), each port's
+// VLAN, skvx's flood entries, and the neighbour suppression of each
+// network: its VLAN device skrb.VID holding each host's address, each
+// host's MAC and the gateway's in the bridge (and a remote one in skvx's
+// table).
 func bridged(state string, nets ...replicated) string {
 	suffix := map[string]string{}
 	var extra []string
@@ -284,12 +301,20 @@ func bridged(state string, nets ...replicated) string {
 		}
 		if n.gw != "" {
 			suffix[n.gw] = port + " isolated on"
-			extra = append(extra, fmt.Sprintf("vlan %s %d access", n.gw, n.vid))
+			extra = append(extra, fmt.Sprintf("vlan %s %d access", n.gw, n.vid),
+				fmt.Sprintf("fdb %s %s master static vlan %d", n.gw, datapath.GatewayMAC(uint32(n.vni)), n.vid))
 		}
-		suffix["skvx"] = port + " isolated on vlan_tunnel on"
+		suffix["skvx"] = strings.Replace(port, "neigh_suppress off", "neigh_suppress on", 1) + " isolated on vlan_tunnel on"
 		extra = append(extra, fmt.Sprintf("vlan skvx %d tunnel %d", n.vid, n.vni))
 		for _, v := range n.vteps {
 			extra = append(extra, fmt.Sprintf("fdb skvx 00:00:00:00:00:00 dst %s self permanent vni %d src_vni %d", v, n.vni, n.vni))
+		}
+		for _, h := range n.hosts {
+			extra = append(extra, fmt.Sprintf("fdb %s %s master static vlan %d", h.dev, h.mac, n.vid),
+				fmt.Sprintf("neigh skrb.%d %s lladdr %s", n.vid, h.ip, h.mac))
+			if h.vtep != "" {
+				extra = append(extra, fmt.Sprintf("fdb skvx %s dst %s self permanent vni %d src_vni %d", h.mac, h.vtep, n.vni, n.vni))
+			}
 		}
 	}
 	mtu := 0
@@ -306,6 +331,9 @@ func bridged(state string, nets ...replicated) string {
 	}
 	if len(nets) > 0 {
 		extra = append(extra, fmt.Sprintf("link skrb bridge mtu %d up alias skiff:replication vlan_filtering", mtu))
+	}
+	for _, n := range nets {
+		extra = append(extra, fmt.Sprintf("link skrb.%d vlan mtu %d down alias skiff:suppress id %d on skrb", n.vid, mtu, n.vid))
 	}
 	return nltest.Expect(append(ls, extra...)...)
 }

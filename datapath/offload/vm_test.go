@@ -28,6 +28,56 @@ func nsExec(t testing.TB, ns string, args ...string) string {
 	return guest.In(t, ns, args...)
 }
 
+// peerMAC is the MAC of the remote node's VXLAN device (peerNode).
+const peerMAC = "02:00:00:00:00:99"
+
+// peerNode makes namespaces node and peer (deleted at cleanup), joined
+// by a veth pair prefix+"u0" (node, 192.0.2.1/24) and prefix+"u1" (peer,
+// 192.0.2.2/24), and gives peer a plain VXLAN device vx<vni> (MAC
+// peerMAC, MTU 1450, VTEP 192.0.2.2, its remote the node) holding addrs
+// (IPv6 without DAD): a remote node with one endpoint. It returns the
+// node's path.
+func peerNode(t testing.TB, node, peer, prefix string, vni int, addrs ...string) string {
+	t.Helper()
+	path := newNS(t, node)
+	newNS(t, peer)
+	sh(t, "/usr/sbin/ip", "link", "add", prefix+"u0", "netns", node, "type", "veth", "peer", "name", prefix+"u1", "netns", peer)
+	nsExec(t, node, "/usr/sbin/ip", "addr", "add", "192.0.2.1/24", "dev", prefix+"u0")
+	nsExec(t, node, "/usr/sbin/ip", "link", "set", prefix+"u0", "up")
+	nsExec(t, peer, "/usr/sbin/ip", "addr", "add", "192.0.2.2/24", "dev", prefix+"u1")
+	nsExec(t, peer, "/usr/sbin/ip", "link", "set", prefix+"u1", "up")
+	vx := fmt.Sprintf("vx%d", vni)
+	nsExec(t, peer, "/usr/sbin/ip", "link", "add", vx, "address", peerMAC, "mtu", "1450", "type", "vxlan", "id", fmt.Sprint(vni),
+		"local", "192.0.2.2", "remote", "192.0.2.1", "dstport", "4789", "nolearning")
+	for _, a := range addrs {
+		args := []string{"/usr/sbin/ip", "addr", "add", a, "dev", vx}
+		if strings.Contains(a, ":") {
+			args = append(args, "nodad")
+		}
+		nsExec(t, peer, args...)
+	}
+	nsExec(t, peer, "/usr/sbin/ip", "link", "set", vx, "up")
+	return path
+}
+
+// vethPod makes namespace pod (deleted at cleanup) with eth0 (mac, MTU
+// 1450, addrs: IPv6 without DAD), a veth whose host side in node is the
+// endpoint name's host interface, and returns the endpoint of network.
+func vethPod(t testing.TB, node, pod, name, network, mac string, addrs ...string) plan.Endpoint {
+	t.Helper()
+	newNS(t, pod)
+	host := datapath.HostIfName(name)
+	sh(t, "/usr/sbin/ip", "link", "add", host, "netns", node, "type", "veth", "peer", "name", "eth0", "netns", pod)
+	nsExec(t, node, "/usr/sbin/ip", "link", "set", host, "alias", datapath.HostIfAlias(name), "up")
+	nsExec(t, pod, "/usr/sbin/ip", "link", "set", "eth0", "address", mac, "mtu", "1450", "up")
+	e := plan.Endpoint{Name: name, Network: network, Kind: plan.KindVeth, MAC: mac, VFIndex: -1}
+	for _, a := range addrs {
+		nsExec(t, pod, "/usr/sbin/ip", "addr", "add", a, "dev", "eth0", "nodad")
+		e.IPs = append(e.IPs, netip.MustParsePrefix(a))
+	}
+	return e
+}
+
 // newNS makes a namespace deleted at cleanup and returns its path.
 func newNS(t testing.TB, name string) string {
 	t.Helper()
@@ -167,11 +217,11 @@ func TestApply(t *testing.T) {
 	for _, d := range devs {
 		counts[d] = len(filters(t, "skdpnode", d))
 	}
-	// a, b, v each: 2 local + 1 encap + 2 local ARP + 1 remote ARP = 6,
-	// and chain 0's filter sending all to them; rep also has the foreign
-	// filter. VXLAN: 3 decap + 3 ARP, and chain 0's. (Broadcast is the
-	// replication bridge's.)
-	want := map[string]int{ha: 7, hb: 7, rep: 8, VXLANName: 7}
+	// a, b, v each: 2 local + 1 encap + 2 local ARP = 5, and chain 0's
+	// filter sending all to them; rep also has the foreign filter.
+	// VXLAN: 3 decap + 3 ARP, and chain 0's. (Broadcast, and ARP for the
+	// remote endpoint, are the replication bridge's.)
+	want := map[string]int{ha: 6, hb: 6, rep: 7, VXLANName: 7}
 	if !maps.Equal(counts, want) {
 		t.Fatalf("filters per device %v, want %v", counts, want)
 	}
@@ -253,12 +303,13 @@ func TestApply(t *testing.T) {
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	if w := dp.Writes() - w0; w != 1 || len(filters(t, "skdpnode", hb)) != 7 {
+	if w := dp.Writes() - w0; w != 1 || len(filters(t, "skdpnode", hb)) != 6 {
 		t.Errorf("drift repair wrote %d times; %s has %d filters", w, hb, len(filters(t, "skdpnode", hb)))
 	}
 
 	// Transition: the remote endpoint moves to another VTEP: its encap
-	// and ARP rules are replaced in place (same handles), nothing else.
+	// rules are replaced in place (same handles) and its entry in skvx's
+	// table moves, nothing else.
 	before = handles(t, "skdpnode", devs...)
 	r := p.Remote["r"]
 	r.VTEP = netip.MustParseAddr("203.0.113.2")
@@ -267,10 +318,10 @@ func TestApply(t *testing.T) {
 	if err := dp.Apply(p); err != nil {
 		t.Fatal(err)
 	}
-	// 3 endpoints x (encap + ARP) = 6 replacements, plus the 2 that
-	// netdevsim refuses in hardware first.
-	if w := dp.Writes() - w0; w != 8 {
-		t.Errorf("moving a remote endpoint wrote %d times, want 8", w)
+	// 3 endpoints x encap = 3 replacements, plus the 1 that netdevsim
+	// refuses in hardware first, plus skvx's entry deleted and added.
+	if w := dp.Writes() - w0; w != 6 {
+		t.Errorf("moving a remote endpoint wrote %d times, want 6", w)
 	}
 	if after := handles(t, "skdpnode", devs...); !slices.Equal(before, after) {
 		t.Errorf("handles changed on replace:\n%v\n%v", before, after)

@@ -45,7 +45,7 @@ func RemoteRules(p plan.Plan, in Input, names []string) ([]Rule, error) {
 	}
 	out := all[:0]
 	for _, r := range all {
-		if (r.Kind == KindEncap || r.Kind == KindARP) && len(r.Actions) > 0 && r.Actions[0].Kind == TunnelSet {
+		if r.Kind == KindEncap && len(r.Actions) > 0 && r.Actions[0].Kind == TunnelSet {
 			out = append(out, r)
 		}
 	}

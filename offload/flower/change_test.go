@@ -41,8 +41,8 @@ func TestRemoteRules(t *testing.T) {
 	}
 	slices.Sort(gs)
 	slices.Sort(want)
-	if len(want) != 4 || !slices.Equal(gs, want) {
-		t.Errorf("RemoteRules(r2):\n%v\nwant (encap and ARP on both representors)\n%v", gs, want)
+	if len(want) != 2 || !slices.Equal(gs, want) {
+		t.Errorf("RemoteRules(r2):\n%v\nwant (encap on both representors)\n%v", gs, want)
 	}
 	if got, err := RemoteRules(p, in, []string{"gone"}); err != nil || len(got) != 0 {
 		t.Errorf("RemoteRules of a name not in the plan: %v, %v", got, err)

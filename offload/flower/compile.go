@@ -246,18 +246,14 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 				out = append(out, a)
 			}
 		}
-		// To remote endpoints: encap.
+		// To remote endpoints: encap. ARP for their addresses is
+		// answered by the node's replication bridge (neighbour
+		// suppression), as their IPv6 neighbour solicitations are.
 		for _, rm := range remotes {
 			r := base
 			r.Kind, r.Match = KindEncap, Match{DstMAC: rm.MAC}
 			r.Actions = []Action{set(rm.VTEP), {Kind: Redirect, Dev: in.VXLAN}}
 			out = append(out, r)
-			for _, ip := range ipv4s(rm.IPs) {
-				a := base
-				a.Prio, a.EthType, a.Kind = PrioARP, EthARP, KindARP
-				a.Match, a.Actions = Match{ArpTIP: ip}, []Action{set(rm.VTEP), {Kind: Redirect, Dev: in.VXLAN}}
-				out = append(out, a)
-			}
 		}
 		// Decap on the VXLAN device, to this endpoint.
 		d := Rule{Dev: in.VXLAN, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindDecap}

@@ -90,9 +90,7 @@ func TestCompileHostPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
 		"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
-		"repb ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp b]",
 		"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap b]",
 		hostRules[0],
 	}

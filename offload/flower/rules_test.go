@@ -58,11 +58,9 @@ func render(rs []Rule) []string {
 
 // The rules of base, by hand.
 var baseRules = []string{
-	"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
 	"repa ARP tip 198.51.100.11 action redirect:repb [arp a]",
 	"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
 	"repa UNI dst_mac 02:00:00:00:00:0b action redirect:repb [local a]",
-	"repb ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp b]",
 	"repb ARP tip 198.51.100.10 action redirect:repa [arp b]",
 	"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap b]",
 	"repb UNI dst_mac 02:00:00:00:00:0a action redirect:repa [local b]",
@@ -118,9 +116,7 @@ func TestCompileTransitions(t *testing.T) {
 			p.Networks["blue"] = n
 			p.Remote["r2"] = plan.Remote{Name: "r2", Network: "blue", VTEP: netip.MustParseAddr("192.0.2.3"), MAC: "02:00:00:00:00:02", IPs: pfx("198.51.100.2/24")}
 		}, sorted(without(baseRules, "FLOOD dst_mac ff:ff:ff:ff:ff:ff action mirror"), []string{
-			"repa ARP tip 198.51.100.2 action set:192.0.2.3 action redirect:skvx [arp a]",
 			"repa UNI dst_mac 02:00:00:00:00:02 action set:192.0.2.3 action redirect:skvx [encap a]",
-			"repb ARP tip 198.51.100.2 action set:192.0.2.3 action redirect:skvx [arp b]",
 			"repb UNI dst_mac 02:00:00:00:00:02 action set:192.0.2.3 action redirect:skvx [encap b]",
 		})},
 		{"remote endpoint moves to the other VTEP", func(p *plan.Plan, _ map[string]string) {
@@ -132,9 +128,7 @@ func TestCompileTransitions(t *testing.T) {
 			p.Networks["blue"] = n
 			delete(p.Remote, "r2")
 		}, sorted(without(baseRules, "192.0.2.2"), []string{
-			"repa ARP tip 198.51.100.1 action set:192.0.2.3 action redirect:skvx [arp a]",
 			"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.3 action redirect:skvx [encap a]",
-			"repb ARP tip 198.51.100.1 action set:192.0.2.3 action redirect:skvx [arp b]",
 			"repb UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.3 action redirect:skvx [encap b]",
 		})},
 		{"local endpoint b deleted; last remote VTEP removed", func(p *plan.Plan, reps map[string]string) {
@@ -284,7 +278,6 @@ func TestCompileStandIn(t *testing.T) {
 	delete(reps, "b")
 	targets := map[string]string{"a": "vetha"}
 	want := []string{
-		"repa ARP tip 198.51.100.1 action set:192.0.2.2 action redirect:skvx [arp a]",
 		"repa UNI dst_mac 02:00:00:00:00:01 action set:192.0.2.2 action redirect:skvx [encap a]",
 		"skvx ARP decap100 tip 198.51.100.10 action tunnel_key unset action redirect:vetha [arp a]",
 		"skvx UNI decap100 dst_mac 02:00:00:00:00:0a action tunnel_key unset action redirect:vetha [decap a]",

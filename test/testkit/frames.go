@@ -52,31 +52,35 @@ func ListenFrames(t testing.TB, ns, dev string, ethertype uint16) *Frames {
 
 // Count reads for d and returns how many frames received (not sent by
 // the device) held marker in their payload.
-func (f *Frames) Count(marker []byte, d time.Duration) int {
-	n := 0
+func (f *Frames) Count(marker []byte, d time.Duration) int { return len(f.Matching(marker, d)) }
+
+// Matching reads for d and returns the frames received (not sent by the
+// device) that held marker in their payload, whole (Ethernet header on).
+func (f *Frames) Matching(marker []byte, d time.Duration) [][]byte {
+	var out [][]byte
 	deadline := time.Now().Add(d)
 	buf := make([]byte, 65536)
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return n
+			return out
 		}
 		tv := unix.NsecToTimeval(left.Nanoseconds())
 		if err := unix.SetsockoptTimeval(f.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return n
+			return out
 		}
 		m, from, err := unix.Recvfrom(f.fd, buf, 0)
 		if err != nil {
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 				continue
 			}
-			return n
+			return out
 		}
 		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 			continue
 		}
 		if bytes.Contains(buf[:m], marker) {
-			n++
+			out = append(out, bytes.Clone(buf[:m]))
 		}
 	}
 }
