@@ -11,7 +11,7 @@ import (
 )
 
 // Scenario names, in the order Run plays them.
-var Scenarios = []string{"cold", "latency", "policy", "rest", "load", "badinput", "restart", "failover"}
+var Scenarios = []string{"cold", "latency", "policy", "rest", "load", "badinput", "restart", "failover", "offload"}
 
 // Options configure a run.
 type Options struct {
@@ -33,6 +33,7 @@ type Options struct {
 	LoadFor       time.Duration // load: how long
 	BadRounds     int           // badinput: rounds of every bad request
 	Creations     int           // failover: creations during the faults
+	OffloadLocals int           // offload: node 0's local endpoints
 	Width         int           // parallel API clients for setup and failover
 	Counters      time.Duration // agents' counter report interval
 	Kill          bool          // restart with SIGKILL instead of SIGTERM
@@ -161,6 +162,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		{"badinput", func() error { return env.BadInput(ctx, o.BadRounds, 20) }},
 		{"restart", func() error { return env.Restart(ctx, o.Kill) }},
 		{"failover", func() error { return env.Failover(ctx, o.Creations, o.Width) }},
+		{"offload", func() error { return env.OffloadCompile(ctx, o.OffloadLocals) }},
 	}
 	for _, s := range steps {
 		if !has(s.name) {

@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -98,6 +99,35 @@ func TestSmokeReplicas(t *testing.T) {
 		Work: Workload{Kind: Wide, Nodes: 30, EndpointsPerNode: 5}, Replicas: 3, TLS: true,
 		Scenarios: []string{"cold", "failover"}, Creations: 300, Width: 16, Counters: time.Second,
 	})
+}
+
+// TestSmokeOffload runs the offload compile on node 0 of a cluster-wide
+// network of 30 nodes, given 20 local endpoints: each representor holds
+// a local and an ARP rule per other local endpoint, the gateway's two,
+// and an encap rule per remote endpoint (ARP for those is the node's
+// bridge's).
+func TestSmokeOffload(t *testing.T) {
+	rep := smoke(t, Options{
+		Work: Workload{Kind: Wide, Nodes: 30, EndpointsPerNode: 5}, Replicas: 1, TLS: true,
+		Scenarios: []string{"offload"}, OffloadLocals: 20, Counters: time.Second,
+	})
+	var locals, remotes, vteps, networks, total, most, vx int
+	if _, err := fmt.Sscanf(rep.Get("offload", "n00000's plan (from GetPlan)"), "%d local endpoints, %d remote endpoints behind %d VTEPs, %d networks",
+		&locals, &remotes, &vteps, &networks); err != nil {
+		t.Fatalf("the plan's figure: %v", err)
+	}
+	if _, err := fmt.Sscanf(rep.Get("offload", "rules: total / per representor (most) / on the VXLAN device"), "%d / %d / %d", &total, &most, &vx); err != nil {
+		t.Fatalf("the rules' figure: %v", err)
+	}
+	if locals != 20 || remotes != 29*5 || vteps != 29 || networks != 1 {
+		t.Errorf("node 0's plan: %d local, %d remote endpoints behind %d VTEPs, %d networks; want 20, 145, 29, 1", locals, remotes, vteps, networks)
+	}
+	if want := 2*(locals-1) + 2 + remotes; most != want {
+		t.Errorf("%d rules on a representor, want %d", most, want)
+	}
+	if want := 2 * locals; vx != want {
+		t.Errorf("%d rules on the VXLAN device, want %d (decap and ARP per local endpoint)", vx, want)
+	}
 }
 
 // TestRealAgent puts a real skiff-agent (software datapath, in a network

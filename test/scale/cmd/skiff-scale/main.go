@@ -50,6 +50,7 @@ func run() error {
 	flag.DurationVar(&o.LoadFor, "load-for", 30*time.Second, "load: how long")
 	flag.IntVar(&o.BadRounds, "bad-rounds", 20, "badinput: rounds of every bad request")
 	flag.IntVar(&o.Creations, "creations", 10000, "failover: endpoint creations during the faults")
+	flag.IntVar(&o.OffloadLocals, "offload-locals", 250, "offload: node 0's local endpoints (wide workload)")
 	flag.IntVar(&o.Width, "width", 32, "parallel API clients for setup and creations")
 	flag.DurationVar(&o.Counters, "counters", 10*time.Second, "agents' counter report interval")
 	flag.BoolVar(&o.Kill, "kill", false, "restart: SIGKILL the controller instead of SIGTERM")
