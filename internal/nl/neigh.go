@@ -1,6 +1,7 @@
 package nl
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -15,23 +16,63 @@ import (
 // usable are the neighbour states packets can use now.
 const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT | netlink.NUD_NOARP
 
+// Neighs dumps each family's entries with the link in the request
+// (NDA_IFINDEX), so that the kernel sends that link's alone: the netlink
+// library's listing dumps every entry of the namespace and filters them
+// itself, which costs every caller the namespace's whole table (a node's
+// replication bridge holds one entry per address of its networks).
 func (k *real) Neighs(index int) ([]Neigh, error) {
 	var out []Neigh
-	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
-		ns, err := dump(func() ([]netlink.Neigh, error) { return k.h.NeighList(index, fam) })
-		if err != nil {
-			return nil, fmt.Errorf("nl: neighbours of %d: %w", index, k.gone(index, err))
-		}
-		for _, n := range ns {
-			ip, ok := addrFrom(n.IP)
-			if !ok || n.LinkIndex != index {
-				continue
+	err := k.rawDo(func(c *rtnl.Conn) error {
+		for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+			enc := rtnl.NewEncoder(ndmsg(fam, 0, 0, 0))
+			enc.U32(unix.NDA_IFINDEX, uint32(index))
+			req := enc.Bytes()
+			n := len(out)
+			err := rtnl.ErrDumpInterrupted
+			for range dumpRetries {
+				out = out[:n]
+				err = c.Dump(unix.RTM_GETNEIGH, req, func(_ rtnl.Header, p []byte) error {
+					if e, ok := decodeNeigh(p); ok && e.LinkIndex == index {
+						out = append(out, e)
+					}
+					return nil
+				})
+				if !errors.Is(err, rtnl.ErrDumpInterrupted) {
+					break
+				}
 			}
-			out = append(out, Neigh{LinkIndex: n.LinkIndex, IP: ip, MAC: n.HardwareAddr.String(),
-				Permanent: n.State&netlink.NUD_PERMANENT != 0, Usable: n.State&usable != 0})
+			if err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nl: neighbours of %d: %w", index, k.gone(index, err))
 	}
 	return out, nil
+}
+
+// decodeNeigh reads one RTM_NEWNEIGH message of an IPv4 or IPv6 dump.
+func decodeNeigh(p []byte) (Neigh, bool) {
+	if len(p) < 12 || (p[0] != unix.AF_INET && p[0] != unix.AF_INET6) {
+		return Neigh{}, false
+	}
+	state := binary.NativeEndian.Uint16(p[8:])
+	e := Neigh{LinkIndex: int(int32(binary.NativeEndian.Uint32(p[4:]))), Permanent: state&unix.NUD_PERMANENT != 0, Usable: state&usable != 0}
+	d := rtnl.NewDecoder(p[12:])
+	for d.Next() {
+		switch d.Type() {
+		case unix.NDA_DST:
+			if ip, ok := netip.AddrFromSlice(d.Bytes()); ok {
+				e.IP = ip.Unmap()
+			}
+		case unix.NDA_LLADDR:
+			e.MAC = net.HardwareAddr(d.Bytes()).String()
+		}
+	}
+	return e, d.Err() == nil && e.IP.IsValid()
 }
 
 func neighOf(n Neigh) (*netlink.Neigh, error) {

@@ -13,6 +13,10 @@ import (
 // Scenario names, in the order Run plays them.
 var Scenarios = []string{"cold", "latency", "policy", "rest", "load", "badinput", "restart", "failover", "offload"}
 
+// fleetless are the scenarios that need no agent session (they read a
+// plan with GetPlan): a run of only these starts no simulated agent.
+var fleetless = []string{"offload"}
+
 // Options configure a run.
 type Options struct {
 	Work     Workload
@@ -121,7 +125,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Add("load average", "after setup (1 / 5 / 15 min)", "%s", loadAverage())
 	has := func(s string) bool { return slices.Contains(o.Scenarios, s) }
-	if has("cold") {
+	sessions := o.RealAgent || slices.ContainsFunc(o.Scenarios, func(s string) bool { return !slices.Contains(fleetless, s) })
+	if !sessions {
+		rep.Add("setup", "simulated agents", "not started (the scenarios read plans with GetPlan)")
+	} else if has("cold") {
 		logf("scenario: cold start")
 		err := env.ColdStart(ctx)
 		rep.Add("load average", "after cold", "%s", loadAverage())
@@ -174,6 +181,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return rep, fmt.Errorf("%s: %w", s.name, err)
 		}
+	}
+	if !sessions {
+		return rep, nil
 	}
 	st := fleet.Stats()
 	rep.Add("end", "agent sessions / snapshots / deltas / rejected updates", "%d / %d / %d / %d", st.Sessions, st.Snapshots, st.Deltas, st.Rejected)
