@@ -37,7 +37,8 @@ import (
 // an address whose MAC sits behind it (remote endpoints) and copies no
 // request to the tunnel when it knows the MAC; a request for a local
 // endpoint's address is flooded to the network's local ports only, where
-// its owner answers (requests for the gateway's addresses: the gateway).
+// its owner answers. One for an address no endpoint has (the gateway's
+// among them: the gateway answers its own) is flooded as any broadcast.
 // Requests coming from the tunnel are not answered by the bridge (the
 // kernel's rule for a neigh_suppress port); they reach the local ports.
 // The unicast entries also forward, in the node's kernel, a frame no
