@@ -71,7 +71,8 @@ func replicated(hosts ...string) string {
 		"fdb skvx 00:00:00:00:00:00 dst 192.0.2.2 self permanent vni 100 src_vni 100",
 		"link skrb.1 vlan mtu 1450 down alias skiff:suppress id 1 on skrb",
 		"fdb skvx 02:00:00:00:00:01 master static vlan 1", "fdb skvx 02:00:00:00:00:01 dst 192.0.2.2 self permanent vni 100 src_vni 100",
-		"neigh skrb.1 198.51.100.5 lladdr 02:00:00:00:00:01", "fdb skh100 02:73:6b:00:00:64 master static vlan 1"}
+		"neigh skrb.1 198.51.100.5 lladdr 02:00:00:00:00:01", "fdb skh100 02:73:6b:00:00:64 master static vlan 1",
+		"neigh skrb.1 198.51.100.1 lladdr 02:73:6b:00:00:64"}
 	for _, h := range hosts {
 		n := strings.TrimPrefix(h, "HV")
 		ls = append(ls, "vlan "+h+" 1 access", "fdb "+h+" 02:00:00:00:00:1"+n+" master static vlan 1",

@@ -36,9 +36,9 @@ import (
 // The VXLAN port has neigh_suppress on: the bridge answers a request for
 // an address whose MAC sits behind it (remote endpoints) and copies no
 // request to the tunnel when it knows the MAC; a request for a local
-// endpoint's address is flooded to the network's local ports only, where
-// its owner answers. One for an address no endpoint has (the gateway's
-// among them: the gateway answers its own) is flooded as any broadcast.
+// endpoint's or the gateway's address is flooded to the network's local
+// ports only, where its owner answers. One for an address the plan does
+// not hold is flooded as any broadcast.
 // Requests coming from the tunnel are not answered by the bridge (the
 // kernel's rule for a neigh_suppress port); they reach the local ports.
 // The unicast entries also forward, in the node's kernel, a frame no
@@ -111,6 +111,11 @@ func suppressWants(p plan.Plan, in flower.Input, ports map[string][]string, vids
 		if gw, ok := in.Gateways[name]; ok {
 			if l, ok := byName[gw.Port]; ok {
 				w.fdb[bridgeEntry(l.Index, gw.MAC, s.vid)] = true
+				// The gateway answers its own addresses; known here,
+				// a request for them reaches the local ports only.
+				for _, ip := range gw.IPs {
+					w.neighs[name][ip] = gw.MAC
+				}
 			}
 		}
 	}

@@ -92,6 +92,13 @@ func TestSuppressionVM(t *testing.T) {
 			t.Errorf("a asking for the ghost's %s: learnt %q (want 02:00:00:00:00:77, answered by the node's bridge), the peer saw %d requests (want 0): % x", ip, mac, len(rs), rs)
 		}
 	}
+	// The gateway answers its own addresses, asked of the local ports
+	// only.
+	for _, ip := range []string{"198.51.100.1", "2001:db8:100::1"} {
+		if mac, rs := resolve(ip); mac != datapath.GatewayMAC(100) || len(rs) != 0 {
+			t.Errorf("a asking for the gateway's %s: learnt %q (want %s), the peer saw %d requests (want 0): % x", ip, mac, datapath.GatewayMAC(100), len(rs), rs)
+		}
+	}
 	for _, ip := range []string{"198.51.100.99", "2001:db8:100::99"} {
 		nsExec(t, pods["a"], "/bin/ping", "-c", "2", "-W", "3", ip) // the peer itself, its address answered by the bridge
 	}

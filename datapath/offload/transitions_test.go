@@ -385,7 +385,7 @@ qdisc HW clsact`)
 		filter("skh100", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d", to(hp)),
 		filter("skvx", "3 "+pARP+" arp 0x2", decap(100)+" arp_op request arp_tip 198.51.100.13", "tunnel_key unset", to(hp)),
 		filter("skvx", "3 "+pUnicast+" all 0x4", "dst_mac 02:00:00:00:00:0d "+decap(100), "tunnel_key unset", to(hp)))...),
-		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3", hp}, gw: "skh100", vteps: []string{"192.0.2.2"},
+		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3", hp}, gw: "skh100", gwIP: "198.51.100.1", vteps: []string{"192.0.2.2"},
 			hosts: []host{{"pf0vf3", "02:00:00:00:00:0e", "", "198.51.100.14"}, {hp, "02:00:00:00:00:0d", "", "198.51.100.13"}}})
 	if m := nltest.Mismatch(withP, nltest.ShortCookies(w.NS("").State())); m != "" {
 		t.Fatalf("the node %s", m)
@@ -402,7 +402,7 @@ qdisc HW clsact`)
 		t.Fatal(err)
 	}
 	withoutP := bridged(nltest.Expect(append(common, standIn)...),
-		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3"}, gw: "skh100", vteps: []string{"192.0.2.2"},
+		replicated{vid: 1, vni: 100, reps: []string{"pf0vf3"}, gw: "skh100", gwIP: "198.51.100.1", vteps: []string{"192.0.2.2"},
 			hosts: []host{{"pf0vf3", "02:00:00:00:00:0e", "", "198.51.100.14"}}})
 	if m := nltest.Mismatch(withoutP, nltest.ShortCookies(w.NS("").State())); m != "" {
 		t.Fatalf("the node after p left %s", m)

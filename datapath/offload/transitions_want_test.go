@@ -252,10 +252,10 @@ func policy(joined bool) string {
 // blue and red on the replication bridge, in the order they came: blue
 // with a, b and r1 (blueRepl), and r2 behind a VTEP (blueWithR2).
 var (
-	blueRepl = replicated{vid: 1, vni: 100, reps: []string{"pf0vf0", "pf0vf1"}, gw: "skh100", vteps: []string{"192.0.2.2"},
+	blueRepl = replicated{vid: 1, vni: 100, reps: []string{"pf0vf0", "pf0vf1"}, gw: "skh100", gwIP: "198.51.100.1", vteps: []string{"192.0.2.2"},
 		hosts: []host{{"pf0vf0", "02:00:00:00:00:0a", "", "198.51.100.10"}, {"pf0vf1", "02:00:00:00:00:0b", "", "198.51.100.11"},
 			{"skvx", "02:00:00:00:00:01", "192.0.2.2", "198.51.100.5"}}}
-	redRepl = replicated{vid: 2, vni: 200, reps: []string{"pf0vf2"}, gw: "skh200", vteps: []string{"192.0.2.2", "192.0.2.3"},
+	redRepl = replicated{vid: 2, vni: 200, reps: []string{"pf0vf2"}, gw: "skh200", gwIP: "203.0.113.1", vteps: []string{"192.0.2.2", "192.0.2.3"},
 		hosts: []host{{"pf0vf2", "02:00:00:00:00:0c", "", "203.0.113.10"}}}
 )
 
@@ -267,12 +267,12 @@ func blueWithR2(vtep string) replicated {
 
 // replicated is a network on the replication bridge: its VLAN, its
 // VNI, the representors of its endpoints, its gateway's port, the
-// VTEPs it floods to and the endpoints whose neighbour requests the
-// bridge answers (hosts).
+// VTEPs it floods to, the gateway's address, and the endpoints whose
+// neighbour requests the bridge answers (hosts).
 type replicated struct {
 	vid, vni int
 	reps     []string
-	gw       string
+	gw, gwIP string
 	vteps    []string
 	hosts    []host
 }
@@ -303,6 +303,9 @@ func bridged(state string, nets ...replicated) string {
 			suffix[n.gw] = port + " isolated on"
 			extra = append(extra, fmt.Sprintf("vlan %s %d access", n.gw, n.vid),
 				fmt.Sprintf("fdb %s %s master static vlan %d", n.gw, datapath.GatewayMAC(uint32(n.vni)), n.vid))
+			if n.gwIP != "" {
+				extra = append(extra, fmt.Sprintf("neigh skrb.%d %s lladdr %s", n.vid, n.gwIP, datapath.GatewayMAC(uint32(n.vni))))
+			}
 		}
 		suffix["skvx"] = strings.Replace(port, "neigh_suppress off", "neigh_suppress on", 1) + " isolated on vlan_tunnel on"
 		extra = append(extra, fmt.Sprintf("vlan skvx %d tunnel %d", n.vid, n.vni))
