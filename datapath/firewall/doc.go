@@ -12,6 +12,6 @@
 //	change, err := k.SetTable(t)   // k: an nl.Kernel; nothing written when it matches
 //	pol := firewall.Policy{Groups: groups, Endpoints: eps}.Table()
 //	change, err = k.SetTable(pol)  // only set elements when only group members changed
-//	cs, err := k.TableCounters(firewall.PolicyTable)
+//	cs, err := k.TableCounters(nl.NftInet, firewall.PolicyTable)
 //	counters := firewall.PolicyCounters(cs)
 package firewall

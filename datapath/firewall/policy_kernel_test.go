@@ -277,7 +277,7 @@ func (n *node) set(pol firewall.Policy) error {
 }
 
 func (n *node) counters() ([]datapath.PolicyCounter, error) {
-	cs, err := n.k.TableCounters(firewall.PolicyTable)
+	cs, err := n.k.TableCounters(nl.NftInet, firewall.PolicyTable)
 	return firewall.PolicyCounters(cs), err
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/datapath/firewall"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 	"github.com/skiff-sdn/skiff/test/kernelvm/guest"
@@ -59,7 +60,7 @@ func TestGatewayEgress(t *testing.T) {
 			t.Errorf("%s = %s, want %s", key, v, want)
 		}
 	}
-	if tables, err := dp.k.Tables(); err != nil || !slices.Contains(tables, firewall.IsolationTable) {
+	if tables, err := dp.k.Tables(nl.NftInet); err != nil || !slices.Contains(tables, firewall.IsolationTable) {
 		t.Errorf("the node has inet tables %v (%v), want %s", tables, err, firewall.IsolationTable)
 	}
 	reapplyWritesNothing(t, dp, p, gws)
@@ -114,7 +115,7 @@ func TestGatewayEgress(t *testing.T) {
 	if err := dp.egress(p, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if tables, err := dp.k.Tables(); err != nil || slices.Contains(tables, firewall.IsolationTable) {
+	if tables, err := dp.k.Tables(nl.NftInet); err != nil || slices.Contains(tables, firewall.IsolationTable) {
 		t.Errorf("with no gateway the node keeps inet tables %v (%v)", tables, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/firewall"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 	"github.com/skiff-sdn/skiff/offload/flower"
 )
@@ -104,7 +105,7 @@ func (d *Datapath) nodePolicyCounters() ([]datapath.PolicyCounter, error) {
 	if !on {
 		return nil, nil
 	}
-	cs, err := d.k.TableCounters(firewall.PolicyTable)
+	cs, err := d.k.TableCounters(nl.NftInet, firewall.PolicyTable)
 	if err != nil {
 		return nil, fmt.Errorf("offload datapath: egress policy counters in the node's stack: %w", err)
 	}

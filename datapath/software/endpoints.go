@@ -9,6 +9,7 @@ import (
 
 	"github.com/skiff-sdn/skiff/datapath"
 	"github.com/skiff-sdn/skiff/datapath/firewall"
+	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/plan"
 )
 
@@ -92,7 +93,7 @@ func (d *Datapath) Counters(p plan.Plan) (datapath.Counters, error) {
 	out.PolicyWrites = maps.Clone(d.policy)
 	d.mu.Unlock()
 	if len(p.Policies) > 0 {
-		cs, err := d.k.TableCounters(firewall.PolicyTable)
+		cs, err := d.k.TableCounters(nl.NftInet, firewall.PolicyTable)
 		if err != nil {
 			return out, fmt.Errorf("software datapath: policy counters: %w", err)
 		}

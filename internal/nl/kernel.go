@@ -159,17 +159,35 @@ type Kernel interface {
 
 	// nftables.
 
-	// SetTable makes the inet table t.Name hold t, whole, and reports
-	// what it wrote (see NftTable). Other tables are never read or
-	// changed.
+	// SetTable makes the table t.Name of family t.Family hold t,
+	// whole, and reports what it wrote (see NftTable). Other tables
+	// (another name, or the same name in another family) are never
+	// read or changed. The elements of its dynamic sets are the
+	// kernel's: SetTable neither writes nor deletes them (a rewrite
+	// starts the sets empty), and they make no difference to what it
+	// writes. Idempotent.
 	SetTable(t NftTable) (NftChange, error)
-	// Tables lists the names of the namespace's inet tables, Skiff's
-	// or not.
-	Tables() ([]string, error)
-	// TableCounters reads the counters of the rules of table name
-	// that have one (NftRule.Counter), with their chains and tags; none
-	// when the table does not exist.
-	TableCounters(name string) ([]NftCounter, error)
+	// Tables lists the names of the namespace's tables of family f,
+	// Skiff's or not.
+	Tables(f NftFamily) ([]string, error)
+	// TableCounters reads the counters of the rules of table name of
+	// family f that have one (NftRule.Counter), with their chains and
+	// tags; none when the table does not exist.
+	TableCounters(f NftFamily, name string) ([]NftCounter, error)
+	// SetElements reads the elements a set of table holds now (of an
+	// address set or a SetKeyIfNameEther set; an error for other key
+	// types), with the time each has left, ordered by address, then
+	// interface name and MAC. None when the table or the set does not
+	// exist. Elements of a dynamic set come and go with traffic and
+	// their timeouts: the answer is a snapshot.
+	SetElements(f NftFamily, table, set string) ([]NftElement, error)
+	// DeleteSetElements deletes the elements of es (by address, or by
+	// interface name and MAC; Expires unused) that the set holds, in
+	// one transaction, and returns how many it deleted: what the set
+	// does not hold (expired meanwhile, or never added) is skipped, and
+	// nothing is written when none is held. A rule may add an element
+	// again as soon as it is deleted. Idempotent.
+	DeleteSetElements(f NftFamily, table, set string, es []NftElement) (int, error)
 
 	// sysctls and modules.
 

@@ -172,13 +172,13 @@ func TestSetTable(t *testing.T) {
 	changed := table(a("198.51.100.2"))
 	changed.Chains[1].Rules[0].Match[3] = nl.DPort{From: 81}
 	step("a rule changes", changed, nl.NftChange{Rewritten: true})
-	cs, err := k.TableCounters("sktest")
+	cs, err := k.TableCounters(nl.NftInet, "sktest")
 	if err != nil || len(cs) != 2 || cs[0].Chain != "in-c" || cs[0].Tag != "c/0" || cs[1].Tag != "c/drop" {
 		t.Errorf("counters %+v, %v", cs, err)
 	}
 	step("no chain", nl.NftTable{Name: "sktest"}, nl.NftChange{Rewritten: true})
 	step("no chain, no table", nl.NftTable{Name: "sktest"}, nl.NftChange{})
-	tables, err := k.Tables()
+	tables, err := k.Tables(nl.NftInet)
 	if err != nil || strings.Join(tables, " ") != "foreign" {
 		t.Errorf("tables %v, %v; want the foreign one alone", tables, err)
 	}

@@ -2,16 +2,16 @@ package nl
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/google/nftables"
 )
 
-// The nftables half of a namespace's handle: SetTable makes an inet
-// table hold a description (NftTable), nft_expr.go turns its rules into
-// expressions. Only the named table is read or changed.
+// The nftables half of a namespace's handle: SetTable makes a table (of
+// its family) hold a description (NftTable), nft_expr.go turns its rules
+// into expressions, nft_set.go declares sets and syncs and reads their
+// elements. Only the named table is read or changed.
 
 func (k *real) nft() (*nftables.Conn, error) {
 	if k.ns >= 0 {
@@ -82,6 +82,17 @@ func sameChain(h *nftables.Chain, c NftChain) bool {
 		string(h.Type) == c.Type && policy == want
 }
 
+// familyOf is the library's family of f.
+func familyOf(f NftFamily) (nftables.TableFamily, error) {
+	switch f {
+	case NftInet:
+		return nftables.TableFamilyINet, nil
+	case NftBridge:
+		return nftables.TableFamilyBridge, nil
+	}
+	return 0, fmt.Errorf("family: unknown %d", uint8(f))
+}
+
 // held is what the kernel holds of a table.
 type held struct {
 	exists bool
@@ -89,10 +100,10 @@ type held struct {
 	sets   map[string]*nftables.Set
 }
 
-// read compares the kernel's table with t.
-func read(c *nftables.Conn, t NftTable) (held, error) {
+// read compares the kernel's table with t, of family fam.
+func read(c *nftables.Conn, fam nftables.TableFamily, t NftTable) (held, error) {
 	var h held
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	tables, err := c.ListTablesOfFamily(fam)
 	if err != nil {
 		return h, fmt.Errorf("list tables: %w", err)
 	}
@@ -100,8 +111,8 @@ func read(c *nftables.Conn, t NftTable) (held, error) {
 	if !h.exists {
 		return h, nil
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: t.Name}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	table := &nftables.Table{Family: fam, Name: t.Name}
+	chains, err := c.ListChainsOfTableFamily(fam)
 	if err != nil {
 		return h, fmt.Errorf("list chains: %w", err)
 	}
@@ -145,7 +156,7 @@ func read(c *nftables.Conn, t NftTable) (held, error) {
 	}
 	for _, want := range t.Sets {
 		s, ok := h.sets[want.Name]
-		if !ok || s.KeyType != keyType(want.IPv6) {
+		if !ok || !sameSet(s, want) {
 			return h, nil
 		}
 	}
@@ -153,23 +164,20 @@ func read(c *nftables.Conn, t NftTable) (held, error) {
 	return h, nil
 }
 
-func keyType(v6 bool) nftables.SetDatatype {
-	if v6 {
-		return nftables.TypeIP6Addr
-	}
-	return nftables.TypeIPAddr
-}
-
 func (k *real) SetTable(t NftTable) (NftChange, error) {
+	fam, err := familyOf(t.Family)
+	if err != nil {
+		return NftChange{}, fmt.Errorf("nl: nftables: table %s: %w", t.Name, err)
+	}
 	c, err := k.nft()
 	if err != nil {
 		return NftChange{}, fmt.Errorf("nl: nftables: %w", err)
 	}
-	h, err := read(c, t)
+	h, err := read(c, fam, t)
 	if err != nil {
-		return NftChange{}, fmt.Errorf("nl: nftables: table %s: %w", t.Name, err)
+		return NftChange{}, fmt.Errorf("nl: nftables: table %s %s: %w", t.Family, t.Name, err)
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: t.Name}
+	table := &nftables.Table{Family: fam, Name: t.Name}
 	if len(t.Chains) == 0 {
 		if !h.exists {
 			return NftChange{}, nil
@@ -213,7 +221,10 @@ func (k *real) SetTable(t NftTable) (NftChange, error) {
 func build(c *nftables.Conn, table *nftables.Table, t NftTable) error {
 	sets := map[string]*nftables.Set{}
 	for _, s := range t.Sets {
-		set := &nftables.Set{Table: table, Name: s.Name, KeyType: keyType(s.IPv6)}
+		set, err := setOf(table, s)
+		if err != nil {
+			return err
+		}
 		if err := c.AddSet(set, nil); err != nil {
 			return fmt.Errorf("set %s: %w", s.Name, err)
 		}
@@ -246,88 +257,18 @@ func build(c *nftables.Conn, table *nftables.Table, t NftTable) error {
 	return nil
 }
 
-func elements(s NftSet) []nftables.SetElement {
-	var out []nftables.SetElement
-	for _, a := range s.Elems {
-		if a.Is6() == s.IPv6 {
-			out = append(out, nftables.SetElement{Key: a.AsSlice()})
-		}
+func (k *real) Tables(f NftFamily) ([]string, error) {
+	fam, err := familyOf(f)
+	if err != nil {
+		return nil, fmt.Errorf("nl: nftables: %w", err)
 	}
-	return out
-}
-
-// setChunk is how many elements go in one netlink message: the element
-// list is one attribute, whose length field has 16 bits, so a large set
-// sent whole is cut short without an error. The messages of a batch still
-// apply atomically.
-const setChunk = 1000
-
-func chunked(es []nftables.SetElement, f func([]nftables.SetElement) error) error {
-	for len(es) > 0 {
-		n := min(len(es), setChunk)
-		if err := f(es[:n]); err != nil {
-			return err
-		}
-		es = es[n:]
-	}
-	return nil
-}
-
-// syncElements adds and deletes the set elements that differ from t's,
-// in one transaction, and returns how many it changed.
-func syncElements(c *nftables.Conn, t NftTable, have map[string]*nftables.Set) (int, error) {
-	n := 0
-	for _, s := range t.Sets {
-		set := have[s.Name]
-		cur, err := c.GetSetElements(set)
-		if err != nil {
-			return 0, fmt.Errorf("set %s elements: %w", s.Name, err)
-		}
-		in := map[netip.Addr]bool{}
-		for _, e := range cur {
-			if a, ok := netip.AddrFromSlice(e.Key); ok {
-				in[a] = true
-			}
-		}
-		want := map[netip.Addr]bool{}
-		var add, del []nftables.SetElement
-		for _, e := range elements(s) {
-			a, _ := netip.AddrFromSlice(e.Key)
-			want[a] = true
-			if !in[a] {
-				add = append(add, e)
-			}
-		}
-		for a := range in {
-			if !want[a] {
-				del = append(del, nftables.SetElement{Key: a.AsSlice()})
-			}
-		}
-		if err := chunked(add, func(es []nftables.SetElement) error { return c.SetAddElements(set, es) }); err != nil {
-			return 0, fmt.Errorf("set %s: %w", s.Name, err)
-		}
-		if err := chunked(del, func(es []nftables.SetElement) error { return c.SetDeleteElements(set, es) }); err != nil {
-			return 0, fmt.Errorf("set %s: %w", s.Name, err)
-		}
-		n += len(add) + len(del)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	if err := c.Flush(); err != nil {
-		return 0, fmt.Errorf("set elements: %w", err)
-	}
-	return n, nil
-}
-
-func (k *real) Tables() ([]string, error) {
 	c, err := k.nft()
 	if err != nil {
 		return nil, fmt.Errorf("nl: nftables: %w", err)
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	tables, err := c.ListTablesOfFamily(fam)
 	if err != nil {
-		return nil, fmt.Errorf("nl: nftables: list tables: %w", err)
+		return nil, fmt.Errorf("nl: nftables: list %s tables: %w", f, err)
 	}
 	var names []string
 	for _, t := range tables {
@@ -336,16 +277,20 @@ func (k *real) Tables() ([]string, error) {
 	return names, nil
 }
 
-func (k *real) TableCounters(name string) ([]NftCounter, error) {
+func (k *real) TableCounters(f NftFamily, name string) ([]NftCounter, error) {
+	fam, err := familyOf(f)
+	if err != nil {
+		return nil, fmt.Errorf("nl: nftables: table %s: %w", name, err)
+	}
 	c, err := k.nft()
 	if err != nil {
 		return nil, fmt.Errorf("nl: nftables: %w", err)
 	}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	chains, err := c.ListChainsOfTableFamily(fam)
 	if err != nil {
-		return nil, fmt.Errorf("nl: nftables: list chains: %w", err)
+		return nil, fmt.Errorf("nl: nftables: list %s chains: %w", f, err)
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	table := &nftables.Table{Family: fam, Name: name}
 	var out []NftCounter
 	for _, ch := range chains {
 		if ch.Table.Name != name {
@@ -353,7 +298,7 @@ func (k *real) TableCounters(name string) ([]NftCounter, error) {
 		}
 		rules, err := c.GetRules(table, ch)
 		if err != nil {
-			return nil, fmt.Errorf("nl: nftables: rules of %s %s: %w", name, ch.Name, err)
+			return nil, fmt.Errorf("nl: nftables: rules of %s %s %s: %w", f, name, ch.Name, err)
 		}
 		for _, r := range rules {
 			tag, ok := tagOf(r.UserData)

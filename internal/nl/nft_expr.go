@@ -41,6 +41,20 @@ func exprsOf(r NftRule, sets map[string]*nftables.Set, chains map[string]*nftabl
 		out = append(out, &expr.Masq{})
 	case Notrack:
 		out = append(out, &expr.Notrack{})
+	case LearnPair:
+		s := sets[a.Set]
+		if s == nil {
+			return nil, fmt.Errorf("update of %s: no such set in the table", a.Set)
+		}
+		if s.KeyType != pairType || !s.Dynamic {
+			return nil, fmt.Errorf("update of %s: not a dynamic set of %s", a.Set, pairType.Name)
+		}
+		// The key fills register 1 (the name, IFNAMSIZ bytes) and the
+		// start of register 2 (the address); the set's timeout applies.
+		out = append(out,
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+			&expr.Payload{DestRegister: 2, Base: expr.PayloadBaseLLHeader, Offset: 0, Len: 6},
+			&expr.Dynset{SrcRegKey: 1, SetName: s.Name, SetID: s.ID, Operation: unix.NFT_DYNSET_OP_UPDATE})
 	case OrMark:
 		// mark | m is (mark & ^m) ^ m.
 		out = append(out,
@@ -157,6 +171,11 @@ func matchExprs(m NftMatch, sets map[string]*nftables.Set) ([]expr.Any, error) {
 		return []expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: off, Len: 6},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: mac}}, nil
+	case EtherUnicast:
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 0, Len: 1},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{1}, Xor: []byte{0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}}}, nil
 	}
 	return nil, fmt.Errorf("unknown match %T", m)
 }

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 )
 
-// NftTable is an nftables table of the inet family, whole: what
-// Kernel.SetTable makes the kernel hold. A table with no chains is
-// deleted.
+// NftTable is an nftables table of one family (inet unless Family says
+// otherwise), whole: what Kernel.SetTable makes the kernel hold. A table
+// with no chains is deleted. Tables are named within their family: an
+// inet and a bridge table of one name are two tables.
 //
 // SetTable compares t with what the kernel holds: the chains (name,
 // hook, type, priority, policy), each chain's rules in order (by their
@@ -19,16 +21,101 @@ import (
 // transaction (NftChange.Rewritten), so no packet sees half a table.
 // When the table already holds t it writes nothing.
 type NftTable struct {
+	Family NftFamily
 	Name   string
 	Sets   []NftSet
 	Chains []NftChain
 }
 
-// NftSet is a named set of addresses of one family.
+// NftFamily is the family of an nftables table: NftInet (the zero value)
+// or NftBridge.
+type NftFamily uint8
+
+// Table families.
+const (
+	// NftInet tables see IPv4 and IPv6 packets.
+	NftInet NftFamily = iota
+	// NftBridge tables see the frames a bridge handles (its hooks
+	// are the bridge's: forward is a frame going from one port to
+	// another).
+	NftBridge
+)
+
+func (f NftFamily) String() string {
+	switch f {
+	case NftInet:
+		return "inet"
+	case NftBridge:
+		return "bridge"
+	}
+	return fmt.Sprintf("family%d", uint8(f))
+}
+
+// NftSetKey is what a set's elements are: addresses (the zero value) or
+// pairs of an input interface name and an Ethernet address.
+type NftSetKey uint8
+
+// Set keys.
+const (
+	// SetKeyAddr: addresses of one family (key type ipv4_addr or
+	// ipv6_addr), the elements SetTable writes (NftSet.Elems).
+	SetKeyAddr NftSetKey = iota
+	// SetKeyIfNameEther: key type ifname . ether_addr, flags dynamic
+	// (and timeout with NftSet.Timeout): the elements are the
+	// kernel's, added by rules (LearnPair) and read with
+	// Kernel.SetElements; SetTable neither writes nor deletes them.
+	SetKeyIfNameEther
+)
+
+// NftSet is a named set: of addresses of one family (Key SetKeyAddr),
+// whose elements SetTable writes, or of interface name and Ethernet
+// address pairs that rules fill (Key SetKeyIfNameEther).
 type NftSet struct {
 	Name  string
-	IPv6  bool         // key type ipv6_addr, else ipv4_addr
-	Elems []netip.Addr // of the set's family; order does not matter
+	Key   NftSetKey
+	IPv6  bool         // an address set's key type ipv6_addr, else ipv4_addr
+	Elems []netip.Addr // an address set's, of its family; order does not matter
+	// Timeout is how long an element of a SetKeyIfNameEther set lives
+	// after a rule last added or updated it (0: until deleted; the
+	// kernel keeps milliseconds); Size caps how many it holds (0: the
+	// kernel's default). Address sets have neither.
+	Timeout time.Duration
+	Size    uint32
+}
+
+// Dynamic reports whether the set's elements are the kernel's (rules
+// add them) rather than SetTable's.
+func (s NftSet) Dynamic() bool { return s.Key == SetKeyIfNameEther }
+
+// Decl is the set's declaration as nft would list it, without its
+// elements: what SetTable compares.
+func (s NftSet) Decl() string {
+	if s.Key == SetKeyIfNameEther {
+		d := "type ifname . ether_addr; flags dynamic"
+		if s.Timeout > 0 {
+			d += fmt.Sprintf(",timeout; timeout %dms", s.Timeout.Milliseconds())
+		}
+		if s.Size > 0 {
+			d += fmt.Sprintf("; size %d", s.Size)
+		}
+		return d + ";"
+	}
+	if s.IPv6 {
+		return "type ipv6_addr;"
+	}
+	return "type ipv4_addr;"
+}
+
+// NftElement is an element of a set as Kernel.SetElements reads it: an
+// address (an address set's), or an input interface name and an
+// Ethernet address (lower-case, colon-separated) of a
+// SetKeyIfNameEther set, with the time left before the kernel removes
+// it (0: never).
+type NftElement struct {
+	Addr    netip.Addr
+	IfName  string
+	MAC     string
+	Expires time.Duration
 }
 
 // Chain hooks.
@@ -78,14 +165,14 @@ type NftRule struct {
 }
 
 // NftMatch is one condition of a rule: IfName, Family, L4Proto, Addr,
-// AddrIn, DPort, CtState, ICMPv6Type or Ether.
+// AddrIn, DPort, CtState, ICMPv6Type, Ether or EtherUnicast.
 type NftMatch interface {
 	String() string
 	nftMatch()
 }
 
 // NftAction is what a rule does: Accept, Drop, Return, Jump, Masquerade,
-// Notrack or OrMark.
+// Notrack, OrMark or LearnPair.
 type NftAction interface {
 	String() string
 	nftAction()
@@ -139,6 +226,10 @@ type Ether struct {
 	MAC string
 }
 
+// EtherUnicast matches frames whose Ethernet destination is a unicast
+// address (its group bit clear): not broadcast, not multicast.
+type EtherUnicast struct{}
+
 // Actions.
 type (
 	// Accept, Drop and Return are verdicts.
@@ -154,17 +245,23 @@ type (
 	Notrack struct{}
 	// OrMark sets the bits of Mark in the packet's mark.
 	OrMark struct{ Mark uint32 }
+	// LearnPair adds the frame's input interface name and Ethernet
+	// destination to Set, a SetKeyIfNameEther set of the table, or
+	// restarts the pair's timeout when the set holds it (nft's
+	// update), and lets the frame go on to the next rule.
+	LearnPair struct{ Set string }
 )
 
-func (IfName) nftMatch()     {}
-func (Family) nftMatch()     {}
-func (L4Proto) nftMatch()    {}
-func (Addr) nftMatch()       {}
-func (AddrIn) nftMatch()     {}
-func (DPort) nftMatch()      {}
-func (CtState) nftMatch()    {}
-func (ICMPv6Type) nftMatch() {}
-func (Ether) nftMatch()      {}
+func (IfName) nftMatch()       {}
+func (Family) nftMatch()       {}
+func (L4Proto) nftMatch()      {}
+func (Addr) nftMatch()         {}
+func (AddrIn) nftMatch()       {}
+func (DPort) nftMatch()        {}
+func (CtState) nftMatch()      {}
+func (ICMPv6Type) nftMatch()   {}
+func (Ether) nftMatch()        {}
+func (EtherUnicast) nftMatch() {}
 
 func (Accept) nftAction()     {}
 func (Drop) nftAction()       {}
@@ -173,6 +270,7 @@ func (Jump) nftAction()       {}
 func (Masquerade) nftAction() {}
 func (Notrack) nftAction()    {}
 func (OrMark) nftAction()     {}
+func (LearnPair) nftAction()  {}
 
 func neq(not bool) string {
 	if not {
@@ -254,6 +352,10 @@ func (m Ether) String() string {
 	return "ether saddr " + m.MAC
 }
 
+func (EtherUnicast) String() string {
+	return "ether daddr & 01:00:00:00:00:00 == 00:00:00:00:00:00"
+}
+
 func (Accept) String() string     { return "accept" }
 func (Drop) String() string       { return "drop" }
 func (Return) String() string     { return "return" }
@@ -261,6 +363,9 @@ func (a Jump) String() string     { return "jump " + a.Chain }
 func (Masquerade) String() string { return "masquerade" }
 func (Notrack) String() string    { return "notrack" }
 func (a OrMark) String() string   { return fmt.Sprintf("meta mark set mark | %#x", a.Mark) }
+func (a LearnPair) String() string {
+	return "update @" + a.Set + " { iifname . ether daddr }"
+}
 
 // String is the rule as nft would list it, without its tag.
 func (r NftRule) String() string {

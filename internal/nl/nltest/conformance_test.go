@@ -2,9 +2,12 @@ package nltest_test
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/skiff-sdn/skiff/internal/nl"
 	"github.com/skiff-sdn/skiff/internal/nl/nltest"
@@ -28,14 +31,22 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { k.Close() })
 		return k
 	}
-	want := script(real(a), real(b))
+	ns := filepath.Base(a)
+	want := script(real(a), real(b), func(port, sender, dst string) {
+		testkit.SendFrame(t, ns, sender, mustMAC(dst), 0x88b5, []byte("skiff-learn"))
+		time.Sleep(50 * time.Millisecond) // the bridge forwards it in softirq
+	})
 
 	w := nltest.New()
 	w.AddNS("/a")
 	w.AddNS("/b")
 	fa, _ := w.Open("/a")
 	fb, _ := w.Open("/b")
-	got := script(fa, fb)
+	got := script(fa, fb, func(port, _, dst string) {
+		if mustMAC(dst)[0]&1 == 0 { // what the learning rule matches
+			w.NS("/a").Learn(nl.NftBridge, learnTable, "seen", port, dst)
+		}
+	})
 
 	compare(t, got, want)
 	if t.Failed() {
@@ -75,8 +86,9 @@ func throwaway(t *testing.T) string {
 }
 
 // script makes the calls and returns what it saw: each call's outcome
-// and the namespaces read back at checkpoints.
-func script(k, p nl.Kernel) []string {
+// and the namespaces read back at checkpoints. send sends a frame for
+// dst from sender, the peer of bridge port port, in k's namespace.
+func script(k, p nl.Kernel, send func(port, sender, dst string)) []string {
 	// Lower than the kernel's random MACs (almost surely), so a bridge
 	// takes them.
 	mac1, mac2, mac3 := "02:00:00:00:aa:01", "02:00:00:00:aa:02", "02:00:00:00:aa:03"
@@ -222,6 +234,7 @@ func script(k, p nl.Kernel) []string {
 	}
 
 	nftScript(o, k)
+	learnScript(o, k, send)
 	sysctlScript(o, k)
 	o.observe("a", k)
 
@@ -253,4 +266,12 @@ func script(k, p nl.Kernel) []string {
 func mustLinks(k nl.Kernel) []nl.Link {
 	ls, _ := k.Links()
 	return ls
+}
+
+func mustMAC(s string) net.HardwareAddr {
+	hw, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return hw
 }

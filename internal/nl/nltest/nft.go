@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -16,10 +17,12 @@ import (
 // comparison (nft.go of internal/nl), and the checks its build and the
 // kernel make.
 
-// table is an inet table as the kernel holds it: its chains and rules
+// table is a table as the kernel holds it: its family, chains and rules
 // (with the user data SetTable gave each: "" for someone else's), its
-// sets' elements and the rules' counters.
+// sets' elements (an address set's in elems, a dynamic set's in pairs)
+// and the rules' counters.
 type table struct {
+	family  nl.NftFamily
 	name    string
 	foreign bool
 	chains  []nl.NftChain
@@ -27,7 +30,11 @@ type table struct {
 	counter [][]nftCount
 	sets    []nl.NftSet // Elems unused: see elems
 	elems   []map[netip.Addr]bool
+	pairs   []map[learned]time.Time // when each expires (zero: never)
 }
+
+// learned is an element of a SetKeyIfNameEther set.
+type learned struct{ ifname, mac string }
 
 type nftCount struct{ packets, bytes uint64 }
 
@@ -44,9 +51,9 @@ func tagOf(ud string) (string, bool) {
 	return ud[17:], true
 }
 
-func (n *NS) table(name string) (*table, int) {
+func (n *NS) table(f nl.NftFamily, name string) (*table, int) {
 	for i, t := range n.tables {
-		if t.name == name {
+		if t.family == f && t.name == name {
 			return t, i
 		}
 	}
@@ -56,7 +63,7 @@ func (n *NS) table(name string) (*table, int) {
 // newTable is t as the kernel would hold it after a write; foreign: its
 // rules carry no user data.
 func newTable(t nl.NftTable, foreign bool) *table {
-	x := &table{name: t.Name, foreign: foreign}
+	x := &table{family: t.Family, name: t.Name, foreign: foreign}
 	for _, c := range t.Chains {
 		c.Rules = slices.Clone(c.Rules)
 		uds := make([]string, len(c.Rules))
@@ -76,9 +83,13 @@ func newTable(t nl.NftTable, foreign bool) *table {
 				in[a] = true
 			}
 		}
+		if s.Dynamic() {
+			in = nil
+		}
 		s.Elems = nil
 		x.sets = append(x.sets, s)
 		x.elems = append(x.elems, in)
+		x.pairs = append(x.pairs, map[learned]time.Time{})
 	}
 	return x
 }
@@ -117,18 +128,21 @@ func (h *table) same(t nl.NftTable) bool {
 	}
 	for _, want := range t.Sets {
 		i := slices.IndexFunc(h.sets, func(s nl.NftSet) bool { return s.Name == want.Name })
-		if i < 0 || h.sets[i].IPv6 != want.IPv6 {
+		if i < 0 || h.sets[i].Decl() != want.Decl() {
 			return false
 		}
 	}
 	return true
 }
 
-// sync makes h's set elements t's and returns how many it added and
-// deleted.
+// sync makes h's address set elements t's and returns how many it added
+// and deleted; a dynamic set's are the kernel's.
 func (h *table) sync(t nl.NftTable) int {
 	changed := 0
 	for _, s := range t.Sets {
+		if s.Dynamic() {
+			continue
+		}
 		i := slices.IndexFunc(h.sets, func(x nl.NftSet) bool { return x.Name == s.Name })
 		want := newTable(nl.NftTable{Sets: []nl.NftSet{s}}, false).elems[0]
 		for a := range want {
@@ -149,7 +163,10 @@ func (h *table) sync(t nl.NftTable) int {
 func (k *kernel) SetTable(t nl.NftTable) (nl.NftChange, error) {
 	var out nl.NftChange
 	err := k.do(func(n *NS) error {
-		h, i := n.table(t.Name)
+		if err := checkFamily(t.Family); err != nil {
+			return fmt.Errorf("nl: nftables: table %s: %w", t.Name, err)
+		}
+		h, i := n.table(t.Family, t.Name)
 		if len(t.Chains) == 0 {
 			if h != nil {
 				k.write()
@@ -191,6 +208,15 @@ func checkTable(t nl.NftTable) error {
 		if _, dup := sets[s.Name]; dup {
 			return fmt.Errorf("set %s: %w", s.Name, unix.EEXIST)
 		}
+		switch s.Key {
+		case nl.SetKeyAddr:
+		case nl.SetKeyIfNameEther:
+			if s.Timeout < 0 || s.Timeout > 0 && s.Timeout < time.Millisecond {
+				return fmt.Errorf("set %s: timeout %v: not a whole number of milliseconds above 0", s.Name, s.Timeout)
+			}
+		default:
+			return fmt.Errorf("set %s: key: unknown %d", s.Name, uint8(s.Key))
+		}
 		sets[s.Name] = s
 	}
 	chains := map[string]nl.NftChain{}
@@ -208,10 +234,13 @@ func checkTable(t nl.NftTable) error {
 		if c.Type != nl.ChainFilter && c.Type != nl.ChainNAT {
 			return fmt.Errorf("chain %s: unknown type %q", c.Name, c.Type)
 		}
+		if t.Family == nl.NftBridge && c.Type == nl.ChainNAT {
+			return fmt.Errorf("chain %s: type %s in a bridge table: %w", c.Name, c.Type, unix.ENOENT)
+		}
 	}
 	for _, c := range t.Chains {
 		for i, r := range c.Rules {
-			if err := checkRule(c, r, sets, chains); err != nil {
+			if err := checkRule(t.Family, c, r, sets, chains); err != nil {
 				return fmt.Errorf("chain %s rule %d (%s): %w", c.Name, i, r, err)
 			}
 			if len(userData(r)) > 256 {
@@ -222,7 +251,7 @@ func checkTable(t nl.NftTable) error {
 	return nil
 }
 
-func checkRule(c nl.NftChain, r nl.NftRule, sets map[string]nl.NftSet, chains map[string]nl.NftChain) error {
+func checkRule(f nl.NftFamily, c nl.NftChain, r nl.NftRule, sets map[string]nl.NftSet, chains map[string]nl.NftChain) error {
 	for _, m := range r.Match {
 		switch m := m.(type) {
 		case nl.Addr:
@@ -234,7 +263,7 @@ func checkRule(c nl.NftChain, r nl.NftRule, sets map[string]nl.NftSet, chains ma
 			if !ok {
 				return fmt.Errorf("lookup in %s: no such set in the table", m.Set)
 			}
-			if s.IPv6 != m.IPv6 {
+			if s.Key != nl.SetKeyAddr || s.IPv6 != m.IPv6 {
 				return fmt.Errorf("lookup in %s: %w", m.Set, unix.EINVAL) // key length
 			}
 		case nl.Ether:
@@ -252,7 +281,18 @@ func checkRule(c nl.NftChain, r nl.NftRule, sets map[string]nl.NftSet, chains ma
 		if to.Hook != "" {
 			return fmt.Errorf("jump to %s: %w", a.Chain, unix.EOPNOTSUPP) // a base chain
 		}
+	case nl.LearnPair:
+		s, ok := sets[a.Set]
+		if !ok {
+			return fmt.Errorf("update of %s: no such set in the table", a.Set)
+		}
+		if s.Key != nl.SetKeyIfNameEther {
+			return fmt.Errorf("update of %s: not a dynamic set of ifname . ether_addr", a.Set)
+		}
 	case nl.Masquerade:
+		if f == nl.NftBridge {
+			return fmt.Errorf("masquerade in a bridge table: %w", unix.ENOENT) // no such expression
+		}
 		if c.Hook != "" && (c.Type != nl.ChainNAT || c.Hook != nl.HookPostrouting) {
 			return fmt.Errorf("masquerade: %w", unix.EOPNOTSUPP)
 		}
@@ -260,21 +300,37 @@ func checkRule(c nl.NftChain, r nl.NftRule, sets map[string]nl.NftSet, chains ma
 	return nil
 }
 
-func (k *kernel) Tables() ([]string, error) {
+// checkFamily refuses a family the real handle does not know.
+func checkFamily(f nl.NftFamily) error {
+	if f != nl.NftInet && f != nl.NftBridge {
+		return fmt.Errorf("family: unknown %d", uint8(f))
+	}
+	return nil
+}
+
+func (k *kernel) Tables(f nl.NftFamily) ([]string, error) {
+	if err := checkFamily(f); err != nil {
+		return nil, fmt.Errorf("nl: nftables: %w", err)
+	}
 	var out []string
 	err := k.do(func(n *NS) error {
 		for _, t := range n.tables {
-			out = append(out, t.name)
+			if t.family == f {
+				out = append(out, t.name)
+			}
 		}
 		return nil
 	})
 	return out, err
 }
 
-func (k *kernel) TableCounters(name string) ([]nl.NftCounter, error) {
+func (k *kernel) TableCounters(f nl.NftFamily, name string) ([]nl.NftCounter, error) {
+	if err := checkFamily(f); err != nil {
+		return nil, fmt.Errorf("nl: nftables: table %s: %w", name, err)
+	}
 	var out []nl.NftCounter
 	err := k.do(func(n *NS) error {
-		t, _ := n.table(name)
+		t, _ := n.table(f, name)
 		if t == nil {
 			return nil
 		}

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io/fs"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -43,22 +45,22 @@ func TestSetTable(t *testing.T) {
 			t.Errorf("%s: %+v, %v, %d writes; want %+v, error %v, %d writes", c.what, got, err, k.Writes()-before, c.want, c.err, c.writes)
 		}
 	}
-	if names, _ := k.Tables(); !slices.Equal(names, []string{"kube-proxy", "sktest"}) {
+	if names, _ := k.Tables(nl.NftInet); !slices.Equal(names, []string{"kube-proxy", "sktest"}) {
 		t.Errorf("tables %v", names)
 	}
 	ns.SetRuleCounter("sktest", "forward", "isolate", 3, 300)
-	cs, _ := k.TableCounters("sktest")
+	cs, _ := k.TableCounters(nl.NftInet, "sktest")
 	want := []nl.NftCounter{{Chain: "forward", Tag: "isolate", Packets: 3, Bytes: 300}, {Chain: "forward", Tag: "pods"}, {Chain: "nat", Tag: "snat"}}
 	if !slices.Equal(cs, want) {
 		t.Errorf("counters %+v, want %+v", cs, want)
 	}
-	if cs, _ := k.TableCounters("kube-proxy"); len(cs) != 0 {
+	if cs, _ := k.TableCounters(nl.NftInet, "kube-proxy"); len(cs) != 0 {
 		t.Errorf("counters of someone else's rules: %+v", cs)
 	}
 	if _, err := k.SetTable(nftTable("10.1.0.9")); err != nil {
 		t.Fatal(err)
 	}
-	if cs, _ := k.TableCounters("sktest"); cs[0].Packets != 3 {
+	if cs, _ := k.TableCounters(nl.NftInet, "sktest"); cs[0].Packets != 3 {
 		t.Errorf("an element sync reset the counters: %+v", cs)
 	}
 	changed := nftTable("10.1.0.9")
@@ -66,10 +68,10 @@ func TestSetTable(t *testing.T) {
 	if c, _ := k.SetTable(changed); !c.Rewritten {
 		t.Errorf("a rule less: %+v, want rewritten", c)
 	}
-	if cs, _ := k.TableCounters("sktest"); cs[0].Packets != 0 {
+	if cs, _ := k.TableCounters(nl.NftInet, "sktest"); cs[0].Packets != 0 {
 		t.Errorf("a rewrite kept the counters: %+v", cs)
 	}
-	if names, _ := k.Tables(); !slices.Equal(names, []string{"kube-proxy", "sktest"}) {
+	if names, _ := k.Tables(nl.NftInet); !slices.Equal(names, []string{"kube-proxy", "sktest"}) {
 		t.Errorf("tables %v after rewrites", names)
 	}
 }
@@ -192,5 +194,66 @@ func TestDevices(t *testing.T) {
 	}
 	if l, _ := k.LinkByName("enp3s0f0"); l.SwitchID != "1a2b" || l.Kind != "device" {
 		t.Errorf("the PF %+v", l)
+	}
+}
+
+func TestLearn(t *testing.T) {
+	w := nltest.New()
+	k := open(t, w, "")
+	ns := w.NS("")
+	learn := nl.NftTable{Family: nl.NftBridge, Name: "sktest",
+		Sets: []nl.NftSet{{Name: "seen", Key: nl.SetKeyIfNameEther, Timeout: time.Hour, Size: 2}, {Name: "brief", Key: nl.SetKeyIfNameEther, Timeout: 20 * time.Millisecond}},
+		Chains: []nl.NftChain{{Name: "forward", Hook: nl.HookForward, Type: nl.ChainFilter, Rules: []nl.NftRule{
+			{Tag: "learn", Match: []nl.NftMatch{nl.IfName{Out: true, Name: "skvx"}, nl.EtherUnicast{}}, Action: nl.LearnPair{Set: "seen"}},
+			{Tag: "brief", Match: []nl.NftMatch{nl.IfName{Out: true, Name: "skvx"}, nl.EtherUnicast{}}, Action: nl.LearnPair{Set: "brief"}},
+		}}}}
+	for _, tb := range []nl.NftTable{nftTable("10.1.0.5"), learn} {
+		if c, err := k.SetTable(tb); err != nil || !c.Rewritten {
+			t.Fatalf("%s %s: %+v, %v", tb.Family, tb.Name, c, err)
+		}
+	}
+	inet, _ := k.Tables(nl.NftInet)
+	bridge, _ := k.Tables(nl.NftBridge)
+	if !slices.Equal(inet, []string{"sktest"}) || !slices.Equal(bridge, []string{"sktest"}) {
+		t.Errorf("tables inet %v bridge %v", inet, bridge)
+	}
+	ns.Learn(nl.NftBridge, "sktest", "seen", "skp0", "02:00:00:00:AA:01")
+	ns.Learn(nl.NftBridge, "sktest", "seen", "skp0", "02:00:00:00:aa:01") // updated
+	ns.Learn(nl.NftBridge, "sktest", "seen", "skp1", "02:00:00:00:aa:01")
+	ns.Learn(nl.NftBridge, "sktest", "seen", "skp1", "02:00:00:00:aa:02") // full
+	ns.Learn(nl.NftBridge, "sktest", "brief", "skp1", "02:00:00:00:aa:02")
+	es, err := k.SetElements(nl.NftBridge, "sktest", "seen")
+	if err != nil || len(es) != 2 || es[0].IfName != "skp0" || es[0].MAC != "02:00:00:00:aa:01" || es[1].IfName != "skp1" ||
+		es[0].Expires <= 59*time.Minute || es[0].Expires > time.Hour {
+		t.Errorf("elements %+v, %v", es, err)
+	}
+	before := k.Writes()
+	if c, err := k.SetTable(learn); err != nil || c != (nl.NftChange{}) || k.Writes() != before {
+		t.Errorf("again with learned elements: %+v, %v, %d writes", c, err, k.Writes()-before)
+	}
+	if es, _ := k.SetElements(nl.NftBridge, "sktest", "seen"); len(es) != 2 {
+		t.Errorf("SetTable dropped learned elements: %+v", es)
+	}
+	if !strings.Contains(ns.State(), "table bridge sktest\n  set seen ifname . ether_addr; flags dynamic,timeout; timeout 3600000ms; size 2\n    skp0 . 02:00:00:00:aa:01\n") {
+		t.Errorf("state:\n%s", ns.State())
+	}
+	time.Sleep(30 * time.Millisecond)
+	if es, _ := k.SetElements(nl.NftBridge, "sktest", "brief"); len(es) != 0 {
+		t.Errorf("elements past their timeout: %+v", es)
+	}
+	if n, err := k.DeleteSetElements(nl.NftBridge, "sktest", "seen", []nl.NftElement{{IfName: "skp0", MAC: "02:00:00:00:aa:01"}, {IfName: "skp0", MAC: "02:00:00:00:aa:09"}}); n != 1 || err != nil {
+		t.Errorf("delete: %d, %v", n, err)
+	}
+	if es, _ := k.SetElements(nl.NftInet, "sktest", "pods4"); len(es) != 1 || es[0].Addr.String() != "10.1.0.5" {
+		t.Errorf("inet elements %+v", es)
+	}
+	if c, err := k.SetTable(nl.NftTable{Family: nl.NftBridge, Name: "sktest"}); err != nil || !c.Rewritten {
+		t.Errorf("delete bridge table: %+v, %v", c, err)
+	}
+	if inet, _ := k.Tables(nl.NftInet); !slices.Equal(inet, []string{"sktest"}) {
+		t.Errorf("deleting the bridge table took the inet one: %v", inet)
+	}
+	if _, err := k.SetTable(nl.NftTable{Family: 9, Name: "x", Chains: []nl.NftChain{{Name: "c"}}}); err == nil {
+		t.Error("an unknown family: no error")
 	}
 }

@@ -149,11 +149,13 @@ func (o *observer) observe(label string, k nl.Kernel) {
 		v, err := k.Sysctl(s)
 		o.add("%s sysctl %s %s %s", label, s, v, errClass(err))
 	}
-	tables, err := k.Tables()
-	o.add("%s tables %v %s", label, tables, errClass(err))
-	for _, t := range tables {
-		cs, err := k.TableCounters(t)
-		o.add("%s counters %s %+v %s", label, t, cs, errClass(err))
+	for _, f := range []nl.NftFamily{nl.NftInet, nl.NftBridge} {
+		tables, err := k.Tables(f)
+		o.add("%s %s tables %v %s", label, f, tables, errClass(err))
+		for _, t := range tables {
+			cs, err := k.TableCounters(f, t)
+			o.add("%s counters %s %s %+v %s", label, f, t, cs, errClass(err))
+		}
 	}
 }
 

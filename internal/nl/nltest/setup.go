@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -169,13 +170,13 @@ func (n *NS) Probes(link string, ip netip.Addr) int {
 	return n.probes[probeKey{n.mustLink(link).Index, ip.Unmap()}]
 }
 
-// AddForeignTable stages someone else's inet table: its rules carry no
+// AddForeignTable stages someone else's table: its rules carry no
 // user data of SetTable's (so SetTable of that name would rewrite it,
 // and TableCounters reports none of them).
 func (n *NS) AddForeignTable(t nl.NftTable) {
 	n.w.mu.Lock()
 	defer n.w.mu.Unlock()
-	if h, _ := n.table(t.Name); h != nil {
+	if h, _ := n.table(t.Family, t.Name); h != nil {
 		panic(fmt.Sprintf("nltest: table %q exists", t.Name))
 	}
 	n.tables = append(n.tables, newTable(t, true))
@@ -214,12 +215,12 @@ func (n *NS) AddForeignFilter(link string, f tc.Filter) {
 	}
 }
 
-// SetRuleCounter sets the counters of the rules of a table's chain with
+// SetRuleCounter sets the counters of the rules of an inet table's chain with
 // that tag (as traffic would).
 func (n *NS) SetRuleCounter(tableName, chain, tag string, packets, bytes uint64) {
 	n.w.mu.Lock()
 	defer n.w.mu.Unlock()
-	t, _ := n.table(tableName)
+	t, _ := n.table(nl.NftInet, tableName)
 	if t == nil {
 		panic(fmt.Sprintf("nltest: no table %q", tableName))
 	}
@@ -317,4 +318,40 @@ func (n *NS) Filters(name string) []tc.Filter {
 		}
 	}
 	return out
+}
+
+// Learn stands for a frame that entered a bridge through port ifname,
+// for Ethernet destination mac, and matched a rule of table (of family
+// f) whose action is LearnPair into set: the kernel adds the pair to the
+// set with the set's timeout, or restarts its timeout when the set
+// holds it. The test says which frames the rules would match. A table or
+// set that is not there, or not a SetKeyIfNameEther set, or a bad name
+// or MAC, panics: the test's setup is wrong.
+func (n *NS) Learn(f nl.NftFamily, tableName, set, ifname, mac string) {
+	n.w.mu.Lock()
+	defer n.w.mu.Unlock()
+	t, _ := n.table(f, tableName)
+	if t == nil {
+		panic(fmt.Sprintf("nltest: no %s table %q", f, tableName))
+	}
+	i := t.set(set)
+	if i < 0 || t.sets[i].Key != nl.SetKeyIfNameEther {
+		panic(fmt.Sprintf("nltest: no ifname . ether_addr set %q in %s %s", set, f, tableName))
+	}
+	p, err := pairOf(ifname, mac)
+	if err != nil {
+		panic(fmt.Sprintf("nltest: learn: %v", err))
+	}
+	now := time.Now()
+	t.expire(now)
+	if len(t.pairs[i]) >= int(t.sets[i].Size) && t.sets[i].Size > 0 {
+		if _, held := t.pairs[i][p]; !held {
+			return // full: the kernel adds nothing
+		}
+	}
+	var until time.Time
+	if t.sets[i].Timeout > 0 {
+		until = now.Add(t.sets[i].Timeout.Truncate(time.Millisecond))
+	}
+	t.pairs[i][p] = until
 }

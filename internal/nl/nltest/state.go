@@ -82,7 +82,7 @@ func (n *NS) State() string {
 	out = append(out, n.routeLines(name)...)
 	out = append(out, n.sysctlLines(ls)...)
 	tables := slices.Clone(n.tables)
-	slices.SortFunc(tables, func(a, b *table) int { return cmp.Compare(a.name, b.name) })
+	slices.SortFunc(tables, func(a, b *table) int { return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.family, b.family)) })
 	for _, t := range tables {
 		out = append(out, t.lines()...)
 	}
@@ -343,9 +343,10 @@ func (n *NS) sysctlLines(ls []*link) []string {
 	return append(out, extra...)
 }
 
-// lines list a table as nft would, one object a line.
+// lines list a table as nft would, one object a line (a dynamic set's
+// elements without the time they have left).
 func (t *table) lines() []string {
-	head := "table inet " + t.name
+	head := "table " + t.family.String() + " " + t.name
 	if t.foreign {
 		head += " (foreign)"
 	}
@@ -354,6 +355,9 @@ func (t *table) lines() []string {
 		typ := "ipv4_addr"
 		if s.IPv6 {
 			typ = "ipv6_addr"
+		}
+		if s.Dynamic() {
+			typ = strings.TrimSuffix(strings.TrimPrefix(s.Decl(), "type "), ";")
 		}
 		out = append(out, fmt.Sprintf("  set %s %s", s.Name, typ))
 		var es []netip.Addr
@@ -364,6 +368,12 @@ func (t *table) lines() []string {
 		for _, a := range es {
 			out = append(out, "    "+a.String())
 		}
+		var ps []string
+		for p := range t.pairs[i] {
+			ps = append(ps, "    "+p.ifname+" . "+p.mac)
+		}
+		slices.Sort(ps)
+		out = append(out, ps...)
 	}
 	for _, c := range t.chains {
 		out = append(out, strings.TrimRight("  chain "+c.Name+" "+c.Header(), " "))

@@ -182,7 +182,7 @@ func policyTables(t *testing.T, n *node) []string {
 		t.Fatalf("%s: %v", n.name, err)
 	}
 	defer k.Close()
-	names, err := k.Tables()
+	names, err := k.Tables(nl.NftInet)
 	if err != nil {
 		t.Fatalf("%s: %v", n.name, err)
 	}

@@ -82,7 +82,7 @@ func TestSCTPPolicy(t *testing.T) {
 			t.Errorf("%s -> server SCTP %d: reachable=%v, want %v", c.from, c.port, got, c.want)
 		}
 	}
-	cs, err := k.TableCounters(firewall.PolicyTable)
+	cs, err := k.TableCounters(nl.NftInet, firewall.PolicyTable)
 	if err != nil {
 		t.Fatal(err)
 	}
