@@ -24,7 +24,8 @@ Staging what the datapaths find rather than make is the NS's test-setup
 API (setup.go): physical devices with a switch id (representors, PFs
 with VFs), hardware-capable links for tc and their drivers' refusals,
 devlink devices, neighbour replies, someone else's nftables table,
-counters of nft rules, tc actions and links, lost tc notifications,
+counters of nft rules, pairs a learning rule adds to a dynamic set
+(Learn), tc actions and links' counters, lost tc notifications,
 sysctls the fake does not model. A tc.Client of the fake (Kernel.TC)
 holds filters as the kernel does (what the codec carries: tc.Decode of
 each filter's encoding) and its tc.Watcher (Kernel.WatchTC) reports
