@@ -258,21 +258,22 @@ func symDiff(a, b []netip.Addr) []netip.Addr {
 // a walk of its flood list. Caller holds mu.
 func (p *Planner) sameNetwork(w string, have, want plan.Network) bool {
 	v, ok := p.vtepMemo[w]
-	if !ok || v.prev == nil || have.Own != want.Own {
-		p.walked++
-		return have.Equal(want)
-	}
-	if same(have.FloodVTEPs, v.prev.all) && same(want.FloodVTEPs, v.all) &&
-		same(have.HostPortVTEPs, v.prev.hostPorts) && same(want.HostPortVTEPs, v.hostPorts) {
+	prev := ok && v.prev != nil
+	switch {
+	case have.Own == want.Own && same(have.FloodVTEPs, want.FloodVTEPs) && same(have.HostPortVTEPs, want.HostPortVTEPs):
+		// The same lists: Equal sees so at once.
+	case prev && have.Own == want.Own &&
+		same(have.FloodVTEPs, v.prev.all) && same(want.FloodVTEPs, v.all) &&
+		same(have.HostPortVTEPs, v.prev.hostPorts) && same(want.HostPortVTEPs, v.hostPorts):
 		onlyOwn := func(d []netip.Addr) bool { return len(d) == 0 || len(d) == 1 && d[0] == want.Own }
 		if !onlyOwn(v.diffAll) || !onlyOwn(v.diffHost) {
 			return false
 		}
 		have.FloodVTEPs, have.HostPortVTEPs = want.FloodVTEPs, want.HostPortVTEPs
-	} else {
-		p.walked++
+	default:
+		p.walked++ // Equal walks the lists
 	}
-	if same(have.HostAddrs, v.prev.hostAddrs) && same(want.HostAddrs, v.hostAddrs) && !same(have.HostAddrs, want.HostAddrs) {
+	if prev && same(have.HostAddrs, v.prev.hostAddrs) && same(want.HostAddrs, v.hostAddrs) && !same(have.HostAddrs, want.HostAddrs) {
 		return false // memberVTEPs keeps the list before when equal
 	}
 	return have.Equal(want)
