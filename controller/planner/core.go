@@ -109,6 +109,7 @@ type Planner struct {
 	plans    map[string]*plan.Plan          // Remote: external only (remotes.go)
 	shared   remotes                        // remote endpoints, one record each
 	vtepMemo map[string]vteps               // network -> members' VTEPs (memberVTEPs)
+	vtepPrev map[string]vteps               // network -> its lists forgotten, to reuse if equal
 	dlog     map[string]*deltaLog
 	touch    touchSet // Update's, reused
 	one      oneItem  // Update's shared one-item lists
@@ -120,6 +121,7 @@ type Planner struct {
 	groupNodes map[string]map[string]map[string]struct{} // group -> network -> nodes holding it narrowed to that network
 	netGroups  map[string]map[string][]netip.Addr        // group -> network -> members' addresses (cache)
 	recompiled int                                       // nodePolicyOf calls (tests)
+	walked     int                                       // sameNetwork's comparisons of whole VTEP lists (tests)
 	subs       map[string][]*Subscription                // node -> its open streams (a slice: most often one)
 	ext        externals                                 // learned over BGP (external.go)
 	extStaged  *[]External                               // applied by the next Update
@@ -166,7 +168,7 @@ func (p *Planner) reset() {
 	p.groupNodes = map[string]map[string]map[string]struct{}{}
 	p.netGroups = map[string]map[string][]netip.Addr{}
 	p.quiet, p.recentFloor = nil, 0
-	p.forget()
+	p.vtepMemo, p.vtepPrev = nil, nil
 }
 
 // Revision returns the store revision the planner has applied.
@@ -183,13 +185,18 @@ func (p *Planner) Nodes() []string {
 	return slices.Sorted(maps.Keys(p.plans))
 }
 
-// Plan returns a copy of node's current plan. A node the planner does not
+// Plan returns a copy of node's current plan, its networks' VTEP lists
+// its own (plan.Network.Resolved: no Own). A node the planner does not
 // know gets an empty plan.
 func (p *Planner) Plan(node string) plan.Plan {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pl := p.plans[node]; pl != nil {
-		return p.view(node, pl)
+		v := p.view(node, pl)
+		for w, n := range v.Networks {
+			v.Networks[w] = n.Resolved() // lists of its own, without Own
+		}
+		return v
 	}
 	np := plan.New(node)
 	np.Revision = p.loadRev

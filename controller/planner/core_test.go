@@ -477,7 +477,7 @@ func TestHostPortVTEPs(t *testing.T) {
 	c := mode(node("e", 5), plan.ModeOffload)
 	ds := p.Update(2, []Change{{Node: &c}})
 	i := slices.IndexFunc(ds, func(d plan.Delta) bool { return d.Node == "a" })
-	if i < 0 || len(ds[i].UpsertNetworks) != 1 || !slices.Equal(ds[i].UpsertNetworks[0].HostPortVTEPs, addrs(2, 3, 4, 5)) {
+	if i < 0 || len(ds[i].UpsertNetworks) != 1 || !slices.Equal(ds[i].UpsertNetworks[0].HostPorts(), addrs(2, 3, 4, 5)) {
 		t.Fatalf("e now runs the offload datapath: deltas %+v", ds)
 	}
 	if b := Build(applyState(s, []Change{{Node: &c}}), "a"); !p.Plan("a").Equal(b) {

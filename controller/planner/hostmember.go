@@ -53,7 +53,7 @@ func (p *Planner) syncHostMember(node, w string) bool {
 			}
 		}
 	}
-	delete(p.vtepMemo, w)
+	p.forgetNetwork(w)
 	return true
 }
 

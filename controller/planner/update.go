@@ -136,6 +136,11 @@ func (p *Planner) update(rev int64, changes []Change, changed func(plan.Delta)) 
 	// Every node holding a record that changed was reconciled against the
 	// record as it was; now the records follow the objects.
 	p.syncShared(eps)
+	for w := range p.vtepPrev {
+		if _, ok := p.networks[w]; !ok {
+			delete(p.vtepPrev, w) // a network deleted: nothing reuses its lists
+		}
+	}
 	p.setRev(rev)
 }
 
@@ -363,7 +368,7 @@ func (p *Planner) reconcile(node string, x *touched, rev int64) (plan.Delta, boo
 		want, ok := p.wantNetwork(node, w)
 		have, had := pl.Networks[w]
 		switch {
-		case ok && (!had || !have.Equal(want)):
+		case ok && (!had || !p.sameNetwork(w, have, want)):
 			d.UpsertNetworks = append(d.UpsertNetworks, want)
 		case !ok && had:
 			d.RemoveNetworks = append(d.RemoveNetworks, w)

@@ -32,46 +32,6 @@ type Subnet struct {
 	DNS []netip.Addr
 }
 
-// Network is a tenant network as a node needs it.
-type Network struct {
-	Name    string
-	VNI     uint32
-	MTU     uint32
-	Subnets []Subnet // sorted by name
-	// FloodVTEPs are the remote VTEPs of this VNI, sorted, without the
-	// node's own.
-	FloodVTEPs []netip.Addr
-	// HostPortVTEPs are those of FloodVTEPs whose nodes have host ports
-	// on this network (Skiff nodes running the software datapath),
-	// sorted: the node routes only their addresses into the overlay.
-	HostPortVTEPs []netip.Addr
-	// HostAddrs are the host addresses (Node.HostIP) of the network's
-	// nodes with host ports, the node's own included, sorted by VTEP:
-	// a node's own traffic of the family other than the underlay's
-	// reaches pods from its host address, and the node routes the
-	// others' into the overlay, to their host ports.
-	HostAddrs []HostAddr
-	// Egress is what may leave the overlay for outside addresses:
-	// EgressNone, EgressSNAT or EgressRouted.
-	Egress string
-}
-
-// HostAddr is a node's host address (Node.HostIP) and its VTEP.
-type HostAddr struct {
-	VTEP, IP netip.Addr
-}
-
-// HostAddrOf returns the host address of the node whose VTEP is vtep
-// in as, if it has one.
-func HostAddrOf(as []HostAddr, vtep netip.Addr) (netip.Addr, bool) {
-	for _, a := range as {
-		if a.VTEP == vtep {
-			return a.IP, true
-		}
-	}
-	return netip.Addr{}, false
-}
-
 // A network's egress (Network.Egress).
 const (
 	EgressNone   = "none"   // nothing leaves the overlay (the default)
@@ -243,13 +203,6 @@ func New(node string) Plan {
 // Equal reports whether two subnets are the same.
 func (s Subnet) Equal(o Subnet) bool {
 	return s.Name == o.Name && s.Network == o.Network && s.CIDR == o.CIDR && s.Gateway == o.Gateway && slices.Equal(s.DNS, o.DNS)
-}
-
-// Equal reports whether two networks are the same.
-func (n Network) Equal(o Network) bool {
-	return n.Name == o.Name && n.VNI == o.VNI && n.MTU == o.MTU && n.Egress == o.Egress &&
-		slices.EqualFunc(n.Subnets, o.Subnets, Subnet.Equal) && slices.Equal(n.FloodVTEPs, o.FloodVTEPs) && slices.Equal(n.HostPortVTEPs, o.HostPortVTEPs) &&
-		slices.Equal(n.HostAddrs, o.HostAddrs)
 }
 
 // Equal reports whether two endpoints are the same.

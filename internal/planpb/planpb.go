@@ -195,7 +195,8 @@ func NetworkPB(n plan.Network) *skiffv1.PlanNetwork {
 	for _, s := range n.Subnets {
 		out.Subnets = append(out.Subnets, SubnetPB(s))
 	}
-	out.FloodVteps, out.HostPortVteps = addrStrings(n.FloodVTEPs), addrStrings(n.HostPortVTEPs)
+	// Own (the node's VTEP in lists shared between nodes) is never sent.
+	out.FloodVteps, out.HostPortVteps = addrStringsWithout(n.FloodVTEPs, n.Own), addrStringsWithout(n.HostPortVTEPs, n.Own)
 	for _, h := range n.HostAddrs {
 		out.HostAddresses = append(out.HostAddresses, &skiffv1.HostAddress{Vtep: h.VTEP.String(), Ip: h.IP.String()})
 	}
@@ -512,10 +513,15 @@ func GroupChangePB(c plan.GroupChange) *skiffv1.GroupChange {
 }
 
 // addrStrings is addresses in text (nil for none).
-func addrStrings(as []netip.Addr) []string {
+func addrStrings(as []netip.Addr) []string { return addrStringsWithout(as, netip.Addr{}) }
+
+// addrStringsWithout is addrStrings leaving out own (none when zero).
+func addrStringsWithout(as []netip.Addr, own netip.Addr) []string {
 	var out []string
 	for _, a := range as {
-		out = append(out, a.String())
+		if a != own {
+			out = append(out, a.String())
+		}
 	}
 	return out
 }

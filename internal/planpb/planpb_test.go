@@ -104,3 +104,23 @@ func TestGroupChange(t *testing.T) {
 		}
 	}
 }
+
+// TestNetworkOwnNotSent: a network whose lists hold the node's own VTEP
+// (Own, as the planner shares them between nodes) goes out without it,
+// and comes back equal, without Own.
+func TestNetworkOwnNotSent(t *testing.T) {
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	n := plan.Network{Name: "blue", VNI: 100, MTU: 1450, Own: a("192.0.2.2"),
+		FloodVTEPs: []netip.Addr{a("192.0.2.1"), a("192.0.2.2"), a("192.0.2.3")}, HostPortVTEPs: []netip.Addr{a("192.0.2.2"), a("192.0.2.3")}}
+	pb := NetworkPB(n)
+	if strings.Join(pb.GetFloodVteps(), " ") != "192.0.2.1 192.0.2.3" || strings.Join(pb.GetHostPortVteps(), " ") != "192.0.2.3" {
+		t.Fatalf("sent flood %v, host ports %v", pb.GetFloodVteps(), pb.GetHostPortVteps())
+	}
+	back, err := PlanNetwork(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Own.IsValid() || !back.Equal(n) || !back.Equal(n.Resolved()) {
+		t.Fatalf("round trip: %+v, sent %+v", back, n)
+	}
+}
