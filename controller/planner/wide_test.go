@@ -77,9 +77,6 @@ func TestWideNetworkSharesLists(t *testing.T) {
 // when every node's plan and delta log held a flood list of its own, one
 // per join: N deltas of N VTEPs per node).
 func TestWideNetworkMemoryLinear(t *testing.T) {
-	if testing.Short() {
-		t.Skip("joins 900 nodes")
-	}
 	_, small := joinWide(t, 300)
 	_, large := joinWide(t, 600)
 	perSmall, perLarge := float64(small)/300, float64(large)/600
