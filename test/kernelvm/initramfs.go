@@ -21,7 +21,7 @@ var DefaultModules = []string{
 	"netdevsim", "veth", "bridge", "8021q", "vxlan", "dummy",
 	"sch_ingress", "cls_flower", "cls_matchall", "cls_bpf", "cls_fw",
 	"act_mirred", "act_gact", "act_tunnel_key", "act_ct", "act_vlan", "act_pedit", "act_csum",
-	"nf_conntrack", "nf_tables", "nft_ct", "nft_masq", "nft_chain_nat", "nft_nat", "nft_numgen", "br_netfilter", "sctp",
+	"nf_conntrack", "nf_tables", "nft_ct", "nft_masq", "nft_chain_nat", "nft_nat", "nft_numgen", "nft_meta_bridge", "br_netfilter", "sctp",
 	"vfio_pci", "virtio_rng", "tun",
 }
 

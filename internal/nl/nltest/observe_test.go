@@ -108,7 +108,11 @@ func (o *observer) observe(label string, k nl.Kernel) {
 		neighs, err := k.Neighs(l.Index)
 		var ns []string
 		for _, n := range neighs {
-			if !n.IP.IsMulticast() {
+			// A link-local neighbour the kernel learnt from a peer's own
+			// traffic (a router solicitation of the bridge port at the
+			// other end of a veth, whenever its timers send one) is
+			// not the script's: the fake does not learn.
+			if !n.IP.IsMulticast() && !(n.IP.IsLinkLocalUnicast() && !n.Permanent) {
 				ns = append(ns, fmt.Sprintf("%s %s perm %v usable %v", n.IP, o.mac(n.MAC, ls, ""), n.Permanent, n.Usable))
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ func run() int {
 	short := flag.Bool("short", false, "run the tests in short mode (go test -short): long loops run a smaller count")
 	bins := flag.String("bins", strings.Join(kernelvm.DefaultBinaries, ","), "comma-separated main packages built statically into $SKIFF_BIN of the guest (empty: none)")
 	keep := flag.String("keep", "", "host directory receiving the files tests wrote into $SKIFF_KERNELVM_OUT (profiles)")
+	memory := flag.Int("memory", 1024, "the guest's memory in MiB (qemu -m)")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: kernelvm [flags] PKG...")
@@ -45,6 +47,7 @@ func run() int {
 	cfg := kernelvm.Config{
 		CacheDir: *cache, Version: *version, Packages: flag.Args(), Timeout: *timeout,
 		Logger: log, Output: os.Stdout, Verbose: *verbose, Keep: *keep, Tags: *tags,
+		Memory: strconv.Itoa(*memory),
 	}
 	for _, p := range strings.Split(*show, ",") {
 		if p = strings.TrimSpace(p); p == "" {
