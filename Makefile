@@ -5,7 +5,7 @@ CMDS    := skiff-controller skiff-agent skiffctl skiff-cni skiff-deviceplugin
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: all build deps generate test test-kernel test-kernel-long test-k8s k8s-setup image lint demo demo-k8s bench bench-k8s bench-kernel scale clean
+.PHONY: all build deps generate test test-kernel test-kernel-long test-offload-fleet test-k8s k8s-setup image lint demo demo-k8s bench bench-k8s bench-kernel scale clean
 
 all: build
 
@@ -72,9 +72,15 @@ test-kernel:
 	./hack/kernelvm/run.sh -short -timeout 60m -show $(KERNELVM_SHOW) $(KERNELVM_PKGS)
 	./hack/kernelvm/run.sh -short -timeout 5m -run TestWatchFilters ./internal/nl/tc
 
+# test-offload-fleet runs the offload fleet test at its whole size: three
+# offload nodes, 250 local endpoints on one, 1,000 stand-in nodes.
+test-offload-fleet:
+	./hack/kernelvm/setup.sh
+	./hack/kernelvm/run.sh -v -memory 6144 -timeout 60m -run TestOffloadFleet ./test/kernelvm/offloadvm
+
 test-kernel-long:
 	./hack/kernelvm/setup.sh
-	./hack/kernelvm/run.sh -tags kernelvm_long -timeout 90m -show $(KERNELVM_SHOW) $(KERNELVM_PKGS)
+	./hack/kernelvm/run.sh -tags kernelvm_long -memory 6144 -timeout 90m -show $(KERNELVM_SHOW) $(KERNELVM_PKGS)
 	./hack/kernelvm/run.sh -timeout 5m -run TestWatchFilters ./internal/nl/tc
 
 # The kernel VM's files tagged kernelvm_long are vetted too.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,21 +99,50 @@ func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode)
 // returns its first address, without the prefix length.
 func (r *Rig) CreatePod(t *testing.T, n RigNode, p, network string) string {
 	t.Helper()
-	req := localapi.CreateRequest{Name: p, Network: network, NetNS: HoldNetns(t, r.Prefix+"p"+p), IfName: "eth0",
-		Labels: map[string]string{"app": p}, Owner: "pod:default/" + p, Namespace: "default"}
-	if n.Mode == "offload" {
-		for vf, q := range n.Pods {
-			if q == p {
-				req.PF, req.VF = r.pfs[n.Name], &vf
+	resp := r.CreatePods(t, n, []string{p}, network, 1)[p]
+	t.Logf("%s (%s) on %s: %s", p, network, n.Name, resp.IPs[0])
+	return strings.Split(resp.IPs[0], "/")[0]
+}
+
+// CreatePods creates pods of network on node n as CreatePod does, width
+// requests at a time, and returns the local API's answer for each.
+func (r *Rig) CreatePods(t *testing.T, n RigNode, pods []string, network string, width int) map[string]localapi.CreateResponse {
+	t.Helper()
+	reqs := make([]localapi.CreateRequest, len(pods))
+	for i, p := range pods {
+		reqs[i] = localapi.CreateRequest{Name: p, Network: network, NetNS: HoldNetns(t, r.Prefix+"p"+p), IfName: "eth0",
+			Labels: map[string]string{"app": p}, Owner: "pod:default/" + p, Namespace: "default"}
+		if n.Mode == "offload" {
+			if vf := slices.Index(n.Pods, p); vf >= 0 {
+				reqs[i].PF, reqs[i].VF = r.pfs[n.Name], &vf
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	resp, err := localapi.NewClient(r.socks[n.Name]).Create(ctx, req)
-	if err != nil {
-		t.Fatalf("create %s on %s: %v", p, n.Name, err)
+	out := make([]localapi.CreateResponse, len(pods))
+	errs := make([]error, len(pods))
+	sem := make(chan struct{}, max(width, 1))
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			resp, err := localapi.NewClient(r.socks[n.Name]).Create(ctx, reqs[i])
+			if err == nil {
+				out[i] = *resp
+			}
+			errs[i] = err
+		}()
 	}
-	t.Logf("%s (%s) on %s: %s", p, network, n.Name, resp.IPs[0])
-	return strings.Split(resp.IPs[0], "/")[0]
+	wg.Wait()
+	m := map[string]localapi.CreateResponse{}
+	for i, p := range pods {
+		if errs[i] != nil {
+			t.Fatalf("create %s on %s: %v", p, n.Name, errs[i])
+		}
+		m[p] = out[i]
+	}
+	return m
 }
