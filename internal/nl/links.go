@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-sdn/skiff/internal/nl/rtnl"
 )
 
 func linkOf(l netlink.Link) Link {
@@ -32,14 +34,37 @@ func linkOf(l netlink.Link) Link {
 	return x
 }
 
+// Links dumps the namespace's links without their VFs' settings: the
+// netlink library's LinkList asks for them (RTEXT_FILTER_VF), and a PF
+// with a few hundred VFs then makes one message larger than the
+// library's 64 KiB read, which fails every listing (EINVAL, then
+// ENOBUFS). Skiff reads VFs from sysfs, never from here.
 func (k *real) Links() ([]Link, error) {
-	ls, err := dump(k.h.LinkList)
+	var out []Link
+	req := make([]byte, unix.SizeofIfInfomsg) // AF_UNSPEC, every link
+	err := k.rawDo(func(c *rtnl.Conn) error {
+		var err error
+		for range dumpRetries {
+			out = out[:0]
+			err = c.Dump(unix.RTM_GETLINK, req, func(h rtnl.Header, payload []byte) error {
+				if h.Type != unix.RTM_NEWLINK {
+					return nil
+				}
+				l, err := netlink.LinkDeserialize(nil, payload)
+				if err != nil {
+					return fmt.Errorf("decoding a link: %w", err)
+				}
+				out = append(out, linkOf(l))
+				return nil
+			})
+			if !errors.Is(err, rtnl.ErrDumpInterrupted) {
+				break
+			}
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("nl: list links in %s: %w", where(k.path), err)
-	}
-	out := make([]Link, 0, len(ls))
-	for _, l := range ls {
-		out = append(out, linkOf(l))
 	}
 	return out, nil
 }
