@@ -146,6 +146,15 @@ func TestPlanStreams(t *testing.T) {
 	// n1 goes away; meanwhile blue changes. It resumes with a delta.
 	streams["n1"].cancel()
 	createEP(t, m, "b3", "blue", "n3")
+	// The planner applies the store's changes after the create returns:
+	// resume once n1's plan holds b3, so that the first delta carries it.
+	testkit.Eventually(t, "n1's plan holds b3", 10*time.Second, func() (bool, string) {
+		p, err := m.GetPlan(context.Background(), &skiffv1.GetPlanRequest{Node: "n1"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return slices.Contains(names(p.RemoteEndpoints), "b3"), fmt.Sprint(names(p.RemoteEndpoints))
+	})
 	s := openStream(t, a, "n1", revs["n1"])
 	u := s.next(t)
 	if u.GetDelta() == nil {
