@@ -52,6 +52,54 @@ func RemoteRules(p plan.Plan, in Input, names []string) ([]Rule, error) {
 	return out, nil
 }
 
+// SendRules returns the encap rules Compile makes of p, with in.Sends
+// naming these pairs (local endpoint -> remote endpoint names), on
+// those endpoints' representors: what pairs newly learnt add
+// (Programmer.Change), or what idle ones remove. A pair whose endpoint
+// has no representor, or whose remote endpoint is not in p or in
+// another network, has none. ErrNotIncremental: the network of a pair
+// is refused (a whole compile decides whether it still is).
+func SendRules(p plan.Plan, in Input, pairs map[string][]string) ([]Rule, error) {
+	q := p
+	q.Local = make(map[string]plan.Endpoint, len(pairs))
+	q.Remote = map[string]plan.Remote{}
+	for ep, names := range pairs {
+		e, ok := p.Local[ep]
+		if !ok {
+			continue
+		}
+		q.Local[ep] = e
+		for _, n := range names {
+			if r, ok := p.Remote[n]; ok && r.Network == e.Network {
+				q.Remote[n] = r
+			}
+		}
+	}
+	if len(q.Remote) == 0 {
+		return nil, nil
+	}
+	in.Sends = func(ep string) []string { return pairs[ep] }
+	all, err := Compile(q, in)
+	if refused := RefusedNetworks(err); refused != nil {
+		for ep := range q.Local {
+			if e := refused[q.Local[ep].Network]; e != nil {
+				return nil, fmt.Errorf("local endpoint %s: %w: %w", ep, ErrNotIncremental, e)
+			}
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, r := range all {
+		if r.Kind == KindEncap && r.Endpoint != "" {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // ErrNotIncremental says Change cannot make a change on its own: a rule
 // it would add has the match of a rule it was not told about (Sync
 // decides).

@@ -35,11 +35,7 @@ func TestRemoteRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var gs []string
-	for _, r := range got {
-		gs = append(gs, r.String())
-	}
-	slices.Sort(gs)
+	gs := ruleStrings(got)
 	slices.Sort(want)
 	if len(want) != 2 || !slices.Equal(gs, want) {
 		t.Errorf("RemoteRules(r2):\n%v\nwant (encap on both representors)\n%v", gs, want)

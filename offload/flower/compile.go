@@ -111,6 +111,7 @@ func Compile(p plan.Plan, in Input) ([]Rule, error) {
 			refuse(r.Network, fmt.Errorf("remote[%s].vtep: %q is not an IPv4 address", name, r.VTEP))
 			continue
 		}
+		r.Name = name
 		remotes[r.Network] = append(remotes[r.Network], r)
 	}
 	// The networks with local endpoints, and those with only the node's
@@ -207,6 +208,7 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 		return Action{Kind: TunnelSet, VNI: n.VNI, Src: p.UnderlayIP, Dst: vtep, DstPort: VXLANPort}
 	}
 	decap := Match{EncKeyID: n.VNI, EncDst: p.UnderlayIP, EncDstPort: VXLANPort}
+	var byName map[string]int // remotes by name, when in.Sends limits them
 	for _, l := range locals {
 		base := Rule{Dev: l.rep, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast}
 		if l.to != l.rep {
@@ -249,11 +251,28 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 		// To remote endpoints: encap. ARP for their addresses is
 		// answered by the node's replication bridge (neighbour
 		// suppression), as their IPv6 neighbour solicitations are.
-		for _, rm := range remotes {
+		encap := func(rm plan.Remote) {
 			r := base
 			r.Kind, r.Match = KindEncap, Match{DstMAC: rm.MAC}
 			r.Actions = []Action{set(rm.VTEP), {Kind: Redirect, Dev: in.VXLAN}}
 			out = append(out, r)
+		}
+		if in.Sends == nil {
+			for _, rm := range remotes {
+				encap(rm)
+			}
+		} else {
+			if byName == nil {
+				byName = make(map[string]int, len(remotes))
+				for i, rm := range remotes {
+					byName[rm.Name] = i
+				}
+			}
+			for _, name := range in.Sends(l.ep.Name) {
+				if i, ok := byName[name]; ok {
+					encap(remotes[i])
+				}
+			}
 		}
 		// Decap on the VXLAN device, to this endpoint.
 		d := Rule{Dev: in.VXLAN, Network: nname, Endpoint: l.ep.Name, EthType: EthAll, Prio: PrioUnicast, Kind: KindDecap}

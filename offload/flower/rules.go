@@ -167,6 +167,17 @@ type Input struct {
 	// the node's own traffic to and from pods on other nodes. Optional;
 	// a network needs a gateway for one.
 	HostPorts map[string]HostPort
+	// Sends, when set, limits each representor's encap rules to the
+	// remote endpoints its endpoint has sent to: Sends(endpoint) names
+	// them (remote endpoint names; others of the plan, or of another
+	// network, are skipped). Without an encap rule a frame for a remote
+	// endpoint leaves the representor unmatched and the node's kernel
+	// forwards it (the offload datapath's replication bridge, which
+	// learns the pair and asks for the rule). When nil, every
+	// representor gets an encap rule for every remote endpoint of its
+	// network. Compile calls it once per local endpoint with a
+	// representor, from the calling goroutine.
+	Sends func(endpoint string) []string
 }
 
 // HostPort is the node's host port on a network: Port is the eswitch

@@ -3,7 +3,6 @@ package flower
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -230,16 +229,8 @@ func TestCookie(t *testing.T) {
 // network of 5,000 VTEPs and 250 local endpoints compiles, and each
 // representor holds what it held with one VTEP.
 func TestCompileNoFanOut(t *testing.T) {
-	p := plan.New("n1")
-	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")
-	n := plan.Network{Name: "blue", VNI: 100}
-	reps := map[string]string{}
-	for i := range 250 {
-		name := fmt.Sprintf("e%d", i)
-		p.Local[name] = plan.Endpoint{Name: name, Network: "blue", MAC: fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff),
-			IPs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 16)}, VFIndex: -1}
-		reps[name] = fmt.Sprintf("rep%d", i)
-	}
+	p, reps := wide(0)
+	n := p.Networks["blue"]
 	in := Input{Reps: reps, VXLAN: "skvx"}
 	count := func(vteps int) map[string]int {
 		t.Helper()
@@ -248,15 +239,7 @@ func TestCompileNoFanOut(t *testing.T) {
 			m.FloodVTEPs = append(m.FloodVTEPs, netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}))
 		}
 		p.Networks["blue"] = m
-		rs, err := Compile(p, in)
-		if err != nil {
-			t.Fatalf("%d VTEPs: %v", vteps, err)
-		}
-		per := map[string]int{}
-		for _, r := range rs {
-			per[r.Dev]++
-		}
-		return per
+		return perDevice(t, p, in)
 	}
 	one, many := count(1), count(5000)
 	if !maps.Equal(one, many) {
