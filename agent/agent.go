@@ -79,7 +79,11 @@ type Config struct {
 	// VFTable, in modes dpu and dpu-host, replaces sysfs discovery of
 	// VFs and representors by a file (datapath/vftable): for
 	// benches without SR-IOV. The caller reads it.
-	VFTable     string
+	VFTable string
+	// Encap, in modes offload and dpu: "learned" (empty too) gives a
+	// representor an encap rule for each remote endpoint its endpoint
+	// sends to, "all" one for every remote endpoint of its network.
+	Encap       string
 	MetricsAddr string // empty: no metrics server
 	// TLS: CA of the controller's certificate, and this node's client
 	// certificate (common name node:NAME). All empty: plaintext. The
@@ -418,6 +422,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.watch(ctx) })
 	wg.Go(func() { a.session(ctx) })
 	wg.Go(func() { a.reconcileLoop(ctx) })
+	if l, ok := a.dp.(datapath.Learner); ok {
+		wg.Go(func() { a.learnLoop(ctx, l) })
+	}
 	wg.Go(func() { a.pendingLoop(ctx) })
 	if cfg.CNI != nil {
 		wg.Go(func() { a.installCNI(ctx) })

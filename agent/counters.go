@@ -13,25 +13,18 @@ import (
 // reportCounters sends per-endpoint and per-network counters every
 // interval until ctx ends.
 func (a *Agent) reportCounters(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		req, err := a.counters()
 		if err != nil {
 			a.log.Warn("reading counters", "err", err)
-			continue
+			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if _, err := a.client.ReportCounters(rctx, req); err != nil {
 			a.log.Debug("reporting counters", "err", err)
 		}
 		cancel()
-	}
+	})
 }
 
 // counters reads the datapath's counters of the current plan as the

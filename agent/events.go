@@ -26,14 +26,7 @@ func (a *Agent) event(kind, subject, detail string) {
 }
 
 func (a *Agent) reportEvents(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, time.Second, func() {
 		a.evMu.Lock()
 		batch, dropped := a.pending, a.dropped
 		a.pending, a.dropped = nil, 0
@@ -42,7 +35,7 @@ func (a *Agent) reportEvents(ctx context.Context) {
 			batch = append(batch, &skiffv1.NodeEvent{Time: timestamppb.Now(), Kind: "events-dropped", Detail: itoa(dropped)})
 		}
 		if len(batch) == 0 {
-			continue
+			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := a.client.ReportEvents(rctx, &skiffv1.ReportEventsRequest{Node: a.cfg.Node, Events: batch})
@@ -50,7 +43,7 @@ func (a *Agent) reportEvents(ctx context.Context) {
 		if err != nil {
 			a.log.Warn("reporting events", "events", len(batch), "err", err)
 		}
-	}
+	})
 }
 
 func itoa(n int) string {

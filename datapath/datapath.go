@@ -70,6 +70,16 @@ type Datapath interface {
 	Close()
 }
 
+// Learner is a datapath that learns from traffic part of what it
+// programs (offload: the remote endpoints each endpoint sends to) and
+// must be asked to look regularly.
+type Learner interface {
+	// Learn programs what was learnt since the last call. apply: a
+	// whole Apply of the current plan is needed for it. Safe to call
+	// while Apply runs (one waits for the other).
+	Learn() (apply bool, err error)
+}
+
 // PlumbRequest asks for a local endpoint's interface.
 type PlumbRequest struct {
 	// Endpoint is the endpoint as the plan holds it (name, kind, MAC,

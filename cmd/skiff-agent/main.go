@@ -71,6 +71,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.SysRoot, "sys-root", "/sys", "where sysfs is mounted (NICs, VFs and representors are discovered, and VFs bound to vfio-pci, through it)")
 	f.StringVar(&cfg.StateDir, "state-dir", "/var/lib/skiff-agent", "where the last plan is kept")
 	f.StringVar(&cfg.Mode, "mode", "auto", "datapath: auto (offload when a switchdev eswitch exists, else software), software, offload, dpu (on a DPU: its host's VF representors) or dpu-host (a DPU's host: VFs into pods; needs --dpu)")
+	f.StringVar(&cfg.Encap, "offload-encap", "learned", "modes offload and dpu: learned (a representor gets an encap rule for each remote endpoint its endpoint sends to, learnt from its first frames, which the node's bridge forwards) or all (one for every remote endpoint of its network from the start)")
 	f.StringVar(&cfg.DPU, "dpu", "", "mode dpu-host: the node name of this host's DPU (its agent runs --mode dpu)")
 	f.StringVar(&cfg.VFTable, "vf-table", "", "modes dpu and dpu-host on a bench without SR-IOV: a JSON file naming, per VF (pf, index), its netdev (dpu-host) or its representor (dpu; on a test rig also the wire standing in for the VF) instead of sysfs discovery (datapath/vftable)")
 	f.DurationVar(&cfg.StatsInterval, "stats-interval", 10*time.Second, "how often counters are sent to the controller")

@@ -36,7 +36,11 @@ func setup(ctx context.Context, cfg agent.Config, log *slog.Logger) (agent.Deps,
 	if mode == agent.ModeDPU || mode == agent.ModeDPUHost {
 		return setupDPU(cfg, mode, caps, disc, discover, log)
 	}
-	dp, err := openDatapath(mode, disc, cfg.SysRoot, log)
+	learn, err := learnOptions(cfg)
+	if err != nil {
+		return agent.Deps{}, fmt.Errorf("agent: %w", err)
+	}
+	dp, err := openDatapath(mode, disc, cfg.SysRoot, learn, log)
 	if err != nil {
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
 	}
@@ -85,14 +89,18 @@ func setupDPU(cfg agent.Config, mode string, caps *skiffv1.NodeCapabilities, dis
 	var err error
 	if slices.Contains(caps.GetModes(), agent.ModeOffload) {
 		log.Info("dpu: switchdev eswitch found: the host's endpoints get flower rules on their representors")
-		inner, err = offload.New(offload.Options{Logger: log, Eswitch: disc, SysRoot: cfg.SysRoot, TunnelHardware: true,
+		var learn *offload.LearnOptions
+		if learn, err = learnOptions(cfg); err != nil {
+			return agent.Deps{}, fmt.Errorf("agent: %w", err)
+		}
+		inner, err = offload.New(offload.Options{Logger: log, Eswitch: disc, SysRoot: cfg.SysRoot, TunnelHardware: true, Learn: learn,
 			Representor: func(e plan.Endpoint) (offload.Port, bool) {
 				rep, wire := dpu.Port(wires, e)
 				return offload.Port{Rep: rep, Target: wire}, true
 			}})
 	} else {
 		log.Info("dpu: no switchdev eswitch: the host's endpoints are bridged in software")
-		inner, err = openDatapath(agent.ModeSoftware, disc, cfg.SysRoot, log)
+		inner, err = openDatapath(agent.ModeSoftware, disc, cfg.SysRoot, nil, log)
 	}
 	if err != nil {
 		return agent.Deps{}, fmt.Errorf("agent: %w", err)
@@ -106,10 +114,22 @@ func setupDPU(cfg agent.Config, mode string, caps *skiffv1.NodeCapabilities, dis
 	return deps, nil
 }
 
-func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, log *slog.Logger) (datapath.Datapath, error) {
+// learnOptions is the offload datapath's encap learning as cfg.Encap
+// asks: nil for "all".
+func learnOptions(cfg agent.Config) (*offload.LearnOptions, error) {
+	switch cfg.Encap {
+	case "", "learned":
+		return &offload.LearnOptions{State: filepath.Join(cfg.StateDir, "offload-sends.json")}, nil
+	case "all":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("offload-encap: %q is neither learned nor all", cfg.Encap)
+}
+
+func openDatapath(mode string, disc *eswitch.Discoverer, sysRoot string, learn *offload.LearnOptions, log *slog.Logger) (datapath.Datapath, error) {
 	switch mode {
 	case agent.ModeOffload:
-		return offload.New(offload.Options{Logger: log, Eswitch: disc, SysRoot: sysRoot, TunnelHardware: true})
+		return offload.New(offload.Options{Logger: log, Eswitch: disc, SysRoot: sysRoot, TunnelHardware: true, Learn: learn})
 	case agent.ModeSoftware:
 		k, err := nl.Open("")
 		if err != nil {

@@ -62,6 +62,15 @@ type Datapath struct {
 	refused map[string]string // host endpoint -> why it cannot be attached
 }
 
+// Learn asks the inner datapath what it learnt, when it learns
+// (datapath.Learner).
+func (d *Datapath) Learn() (bool, error) {
+	if l, ok := d.o.Inner.(datapath.Learner); ok {
+		return l.Learn()
+	}
+	return false, nil
+}
+
 // New returns a dpu datapath around o.Inner.
 func New(o Options) *Datapath {
 	if o.Logger == nil {

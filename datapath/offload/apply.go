@@ -141,6 +141,9 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		}
 	}
 	in := flower.Input{Reps: reps, Targets: targets, Gateways: gws, HostPorts: hps, VXLAN: VXLANName}
+	if in, err = d.learnForApply(p, in); err != nil {
+		errs = append(errs, err)
+	}
 	d.clock.mark("pairs")
 	rules, err := flower.Compile(p, in)
 	refused := flower.RefusedNetworks(err)
@@ -150,6 +153,11 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	// A refused network is left out of everything below but the
 	// software fallback (refused.go).
 	in, refusedEps, soft := refuse(p, in, refused)
+	if d.learn != nil {
+		// A refused network's frames take the bridge, with no rule to
+		// learn for.
+		d.learn.indexReps(p, in.Reps)
+	}
 	gws, hps = in.Gateways, in.HostPorts
 	d.noteRefused(refused, refusedEps)
 	d.clock.mark("compile")
@@ -244,6 +252,13 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	}
 	if err := d.standIns(withSoftware(in, soft), byName); err != nil {
 		errs = append(errs, err)
+	}
+	if d.learn != nil {
+		// The replication bridge learns what needs encap rules.
+		_, bridge := byName[ReplicationName]
+		if _, err := d.k.SetTable(learnTable(bridge || len(in.Reps) > 0)); err != nil {
+			errs = append(errs, fmt.Errorf("offload datapath: %s: %w", LearnTable, err))
+		}
 	}
 	d.clock.mark("replication")
 	// The links as the replication path left them (its bridge, ports

@@ -73,6 +73,12 @@ type Options struct {
 	// TunnelHardware asks for hardware on the VXLAN device's rules too
 	// (a NIC offloads decap from tunnel devices through indirect blocks).
 	TunnelHardware bool
+	// Learn, when set, gives each representor an encap rule only for
+	// the remote endpoints its endpoint sends to, learnt by the
+	// replication bridge (learn.go); call Learn regularly. When nil,
+	// every representor gets one for every remote endpoint of its
+	// network.
+	Learn *LearnOptions
 }
 
 // Port is where a local endpoint meets the eswitch.
@@ -159,6 +165,8 @@ type Datapath struct {
 	// why, and their local endpoints.
 	refusedNets map[string]string
 	refusedEps  map[string]refusal
+	// learn is the learnt pairs (Options.Learn; nil: none), under d.op.
+	learn *learning
 }
 
 // New opens the netlink sockets of a datapath.
@@ -179,6 +187,11 @@ func New(o Options) (*Datapath, error) {
 	disc := o.Eswitch
 	if disc == nil {
 		disc = eswitch.New(eswitch.Options{SysRoot: o.SysRoot, Devlink: eswitch.NetlinkDevlink{Kernel: k}, Logger: o.Logger})
+	}
+	learn, err := newLearning(o.Learn)
+	if err != nil {
+		k.Close()
+		return nil, fmt.Errorf("offload datapath: %w", err)
 	}
 	ports := &eswitchPorts{disc: disc}
 	if o.Representor == nil {
@@ -237,7 +250,7 @@ func New(o Options) (*Datapath, error) {
 	if err := watch.Ignore(slices.Concat(prog.PortIDs(), pol.PortIDs(), tcc.PortIDs())...); err != nil {
 		return fail(err)
 	}
-	return &Datapath{opts: o, log: o.Logger, k: k, plumbing: plumbing, prog: prog, pol: pol, tcc: tcc, watch: watch, linkEv: linkEv,
+	return &Datapath{opts: o, log: o.Logger, k: k, learn: learn, plumbing: plumbing, prog: prog, pol: pol, tcc: tcc, watch: watch, linkEv: linkEv,
 		ports: ports, vfs: vfs, mover: mover, strandedByLinks: o.Mover == nil, polW: map[string]int{"table": 0, "element": 0}}, nil
 }
 

@@ -254,11 +254,16 @@ func (d *Datapath) applyRemotes(p plan.Plan, names []string) error {
 	// The underlay next hops of VTEPs new to the node (no user before
 	// this change); the others were resolved when they got their first.
 	want := map[netip.Addr]bool{}
-	for _, r := range cur {
-		for _, a := range r.Actions {
-			if a.Kind == flower.TunnelSet && d.vteps[a.Dst] == 0 {
-				want[a.Dst] = true
+	for _, n := range names {
+		if r, ok := p.Remote[n]; ok {
+			if v, ok := remoteVTEP(p, r); ok && d.vteps[v] == 0 {
+				want[v] = true
 			}
+		}
+	}
+	if d.learn != nil && d.learn.remotes(d.last.plan, p, names) {
+		if err := d.learn.save(); err != nil {
+			return err
 		}
 	}
 	if d.vteps == nil {

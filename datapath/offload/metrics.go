@@ -12,6 +12,8 @@ var (
 	offBytes   = prometheus.NewDesc("skiff_agent_offload_rule_bytes_total", "Bytes matched by an endpoint's offload rules, by rule kind.", []string{"endpoint", "kind"}, nil)
 	offWrites  = prometheus.NewDesc("skiff_agent_offload_writes", "Netlink writes of the offload datapath since start (links, qdiscs, filters).", nil, nil)
 	offRefused = prometheus.NewDesc("skiff_agent_offload_network_refused", "1 for each network the offload datapath cannot express on this node (its endpoints here get no rules; the reason is in the agent's log and each endpoint's rule states).", []string{"network"}, nil)
+	offSends   = prometheus.NewDesc("skiff_agent_offload_encap_learnt", "Pairs (local endpoint, remote endpoint) with an encap rule learnt from traffic (encap rules on demand).", nil, nil)
+	offLearnt  = prometheus.NewDesc("skiff_agent_offload_encap_learnt_total", "Pairs learnt from traffic since start, by what became of them: learnt, or removed as idle.", []string{"event"}, nil)
 	offPolicy  = prometheus.NewDesc("skiff_agent_offload_policy_filters", "Policy tc-flower filters (conntrack pipeline and rules) by state (hardware, software, refused, or empty when not installed).", []string{"state"}, nil)
 )
 
@@ -22,10 +24,18 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- offWrites
 	ch <- offPolicy
 	ch <- offRefused
+	ch <- offSends
+	ch <- offLearnt
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(offWrites, prometheus.GaugeValue, float64(c.d.Writes()))
+	if c.d.learn != nil {
+		pairs, learnt, idle := c.d.LearnStats()
+		ch <- prometheus.MustNewConstMetric(offSends, prometheus.GaugeValue, float64(pairs))
+		ch <- prometheus.MustNewConstMetric(offLearnt, prometheus.CounterValue, float64(learnt), "learnt")
+		ch <- prometheus.MustNewConstMetric(offLearnt, prometheus.CounterValue, float64(idle), "idle")
+	}
 	for n := range c.d.RefusedNetworks() {
 		ch <- prometheus.MustNewConstMetric(offRefused, prometheus.GaugeValue, 1, n)
 	}

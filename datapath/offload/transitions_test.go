@@ -82,6 +82,12 @@ func lines(ls ...string) string { return strings.Join(ls, "\n") }
 // the eswitch at ports.
 func offloadNode(t *testing.T, ports map[string]Port) (*nltest.World, nl.Kernel, *Datapath) {
 	t.Helper()
+	return offloadNodeWith(t, ports, nil)
+}
+
+// offloadNodeWith is offloadNode with the options' Learn.
+func offloadNodeWith(t *testing.T, ports map[string]Port, learn *LearnOptions) (*nltest.World, nl.Kernel, *Datapath) {
+	t.Helper()
 	w := nltest.New()
 	ns := w.NS("")
 	other := w.MustOpen(t, "")
@@ -104,7 +110,7 @@ func offloadNode(t *testing.T, ports map[string]Port) (*nltest.World, nl.Kernel,
 	dp, err := New(Options{Kernel: k, Open: w.Open, Logger: slog.New(slog.DiscardHandler), Representor: func(e plan.Endpoint) (Port, bool) {
 		port, ok := ports[e.Name]
 		return port, ok
-	}})
+	}, Learn: learn})
 	if err != nil {
 		t.Fatal(err)
 	}

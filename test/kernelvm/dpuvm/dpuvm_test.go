@@ -37,19 +37,21 @@ func TestDPU(t *testing.T) {
 	repA := datapath.HostIfName(epA)
 
 	// The VF is in the pod; the DPU adopted VF 0's representor and put
-	// the pod's encap and decap rules on it and on its VXLAN device.
+	// the pod's rules on it and its decap rule on its VXLAN device; the
+	// encap rule to b follows the first frames (learnt).
 	if _, ok := links(t, "skdpa")["eth0"]; !ok {
 		t.Fatalf("the VF is not eth0 in the pod: %v", links(t, "skdpa"))
 	}
 	if l, ok := links(t, dd)[repA]; !ok || !strings.Contains(l.Alias, "skiff:rep ep="+epA+" home=dr0") {
 		t.Fatalf("the DPU did not adopt VF 0's representor dr0 as %s: %+v", repA, links(t, dd))
 	}
-	checkRules(t, repA)
 	if _, ok := links(t, dd)["skb100"]; ok {
 		t.Error("the DPU made a bridge: its eswitch is in switchdev mode, the offload datapath should serve the host")
 	}
 	guest.Tools.MustPing(t, "skdpa", ipB, 3, 3*time.Second)
 	guest.Tools.MustPing(t, "skdpb", ipA, 3, 3*time.Second)
+	checkRules(t, repA)
+	guest.Tools.MustPing(t, "skdpa", ipB, 3, 3*time.Second)
 	if n := packets(t, repA); n == 0 {
 		t.Errorf("the encap rules on %s counted no packet: the pings did not go through them", repA)
 	}
@@ -152,14 +154,14 @@ func TestDPU(t *testing.T) {
 
 // checkRules checks that the DPU has the host endpoint's flower rules on
 // its representor rep: an encap rule (tunnel_key set, to the VXLAN
-// device), and a decap rule on the VXLAN device that sends to the
-// endpoint.
+// device; learnt from traffic, so within a few seconds of it), and a
+// decap rule on the VXLAN device that sends to the endpoint.
 func checkRules(t *testing.T, rep string) {
 	t.Helper()
-	f := guest.In(t, dd, guest.TC, "filter", "show", "dev", rep, "ingress")
-	if !strings.Contains(f, "flower") || !strings.Contains(f, "tunnel_key") || !strings.Contains(f, "skvx") {
-		t.Errorf("no flower encap rule on the representor %s:\n%s", rep, f)
-	}
+	testkit.Eventually(t, "the flower encap rule on the representor "+rep, 10*time.Second, func() (bool, string) {
+		f := guest.In(t, dd, guest.TC, "filter", "show", "dev", rep, "ingress")
+		return strings.Contains(f, "flower") && strings.Contains(f, "tunnel_key") && strings.Contains(f, "skvx"), f
+	})
 	if d := guest.In(t, dd, guest.TC, "filter", "show", "dev", "skvx", "ingress"); !strings.Contains(d, "enc_key_id 100") {
 		t.Errorf("no decap rule for VNI 100 on the DPU's VXLAN device:\n%s", d)
 	}

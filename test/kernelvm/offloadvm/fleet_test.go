@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,17 @@ func TestOffloadFleet(t *testing.T) {
 			t.Errorf("%s resolved r2's %s as %q, want %s", first, addr("r2", v6), got, resp["r2"].MAC)
 		}
 	}
-	reportFilters(t, r.Prefix+n1.Name, resp[first].HostIf)
+	// The first pod's representor holds an encap rule for the two
+	// remote endpoints it sent to, none for the stand-ins' endpoints:
+	// learnt from its first frames, which the node's bridge forwarded.
+	want := []string{resp["r2"].MAC, resp["r3"].MAC}
+	slices.Sort(want)
+	rep := repOf(t, r.Prefix+n1.Name, resp[first].HostIf)
+	testkit.Eventually(t, first+"'s representor with encap rules for r2 and r3 alone", 30*time.Second, func() (bool, string) {
+		got := encapDsts(t, r.Prefix+n1.Name, rep)
+		return slices.Equal(got, want), fmt.Sprintf("encap rules on %s to %v, want %v", rep, got, want)
+	})
+	reportFilters(t, r.Prefix+n1.Name, rep)
 
 	// A tap port on n1 (a VM's) and its guest.
 	var port struct {

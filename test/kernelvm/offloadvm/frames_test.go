@@ -115,3 +115,59 @@ func reportFilters(t *testing.T, ns, rep string) {
 	}
 	t.Logf("FIGURE fleet filters in %s: %d in all, %d on %s, the most on one device %d (%s)", ns, len(all), per[rep], rep, per[most], most)
 }
+
+// tcFilter is what encapDsts and repOf read of a filter (tc -j).
+type tcFilter struct {
+	Options struct {
+		Keys struct {
+			DstMAC string `json:"dst_mac"`
+		} `json:"keys"`
+		Actions []struct {
+			Kind  string `json:"kind"`
+			ToDev string `json:"to_dev"`
+		} `json:"actions"`
+	} `json:"options"`
+}
+
+// ingressFilters reads the filters of dev's ingress in namespace ns.
+func ingressFilters(t *testing.T, ns, dev string) []tcFilter {
+	t.Helper()
+	var fs []tcFilter
+	raw := in(t, ns, tcBin, "-j", "filter", "show", "dev", dev, "ingress")
+	if err := json.Unmarshal([]byte(raw), &fs); err != nil {
+		t.Fatalf("tc filters of %s: %v\n%s", dev, err, raw)
+	}
+	return fs
+}
+
+// encapDsts lists the destination MACs of the encap filters (a
+// tunnel_key action) on dev's ingress in namespace ns, sorted.
+func encapDsts(t *testing.T, ns, dev string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range ingressFilters(t, ns, dev) {
+		for _, a := range f.Options.Actions {
+			if a.Kind == "tunnel_key" {
+				out = append(out, f.Options.Keys.DstMAC)
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// repOf is the representor a stand-in veth's filter redirects its
+// traffic into (the device its mirred action names).
+func repOf(t *testing.T, ns, standIn string) string {
+	t.Helper()
+	for _, f := range ingressFilters(t, ns, standIn) {
+		for _, a := range f.Options.Actions {
+			if a.ToDev != "" {
+				return a.ToDev
+			}
+		}
+	}
+	t.Fatalf("%s redirects to no device", standIn)
+	return ""
+}

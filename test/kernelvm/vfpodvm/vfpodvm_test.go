@@ -83,11 +83,13 @@ func (r *rig) traffic(t *testing.T) {
 			t.Errorf("VF 0 on its PF: %q; want MAC %s, no VLAN, %q", line, resA.Interfaces[1].Mac, want)
 		}
 	}
-	if f := guest.Run(t, guest.TC, "filter", "show", "dev", r.pfs[0].Reps[0], "ingress"); !strings.Contains(f, "tunnel_key") {
-		t.Errorf("no encap rule on the representor %s:\n%s", r.pfs[0].Reps[0], f)
-	}
 	guest.Tools.MustPing(t, "skvfpa", ipB, 3, 3*time.Second)
 	guest.Tools.MustPing(t, "skvfpb", ipA, 3, 3*time.Second)
+	// The encap rule to b, learnt from the first frames.
+	testkit.Eventually(t, "an encap rule on the representor "+r.pfs[0].Reps[0], 10*time.Second, func() (bool, string) {
+		f := guest.Run(t, guest.TC, "filter", "show", "dev", r.pfs[0].Reps[0], "ingress")
+		return strings.Contains(f, "tunnel_key"), f
+	})
 
 	r.del(a)
 	if _, ok := links(t, "skvfpa")["eth0"]; ok {
