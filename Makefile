@@ -5,7 +5,7 @@ CMDS    := skiff-controller skiff-agent skiffctl skiff-cni skiff-deviceplugin
 GOFLAGS ?=
 export GOFLAGS
 
-.PHONY: all build deps generate test test-kernel test-kernel-long test-offload-fleet test-k8s k8s-setup image lint demo demo-k8s bench bench-k8s bench-kernel scale clean
+.PHONY: all build deps generate test test-kernel test-kernel-long test-offload-fleet test-k8s k8s-setup image lint demo demo-k8s bench bench-k8s bench-kernel bench-kernel-fleet scale clean
 
 all: build
 
@@ -105,7 +105,15 @@ bench-k8s: deps build k8s-setup
 # (the figures, offloadbench: NAME=VALUE). No other target runs it.
 bench-kernel:
 	./hack/kernelvm/setup.sh
-	./hack/kernelvm/run.sh -v -bins "" -timeout 30m ./test/kernelvm/offloadbench
+	./hack/kernelvm/run.sh -v -bins "" -timeout 30m -run '^Test(WriteModes|Scale|FirstChangeElsewhere|Policy|Replication)$$' ./test/kernelvm/offloadbench
+
+# The offload datapath at a fleet's sizes (TestFleetSize: 250 pods on a
+# network of 1,000 and of 5,000 nodes, encap rules on demand) beside
+# TestScale (the encap rule per remote endpoint): about 30 minutes of
+# emulation. No other target runs TestFleetSize.
+bench-kernel-fleet:
+	./hack/kernelvm/setup.sh
+	./hack/kernelvm/run.sh -v -bins "" -memory 6144 -timeout 60m -run 'TestScale$$|TestFleetSize' ./test/kernelvm/offloadbench
 
 # The scale harness at full size (test/scale/README.md): about an hour,
 # heavy, so it takes the machine's heavy lock. Figures go to bin/scale-*.txt.

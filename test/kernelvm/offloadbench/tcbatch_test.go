@@ -170,21 +170,7 @@ func reference(t *testing.T, p plan.Plan, want map[string]int) float64 {
 	start := time.Now()
 	rules, pol := compile(t, p, in)
 	t.Logf("FIGURE compiling the plan (forwarding and policy, %d filters), as every Apply does: %v", len(rules)+len(pol), time.Since(start).Round(time.Millisecond))
-	var b strings.Builder
-	for _, d := range slices.Sorted(maps.Keys(want)) {
-		fmt.Fprintf(&b, "qdisc add dev %s clsact\n", d)
-	}
-	// As the datapath: the policy pipeline first, then forwarding.
-	for _, r := range pol {
-		batchPolicy(t, &b, r)
-	}
-	for _, r := range rules {
-		batchRule(t, &b, r)
-	}
-	file := filepath.Join(t.TempDir(), "policy.tc")
-	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := batchFileOf(t, slices.Sorted(maps.Keys(want)), rules, pol)
 	start = time.Now()
 	guest.In(t, ns, guest.TC, "-batch", file)
 	took := time.Since(start)
@@ -199,4 +185,26 @@ func reference(t *testing.T, p plan.Plan, want map[string]int) float64 {
 	rate := float64(n) / took.Seconds()
 	t.Logf("FIGURE reference tc -batch: %d filters in %v: %.0f filters/s", n, took.Round(time.Millisecond), rate)
 	return rate
+}
+
+// batchFileOf writes a tc -batch file adding clsact to each of devs,
+// then the policy filters pol and the forwarding rules (as the datapath:
+// the policy pipeline first), and returns its path.
+func batchFileOf(t *testing.T, devs []string, rules []flower.Rule, pol []flower.PolicyRule) string {
+	t.Helper()
+	var b strings.Builder
+	for _, d := range devs {
+		fmt.Fprintf(&b, "qdisc add dev %s clsact\n", d)
+	}
+	for _, r := range pol {
+		batchPolicy(t, &b, r)
+	}
+	for _, r := range rules {
+		batchRule(t, &b, r)
+	}
+	file := filepath.Join(t.TempDir(), "filters.tc")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
