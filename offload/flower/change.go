@@ -29,6 +29,7 @@ func RemoteRules(p plan.Plan, in Input, names []string) ([]Rule, error) {
 	if len(q.Remote) == 0 {
 		return nil, nil
 	}
+	in.encapOnly = true
 	all, err := Compile(q, in)
 	if refused := RefusedNetworks(err); refused != nil {
 		// Another network refused is none of these endpoints' business;
@@ -79,6 +80,7 @@ func SendRules(p plan.Plan, in Input, pairs map[string][]string) ([]Rule, error)
 		return nil, nil
 	}
 	in.Sends = func(ep string) []string { return pairs[ep] }
+	in.encapOnly = true
 	all, err := Compile(q, in)
 	if refused := RefusedNetworks(err); refused != nil {
 		for ep := range q.Local {

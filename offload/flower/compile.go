@@ -217,8 +217,12 @@ func compileNetwork(p plan.Plan, in Input, nname string, locals []local, remotes
 			si.Dev, si.Kind, si.Actions = l.to, KindStandIn, []Action{{Kind: IngressRedirect, Dev: l.rep}}
 			out = append(out, si)
 		}
-		// To the other local endpoints of the network.
+		// To the other local endpoints of the network (none when only
+		// the encap rules are wanted: L x L rules, of no use to them).
 		for _, o := range locals {
+			if in.encapOnly {
+				break
+			}
 			if o.ep.Name == l.ep.Name {
 				continue
 			}

@@ -178,6 +178,9 @@ type Input struct {
 	// network. Compile calls it once per local endpoint with a
 	// representor, from the calling goroutine.
 	Sends func(endpoint string) []string
+	// encapOnly leaves out the rules among local endpoints (RemoteRules
+	// and SendRules want the encap rules alone).
+	encapOnly bool
 }
 
 // HostPort is the node's host port on a network: Port is the eswitch

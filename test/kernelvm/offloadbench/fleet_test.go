@@ -130,9 +130,13 @@ func fleetSize(t *testing.T, ns, prefix string, locals, remotes, vteps int) {
 	writes := dp.Writes()
 	apply(p)
 	rep0 := countIn(t, ns, "skfp000")
-	// A local and an ARP rule per other pod, chain 0's filter: nothing
-	// per remote endpoint or VTEP.
-	if want := 2*(locals-1) + 1; rep0 != want {
+	// A local and an ARP rule per other pod, and chain 0's filter when
+	// there is one of those: nothing per remote endpoint or VTEP.
+	want := 2 * (locals - 1)
+	if want > 0 {
+		want++
+	}
+	if rep0 != want {
 		t.Fatalf("a representor holds %d filters, want %d", rep0, want)
 	}
 	total := countIn(t, ns, offload.VXLANName)
@@ -200,17 +204,27 @@ func fleetSize(t *testing.T, ns, prefix string, locals, remotes, vteps int) {
 		w0 := dp.Writes()
 		start := time.Now()
 		again, err := dp.Learn()
-		took := time.Since(start)
-		if err != nil || again {
-			t.Fatalf("Learn() = %v, %v", again, err)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if w := dp.Writes() - w0; w != 1 {
+		if again {
+			// The representor's first forwarding rule (a pod alone on
+			// the node): its way in from chain 0 comes with it, in a
+			// whole Apply.
+			apply(p)
+		}
+		took := time.Since(start)
+		if w := dp.Writes() - w0; w != 1 && !again {
 			t.Fatalf("pair %d: Learn wrote %d times, want 1 (its encap rule)", i, w)
 		}
 		learns = append(learns, took)
 	}
-	if n := countIn(t, ns, "skfp000"); n != rep0+changeRounds+1 {
-		t.Fatalf("after %d pairs learnt the representor holds %d filters, want %d", changeRounds+1, n, rep0+changeRounds+1)
+	want = rep0 + changeRounds + 1
+	if rep0 == 0 {
+		want++ // chain 0's
+	}
+	if n := countIn(t, ns, "skfp000"); n != want {
+		t.Fatalf("after %d pairs learnt the representor holds %d filters, want %d", changeRounds+1, n, want)
 	}
 	t.Logf("FIGURE %sa pair learnt (Learn: the set read, one encap rule written): first %v, median %v",
 		prefix, learns[0].Round(10*time.Microsecond), median(learns[1:]).Round(10*time.Microsecond))
