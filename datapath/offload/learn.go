@@ -232,7 +232,8 @@ func (l *learning) save() error {
 }
 
 // learnTable is LearnTable as the kernel must hold it: with rules when
-// the replication bridge is there, none (deleted) otherwise.
+// the node has the replication bridge or representors to serve (the
+// bridge is made in the same Apply), none (deleted) otherwise.
 func learnTable(bridge bool) nl.NftTable {
 	t := nl.NftTable{Family: nl.NftBridge, Name: LearnTable}
 	if !bridge {
