@@ -188,7 +188,7 @@ func New(o Options) (*Datapath, error) {
 	if disc == nil {
 		disc = eswitch.New(eswitch.Options{SysRoot: o.SysRoot, Devlink: eswitch.NetlinkDevlink{Kernel: k}, Logger: o.Logger})
 	}
-	learn, err := newLearning(o.Learn)
+	learn, err := newLearning(o.Learn, o.Logger)
 	if err != nil {
 		k.Close()
 		return nil, fmt.Errorf("offload datapath: %w", err)

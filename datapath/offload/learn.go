@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -88,7 +89,11 @@ type learnState struct {
 	Sends map[string][]string `json:"sends"`
 }
 
-func newLearning(o *LearnOptions) (*learning, error) {
+// newLearning reads the State file. The file only saves relearning: one
+// that cannot be read or decoded is logged and the pairs start empty
+// (their traffic takes the software path until learnt again); the next
+// save replaces it.
+func newLearning(o *LearnOptions, log *slog.Logger) (*learning, error) {
 	if o == nil {
 		return nil, nil
 	}
@@ -107,11 +112,13 @@ func newLearning(o *LearnOptions) (*learning, error) {
 		return l, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("learn.state: %w", err)
+		log.Warn("learnt pairs not read, starting with none", "state", l.opts.State, "err", err)
+		return l, nil
 	}
 	var s learnState
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("learn.state: %s: %w", l.opts.State, err)
+		log.Warn("learnt pairs not decoded, starting with none", "state", l.opts.State, "err", err)
+		return l, nil
 	}
 	now := l.now()
 	for ep, names := range s.Sends {

@@ -1,11 +1,14 @@
 package offload
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +204,47 @@ func TestLearnFake(t *testing.T) {
 	}
 	if pairs, _, _ := dp.LearnStats(); pairs != 0 {
 		t.Errorf("%d pairs learnt of a refused network", pairs)
+	}
+}
+
+// A state file that does not decode is logged and the datapath starts
+// with no pairs; the next pair learnt replaces the file.
+func TestLearnStateCorrupt(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "sends.json")
+	if err := os.WriteFile(state, []byte(`{"sends": {"a": ["r1"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	ports := map[string]Port{"a": {Rep: "pf0vf0"}, "b": {Rep: "pf0vf1"}}
+	w, _, dp := offloadNodeLogged(t, ports, &LearnOptions{State: state}, slog.New(slog.NewTextHandler(&logged, nil)))
+	ns := w.NS("")
+	if !strings.Contains(logged.String(), "learnt pairs not decoded") || !strings.Contains(logged.String(), state) {
+		t.Errorf("log %q names neither the failure nor the file", logged.String())
+	}
+	if pairs, _, _ := dp.LearnStats(); pairs != 0 {
+		t.Errorf("%d pairs from a corrupt state file", pairs)
+	}
+	a := local("a", "blue", "02:00:00:00:00:0a", "198.51.100.10/24")
+	r1 := remote("r1", "02:00:00:00:00:01", "198.51.100.5/24", vtep2)
+	p := offloadPlan([]plan.Network{blueNet}, []plan.Endpoint{a}, r1)
+	for range 2 {
+		if err := dp.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := encapTo(ns, r1.MAC, "pf0vf0"); len(got) != 0 {
+		t.Errorf("encap rules for r1 on %v before anything was sent", got)
+	}
+	ns.Learn(nl.NftBridge, LearnTable, learnSet, "pf0vf0", r1.MAC)
+	if apply, err := dp.Learn(); err != nil || apply {
+		t.Fatalf("Learn() = %v, %v", apply, err)
+	}
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s learnState
+	if err := json.Unmarshal(b, &s); err != nil || !slices.Equal(s.Sends["a"], []string{"r1"}) || len(s.Sends) != 1 {
+		t.Errorf("state file after a pair learnt: %s (%v), want a -> r1", b, err)
 	}
 }

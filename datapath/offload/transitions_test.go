@@ -88,6 +88,12 @@ func offloadNode(t *testing.T, ports map[string]Port) (*nltest.World, nl.Kernel,
 // offloadNodeWith is offloadNode with the options' Learn.
 func offloadNodeWith(t *testing.T, ports map[string]Port, learn *LearnOptions) (*nltest.World, nl.Kernel, *Datapath) {
 	t.Helper()
+	return offloadNodeLogged(t, ports, learn, slog.New(slog.DiscardHandler))
+}
+
+// offloadNodeLogged is offloadNodeWith logging to log.
+func offloadNodeLogged(t *testing.T, ports map[string]Port, learn *LearnOptions, log *slog.Logger) (*nltest.World, nl.Kernel, *Datapath) {
+	t.Helper()
 	w := nltest.New()
 	ns := w.NS("")
 	other := w.MustOpen(t, "")
@@ -107,7 +113,7 @@ func offloadNodeWith(t *testing.T, ports map[string]Port, learn *LearnOptions) (
 	ns.AddForeignFilter("pf0vf0", tc.Filter{Prio: 21249, Proto: unix.ETH_P_ALL, Kind: "flower", Match: tc.Match{DstMAC: mac("02:99:99:99:99:98")}, Actions: drop})
 	ns.AddForeignTable(nltest.ForeignTable())
 	k := w.MustOpen(t, "")
-	dp, err := New(Options{Kernel: k, Open: w.Open, Logger: slog.New(slog.DiscardHandler), Representor: func(e plan.Endpoint) (Port, bool) {
+	dp, err := New(Options{Kernel: k, Open: w.Open, Logger: log, Representor: func(e plan.Endpoint) (Port, bool) {
 		port, ok := ports[e.Name]
 		return port, ok
 	}, Learn: learn})
