@@ -89,8 +89,10 @@ func (d *Datapath) Apply(p plan.Plan) error {
 			err = nil // nothing to compile, nothing to write
 		case len(c.remotes) > 0 && d.touchesRefused(d.last.plan, p, c.remotes):
 			err = flower.ErrNotIncremental
-		case len(c.remotes) > 0:
-			err = d.applyRemotes(p, c.remotes)
+		case len(c.remotes) > 0 || len(c.floods) > 0:
+			if err = d.applyFloods(p, c.floods); err == nil && len(c.remotes) > 0 {
+				err = d.applyRemotes(p, c.remotes)
+			}
 		case c.group != "":
 			err = d.applyGroup(p, c.group, c.joined, c.left)
 		default:

@@ -126,6 +126,9 @@ type Datapath struct {
 	// Users of each VTEP in the last Apply's plan (vtepUse), kept by
 	// remote endpoint changes, under d.op.
 	vteps map[netip.Addr]int
+	// flooding are the networks with flood lists on the VXLAN device
+	// (replication.go), made by the whole Apply, under d.op.
+	flooding map[string]bool
 	// usable are the VTEPs whose next hop a whole Apply found usable
 	// (not looked up again while they stay).
 	usable map[netip.Addr]bool

@@ -12,13 +12,23 @@ import (
 )
 
 // change is how a plan differs from the last one: not at all (same),
-// in remote endpoints only, in one address group's members only (with
+// in remote endpoints and networks' flood lists only (a VTEP joining or
+// leaving a network), in one address group's members only (with
 // members before and after), or otherwise (none of these).
 type change struct {
 	same         bool
 	remotes      []string
+	floods       []string // networks whose flood lists alone changed
 	group        string
 	joined, left []netip.Addr
+}
+
+// floodsOnly reports whether cur differs from old in its flood list
+// alone (compared without the node's own VTEP).
+func floodsOnly(old, cur plan.Network) bool {
+	o, c := old.Resolved(), cur.Resolved()
+	c.FloodVTEPs = o.FloodVTEPs
+	return o.Equal(c)
 }
 
 // classify says how cur differs from old, the plan the last Apply
@@ -37,12 +47,15 @@ func classify(old, cur plan.Plan) change {
 // classifyDeltas is classify by the deltas ds; false when they change
 // more than remote endpoints and groups (compare decides).
 func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
-	remotes, groups := map[string]bool{}, map[string]bool{}
+	remotes, groups, nets := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	whole := map[string]bool{} // groups upserted or removed: their change is not in ds alone
 	for _, d := range ds {
-		if d.UnderlayIP != nil || len(d.UpsertNetworks)+len(d.RemoveNetworks)+len(d.UpsertLocal)+len(d.RemoveLocal)+
+		if d.UnderlayIP != nil || len(d.RemoveNetworks)+len(d.UpsertLocal)+len(d.RemoveLocal)+
 			len(d.UpsertPolicies)+len(d.RemovePolicies) > 0 {
 			return change{}, false
+		}
+		for _, n := range d.UpsertNetworks {
+			nets[n.Name] = true
 		}
 		for _, r := range d.UpsertRemote {
 			remotes[r.Name] = true
@@ -61,6 +74,18 @@ func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
 		}
 	}
 	var c change
+	for n := range nets {
+		o, was := old.Networks[n]
+		cn, is := cur.Networks[n]
+		switch {
+		case was && is && o.Equal(cn):
+		case !was || !is || !floodsOnly(o, cn):
+			return change{}, false
+		default:
+			c.floods = append(c.floods, n)
+		}
+	}
+	slices.Sort(c.floods)
 	for n := range remotes {
 		o, was := old.Remote[n]
 		r, is := cur.Remote[n]
@@ -79,9 +104,9 @@ func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
 	}
 	switch {
 	case len(changed) == 0:
-		c.same = len(c.remotes) == 0
-	case len(c.remotes) > 0:
-		c.remotes = nil // both: no incremental way
+		c.same = len(c.remotes) == 0 && len(c.floods) == 0
+	case len(c.remotes) > 0 || len(c.floods) > 0:
+		return change{}, true // both: no incremental way
 	case len(changed) == 1:
 		o, was := old.Groups[changed[0]]
 		g, is := cur.Groups[changed[0]]
@@ -96,12 +121,22 @@ func classifyDeltas(old, cur plan.Plan, ds []plan.Delta) (change, bool) {
 // compare is classify by comparing old and cur, each map once.
 func compare(old, cur plan.Plan) change {
 	var c change
-	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP ||
-		!maps.EqualFunc(old.Networks, cur.Networks, plan.Network.Equal) ||
+	if old.Node != cur.Node || old.UnderlayIP != cur.UnderlayIP || len(old.Networks) != len(cur.Networks) ||
 		!maps.EqualFunc(old.Local, cur.Local, plan.Endpoint.Equal) ||
 		!maps.EqualFunc(old.Policies, cur.Policies, plan.EndpointPolicy.Equal) {
 		return c
 	}
+	for n, cn := range cur.Networks {
+		o, ok := old.Networks[n]
+		switch {
+		case ok && o.Equal(cn):
+		case !ok || !floodsOnly(o, cn):
+			return change{}
+		default:
+			c.floods = append(c.floods, n)
+		}
+	}
+	slices.Sort(c.floods)
 	for n, r := range cur.Remote {
 		if o, ok := old.Remote[n]; !ok || !o.Equal(r) {
 			c.remotes = append(c.remotes, n)
@@ -118,9 +153,9 @@ func compare(old, cur plan.Plan) change {
 	groupsSame := maps.EqualFunc(old.Groups, cur.Groups, plan.AddressGroup.Equal)
 	switch {
 	case groupsSame:
-		c.same = len(c.remotes) == 0
-	case len(c.remotes) > 0:
-		c.remotes = nil // both: no incremental way
+		c.same = len(c.remotes) == 0 && len(c.floods) == 0
+	case len(c.remotes) > 0 || len(c.floods) > 0:
+		return change{} // both: no incremental way
 	default:
 		c.group, c.joined, c.left = groupChange(old.Groups, cur.Groups)
 	}

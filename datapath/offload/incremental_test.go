@@ -34,6 +34,40 @@ func TestClassifyRemotes(t *testing.T) {
 	}
 }
 
+// A network whose flood list alone changed (a VTEP joining or leaving
+// it) is a change of its flood list, with or without remote endpoints;
+// with anything else of the network changed, it is none of the kinds.
+func TestClassifyFloods(t *testing.T) {
+	a := netip.MustParseAddr
+	p := plan.New("n1")
+	p.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, FloodVTEPs: []netip.Addr{a("192.0.2.2")}}
+	p.Networks["red"] = plan.Network{Name: "red", VNI: 200, FloodVTEPs: []netip.Addr{a("192.0.2.2")}}
+	grown := p.Clone()
+	grown.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, FloodVTEPs: []netip.Addr{a("192.0.2.2"), a("192.0.2.3")}}
+	if c := classify(p, grown); c.same || !slices.Equal(c.floods, []string{"blue"}) || len(c.remotes) != 0 {
+		t.Errorf("flood list grown: %+v", c)
+	}
+	joined := grown.Clone()
+	joined.Remote["r3"] = plan.Remote{Name: "r3", Network: "blue", VTEP: a("192.0.2.3"), MAC: "02:00:00:00:00:03"}
+	if c := classify(p, joined); c.same || !slices.Equal(c.floods, []string{"blue"}) || !slices.Equal(c.remotes, []string{"r3"}) {
+		t.Errorf("VTEP joined with its endpoint: %+v", c)
+	}
+	if c := classify(joined, p); c.same || !slices.Equal(c.floods, []string{"blue"}) || !slices.Equal(c.remotes, []string{"r3"}) {
+		t.Errorf("VTEP left with its endpoint: %+v", c)
+	}
+	// The node's own VTEP in the list (Own) is no change of it.
+	own := p.Clone()
+	own.Networks["red"] = plan.Network{Name: "red", VNI: 200, FloodVTEPs: []netip.Addr{a("192.0.2.1"), a("192.0.2.2")}, Own: a("192.0.2.1")}
+	if c := classify(p, own); !c.same {
+		t.Errorf("own VTEP listed: %+v", c)
+	}
+	mtu := grown.Clone()
+	mtu.Networks["blue"] = plan.Network{Name: "blue", VNI: 100, MTU: 1400, FloodVTEPs: []netip.Addr{a("192.0.2.2"), a("192.0.2.3")}}
+	if c := classify(p, mtu); c.same || len(c.floods)+len(c.remotes) != 0 || c.group != "" {
+		t.Errorf("flood list and MTU changed: %+v", c)
+	}
+}
+
 func TestClassifyGroup(t *testing.T) {
 	a := netip.MustParseAddr
 	p := plan.New("n1")
@@ -133,10 +167,18 @@ func TestClassifyDeltas(t *testing.T) {
 		{"group emptied", follow(p, plan.Delta{UpsertGroups: []plan.AddressGroup{{Name: "g"}}})},
 		{"group and remote", follow(p, plan.Delta{UpsertRemote: []plan.Remote{r2}, UpsertGroups: []plan.AddressGroup{{Name: "g"}}})},
 		{"network", follow(p, plan.Delta{UpsertNetworks: []plan.Network{{Name: "blue", VNI: 101}}})},
+		{"network upserted as it was", follow(p, plan.Delta{UpsertNetworks: []plan.Network{p.Networks["blue"]}})},
+		{"flood list grown", follow(p, plan.Delta{UpsertNetworks: []plan.Network{{Name: "blue", VNI: 100, FloodVTEPs: []netip.Addr{a("192.0.2.3")}}}})},
+		{"VTEP joined with its endpoint", follow(p, plan.Delta{UpsertNetworks: []plan.Network{{Name: "blue", VNI: 100, FloodVTEPs: []netip.Addr{a("192.0.2.3")}}},
+			UpsertRemote: []plan.Remote{r2}})},
+		{"flood list and VNI", follow(p, plan.Delta{UpsertNetworks: []plan.Network{{Name: "blue", VNI: 101, FloodVTEPs: []netip.Addr{a("192.0.2.3")}}}})},
+		{"flood list and group", follow(p, plan.Delta{UpsertNetworks: []plan.Network{{Name: "blue", VNI: 100, FloodVTEPs: []netip.Addr{a("192.0.2.3")}}},
+			ChangeGroups: []plan.GroupChange{{Name: "g", Add: []netip.Addr{a("192.0.2.9")}}}})},
+		{"new network", follow(p, plan.Delta{UpsertNetworks: []plan.Network{{Name: "red", VNI: 200}}})},
 		{"local", follow(p, plan.Delta{UpsertLocal: []plan.Endpoint{{Name: "x", Network: "blue", VFIndex: -1}}})},
 	} {
 		got, want := classify(p, tc.cur), compare(p, tc.cur)
-		if got.same != want.same || got.group != want.group || !slices.Equal(got.remotes, want.remotes) ||
+		if got.same != want.same || got.group != want.group || !slices.Equal(got.remotes, want.remotes) || !slices.Equal(got.floods, want.floods) ||
 			!slices.Equal(got.joined, want.joined) || !slices.Equal(got.left, want.left) {
 			t.Errorf("%s: classify = %+v, compare = %+v", tc.name, got, want)
 		}

@@ -52,6 +52,7 @@ const allZeros = "00:00:00:00:00:00"
 // in's representors. byName is the namespace's links (the VXLAN device
 // among them when a network needs one); it is not changed.
 func (d *Datapath) replication(p plan.Plan, in flower.Input, byName map[string]nl.Link) error {
+	d.flooding = nil
 	// The networks to replicate for, and their ports.
 	ports := map[string][]string{} // network -> ports
 	for ep, rep := range in.Reps {
@@ -171,7 +172,9 @@ func (d *Datapath) replication(p plan.Plan, in flower.Input, byName map[string]n
 	}
 	// The flood lists.
 	flood := map[nl.FDB]bool{}
+	d.flooding = map[string]bool{}
 	for name := range ports {
+		d.flooding[name] = true
 		n := p.Networks[name]
 		for _, v := range n.FloodVTEPs {
 			if v.Is4() && v != p.UnderlayIP {
