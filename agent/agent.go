@@ -221,11 +221,15 @@ type Agent struct {
 	dpuSent bool
 	dpuSig  chan struct{}
 
-	reg       *prometheus.Registry
-	revision  prometheus.Gauge
-	connected prometheus.Gauge
-	applies   *prometheus.CounterVec
-	applySecs prometheus.Histogram
+	reg      *prometheus.Registry
+	revision prometheus.Gauge
+	// appliedRev is the last plan the datapath applied without error
+	// (under mu); appliedGauge reports it.
+	appliedRev   int64
+	appliedGauge prometheus.Gauge
+	connected    prometheus.Gauge
+	applies      *prometheus.CounterVec
+	applySecs    prometheus.Histogram
 }
 
 func (c Config) validate() (netip.Addr, error) {
@@ -599,6 +603,10 @@ func (a *Agent) reconcile() {
 		a.log.Error("datapath apply", "revision", p.Revision, "err", err)
 		return
 	}
+	a.mu.Lock()
+	a.appliedRev = p.Revision
+	a.mu.Unlock()
+	a.appliedGauge.Set(float64(p.Revision))
 	a.applies.WithLabelValues("ok").Inc()
 	a.log.Debug("datapath applied", "revision", p.Revision, "took", time.Since(start))
 }

@@ -252,7 +252,7 @@ func (a *Agent) List() []localapi.Endpoint {
 func (a *Agent) Status() localapi.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := localapi.Status{Connected: a.isConnected, Revision: a.plan.Revision}
+	s := localapi.Status{Connected: a.isConnected, Revision: a.plan.Revision, Applied: a.appliedRev}
 	switch {
 	case !a.hasPlan:
 		s.Reason = "no plan from the controller yet"

@@ -57,15 +57,24 @@ func TestHealthProbes(t *testing.T) {
 	h := newHarness(t)
 	wantProbe(t, h.a, "/readyz", 200, "ready: connected, plan revision 1 applied")
 	wantProbe(t, h.a, "/healthz", 200, "ok")
+	applied := func(held, applied int64) {
+		t.Helper()
+		if s := h.a.Status(); s.Revision != held || s.Applied != applied {
+			t.Errorf("status %+v: want revision %d held, %d applied", s, held, applied)
+		}
+	}
+	applied(1, 1)
 
 	h.dp.FailApply(errors.New("bridge skb100: device busy"))
 	h.ctl.addNetwork("blue", 100)
 	wantProbe(t, h.a, "/readyz", 503, "datapath: bridge skb100: device busy")
 	wantProbe(t, h.a, "/livez", 200, "ok")
+	applied(2, 1) // the failed Apply's plan is held, not applied
 
 	h.ctl.stop()
 	h.a.resync()
 	wantProbe(t, h.a, "/readyz", 200, "ready, headless: the last plan (revision 2) is applied")
+	applied(2, 2)
 
 	// A reconcile that does not return: live until stuckAfter.
 	block := &blockingDatapath{Datapath: fake.New(), release: make(chan struct{})}

@@ -14,12 +14,13 @@ import (
 func (a *Agent) metrics() {
 	a.reg = prometheus.NewRegistry()
 	a.revision = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_plan_revision", Help: "Revision of the plan the agent holds."})
+	a.appliedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_plan_applied_revision", Help: "Revision of the last plan the datapath applied without error."})
 	a.connected = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_controller_connected", Help: "1 while the plan stream is open."})
 	a.applies = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "skiff_agent_datapath_applies_total", Help: "Datapath reconciles by result."}, []string{"result"})
 	a.applySecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "skiff_agent_datapath_apply_seconds", Help: "Time of one datapath reconcile.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
 	a.pendingGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "skiff_agent_pending_deletes", Help: "Endpoint deletes done on the node that wait for the controller."})
 	writes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "skiff_agent_netlink_writes", Help: "Netlink writes made since start."}, func() float64 { return float64(a.dp.Writes()) })
-	a.reg.MustRegister(a.revision, a.connected, a.applies, a.applySecs, writes, a.pendingGauge,
+	a.reg.MustRegister(a.revision, a.appliedGauge, a.connected, a.applies, a.applySecs, writes, a.pendingGauge,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	a.reg.MustRegister(newPolicyCollector(a))
 	for _, c := range append(a.dp.Collectors(), a.dhcp.Collectors()...) {

@@ -140,7 +140,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, c.apiError(err)
 	}
-	return &Status{Ready: s.GetReady(), Connected: s.GetConnected(), Revision: s.GetRevision(), Reason: s.GetReason()}, nil
+	return &Status{Ready: s.GetReady(), Connected: s.GetConnected(), Revision: s.GetRevision(), Applied: s.GetAppliedRevision(), Reason: s.GetReason()}, nil
 }
 
 func (c *Client) unreachable(err error) error {

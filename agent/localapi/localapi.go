@@ -105,8 +105,10 @@ type Endpoint struct {
 type Status struct {
 	Ready     bool
 	Connected bool
-	Revision  int64
-	Reason    string
+	// Revision is the plan the agent holds; Applied the last plan its
+	// datapath applied without error (0: none since it started).
+	Revision, Applied int64
+	Reason            string
 }
 
 // Error is an error of the API: one of the Code* codes and a message that

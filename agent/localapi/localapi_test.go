@@ -43,7 +43,7 @@ func (b *backend) List() []Endpoint {
 	return []Endpoint{{Name: "pod-a", Network: "blue", Owner: "pod:default/a", Labels: map[string]string{"app": "a"}, HostIf: "skp1"}}
 }
 
-func (b *backend) Status() Status { return Status{Ready: true, Connected: true, Revision: 7} }
+func (b *backend) Status() Status { return Status{Ready: true, Connected: true, Revision: 7, Applied: 6} }
 
 func serve(t *testing.T, b Backend, l *Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,7 +78,7 @@ func exercise(t *testing.T, c *Client, b *backend) {
 		t.Fatalf("list: %+v %v", eps, err)
 	}
 	s, err := c.Status(ctx)
-	if err != nil || !s.Ready || s.Revision != 7 {
+	if err != nil || !s.Ready || s.Revision != 7 || s.Applied != 6 {
 		t.Fatalf("status: %+v %v", s, err)
 	}
 	// Every code crosses the wire with its message.

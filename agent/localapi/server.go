@@ -224,5 +224,5 @@ func (s service) ListLocalEndpoints(_ context.Context, pb *skiffv1.ListLocalEndp
 
 func (s service) GetLocalStatus(context.Context, *skiffv1.GetLocalStatusRequest) (*skiffv1.LocalStatus, error) {
 	st := s.b.Status()
-	return &skiffv1.LocalStatus{Ready: st.Ready, Connected: st.Connected, Revision: st.Revision, Reason: st.Reason}, nil
+	return &skiffv1.LocalStatus{Ready: st.Ready, Connected: st.Connected, Revision: st.Revision, AppliedRevision: st.Applied, Reason: st.Reason}, nil
 }

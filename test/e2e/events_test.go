@@ -35,7 +35,7 @@ func TestAgentEventsAndMetrics(t *testing.T) {
 		}))
 	}
 	metrics := testkit.Run(t, c.ul, "curl", "-sf", "http://"+n1.ip+":9100/metrics")
-	for _, want := range []string{"skiff_agent_plan_revision", "skiff_agent_controller_connected 1", `skiff_agent_datapath_applies_total{result="ok"}`, "skiff_agent_netlink_writes"} {
+	for _, want := range []string{"skiff_agent_plan_revision", "skiff_agent_plan_applied_revision", "skiff_agent_controller_connected 1", `skiff_agent_datapath_applies_total{result="ok"}`, "skiff_agent_netlink_writes"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

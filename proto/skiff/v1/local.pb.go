@@ -709,9 +709,13 @@ type LocalStatus struct {
 	// Revision of the plan the agent holds.
 	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Why not ready.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Revision of the last plan the datapath applied without error (0:
+	// none since the agent started): the node forwards for what that plan
+	// holds.
+	AppliedRevision int64 `protobuf:"varint,5,opt,name=applied_revision,json=appliedRevision,proto3" json:"applied_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LocalStatus) Reset() {
@@ -770,6 +774,13 @@ func (x *LocalStatus) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *LocalStatus) GetAppliedRevision() int64 {
+	if x != nil {
+		return x.AppliedRevision
+	}
+	return 0
 }
 
 var File_skiff_v1_local_proto protoreflect.FileDescriptor
@@ -841,12 +852,13 @@ const file_skiff_v1_local_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
 	"\x1aListLocalEndpointsResponse\x12<\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x1e.skiff.v1.LocalEndpointSummaryR\tendpoints\"\x17\n" +
-	"\x15GetLocalStatusRequest\"u\n" +
+	"\x15GetLocalStatusRequest\"\xa0\x01\n" +
 	"\vLocalStatus\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason2\xf9\x02\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12)\n" +
+	"\x10applied_revision\x18\x05 \x01(\x03R\x0fappliedRevision2\xf9\x02\n" +
 	"\fLocalService\x12Z\n" +
 	"\x13CreateLocalEndpoint\x12$.skiff.v1.CreateLocalEndpointRequest\x1a\x1d.skiff.v1.LocalEndpointResult\x12b\n" +
 	"\x13DeleteLocalEndpoint\x12$.skiff.v1.DeleteLocalEndpointRequest\x1a%.skiff.v1.DeleteLocalEndpointResponse\x12_\n" +
