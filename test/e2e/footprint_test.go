@@ -21,14 +21,9 @@ import (
 // (user+system, in clock ticks).
 func procStats(tb testing.TB, pid int) (rssKiB, ticks int64) {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rssKiB, _, err := testkit.Memory(pid)
 	if err != nil {
 		tb.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && f[0] == "VmRSS:" {
-			rssKiB, _ = strconv.ParseInt(f[1], 10, 64)
-		}
 	}
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -2,12 +2,12 @@ package offloadbench
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/skiff-sdn/skiff/test/testkit"
 )
 
 // figure prints one headline figure on a line of its own, as
@@ -24,18 +24,12 @@ func figure(name string, value any) {
 }
 
 // rssKiB is this process's resident set (VmRSS), in KiB; 0 when unknown.
-func rssKiB() int {
-	b, err := os.ReadFile("/proc/self/status")
+func rssKiB() int64 {
+	rss, _, err := testkit.Memory(0)
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			return n
-		}
-	}
-	return 0
+	return rss
 }
 
 // changeRounds is how many times the change steps are repeated, after their
