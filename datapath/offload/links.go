@@ -203,15 +203,14 @@ func GatewayPortName(vni uint32) string { return fmt.Sprintf("skh%d", vni) }
 func (d *Datapath) gateways(p plan.Plan, reps map[string]string, byName map[string]nl.Link) (map[string]flower.Gateway, error) {
 	out := map[string]flower.Gateway{}
 	want := map[string]bool{}
+	tried := map[string]bool{}
 	var errs []error
 	for name := range reps {
 		n, ok := p.Networks[p.Local[name].Network]
-		if !ok {
+		if !ok || tried[n.Name] {
 			continue
 		}
-		if _, done := out[n.Name]; done {
-			continue
-		}
+		tried[n.Name] = true
 		var addrs []netip.Prefix
 		var ips []netip.Addr
 		for _, sn := range n.Subnets {

@@ -6,6 +6,7 @@ import (
 	"net"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // The devlink and SR-IOV calls of a namespace's handle.
@@ -28,10 +29,10 @@ func (k *real) SetEswitchMode(bus, device, mode string) error {
 	return nil
 }
 
-func (k *real) pf(name string) (netlink.Link, error) {
-	l, err := k.h.LinkByName(name)
-	var nf netlink.LinkNotFoundError
-	if errors.As(err, &nf) {
+// pf is the PF's link, with its VFs' settings when vfs.
+func (k *real) pf(name string, vfs bool) (netlink.Link, error) {
+	l, err := k.getLink(name, 0, vfs)
+	if errors.Is(err, unix.ENODEV) {
 		return nil, fmt.Errorf("nl: pf %s: %w", name, ErrNoLink)
 	}
 	if err != nil {
@@ -41,7 +42,7 @@ func (k *real) pf(name string) (netlink.Link, error) {
 }
 
 func (k *real) VFs(pf string) ([]VF, error) {
-	l, err := k.pf(pf)
+	l, err := k.pf(pf, true)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,7 @@ func (k *real) VFs(pf string) ([]VF, error) {
 // setVF runs f on the PF's link.
 func (k *real) setVF(pf string, vf int, what string, f func(l netlink.Link) error) error {
 	k.w()
-	l, err := k.pf(pf)
+	l, err := k.pf(pf, false)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package nl
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -34,13 +35,27 @@ func linkOf(l netlink.Link) Link {
 	return x
 }
 
-// Links dumps the namespace's links without their VFs' settings: the
+// Links dumps the namespace's links (linkDump).
+func (k *real) Links() ([]Link, error) {
+	ls, err := k.linkDump()
+	if err != nil {
+		return nil, fmt.Errorf("nl: list links in %s: %w", where(k.path), err)
+	}
+	out := make([]Link, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, linkOf(l))
+	}
+	return out, nil
+}
+
+// linkDump dumps the namespace's links without their VFs' settings: the
 // netlink library's LinkList asks for them (RTEXT_FILTER_VF), and a PF
 // with a few hundred VFs then makes one message larger than the
 // library's 64 KiB read, which fails every listing (EINVAL, then
-// ENOBUFS). Skiff reads VFs from sysfs, never from here.
-func (k *real) Links() ([]Link, error) {
-	var out []Link
+// ENOBUFS). Skiff reads VFs from sysfs, never from here. Every listing
+// of links goes through it.
+func (k *real) linkDump() ([]netlink.Link, error) {
+	var out []netlink.Link
 	req := make([]byte, unix.SizeofIfInfomsg) // AF_UNSPEC, every link
 	err := k.rawDo(func(c *rtnl.Conn) error {
 		var err error
@@ -54,7 +69,7 @@ func (k *real) Links() ([]Link, error) {
 				if err != nil {
 					return fmt.Errorf("decoding a link: %w", err)
 				}
-				out = append(out, linkOf(l))
+				out = append(out, l)
 				return nil
 			})
 			if !errors.Is(err, rtnl.ErrDumpInterrupted) {
@@ -63,22 +78,68 @@ func (k *real) Links() ([]Link, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("nl: list links in %s: %w", where(k.path), err)
-	}
-	return out, nil
+	return out, err
 }
 
 func (k *real) LinkByName(name string) (Link, error) {
-	l, err := k.h.LinkByName(name)
+	l, err := k.getLink(name, 0, false)
 	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
+		if errors.Is(err, unix.ENODEV) {
 			return Link{}, fmt.Errorf("nl: %s in %s: %w", name, where(k.path), ErrNoLink)
 		}
 		return Link{}, fmt.Errorf("nl: %s in %s: %w", name, where(k.path), err)
 	}
 	return linkOf(l), nil
+}
+
+// getLink asks for one link, by name or else by index, with its VFs'
+// settings (not their counters) only when vfs (a PF's message then grows
+// with its VFs). It
+// is the library's LinkByName and LinkByIndex without their traps: they
+// always ask for the VFs, and LinkByName, once one answer does not fit
+// its read (EINVAL), looks every name up by dumping every link from
+// then on, which fails on a PF with a few hundred VFs: a handle that
+// once read such a PF could find no link after. A link that does not
+// exist is an error wrapping unix.ENODEV.
+// IFLA_EXT_MASK's asks (linux/rtnetlink.h): the VFs' settings
+// (RTEXT_FILTER_VF), without their counters (RTEXT_FILTER_SKIP_STATS).
+// The VFs' list is one attribute, at most 64 KiB: with their counters
+// the kernel refuses a PF of 256 VFs (EINVAL); without, each VF takes
+// about 200 bytes.
+const (
+	rtextFilterVF        = 1 << 0
+	rtextFilterSkipStats = 1 << 3
+)
+
+func (k *real) getLink(name string, index int, vfs bool) (netlink.Link, error) {
+	req := make([]byte, unix.SizeofIfInfomsg, unix.SizeofIfInfomsg+32)
+	binary.NativeEndian.PutUint32(req[4:], uint32(index)) // ifi_index
+	e := rtnl.NewEncoder(req)
+	if name != "" {
+		if len(name) < unix.IFNAMSIZ {
+			e.String(unix.IFLA_IFNAME, name)
+		} else {
+			e.String(unix.IFLA_ALT_IFNAME, name)
+		}
+	}
+	if vfs {
+		e.U32(unix.IFLA_EXT_MASK, rtextFilterVF|rtextFilterSkipStats)
+	}
+	var l netlink.Link
+	err := k.rawDo(func(c *rtnl.Conn) error {
+		return c.Get(unix.RTM_GETLINK, e.Bytes(), func(h rtnl.Header, payload []byte) error {
+			if h.Type != unix.RTM_NEWLINK {
+				return fmt.Errorf("answered with message type %d", h.Type)
+			}
+			var err error
+			l, err = netlink.LinkDeserialize(nil, payload)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 func (k *real) AddBridge(b Bridge) error {
@@ -129,7 +190,7 @@ func (k *real) mark(name, alias string) error {
 	if alias == "" {
 		return nil
 	}
-	l, err := k.h.LinkByName(name)
+	l, err := k.getLink(name, 0, false)
 	if err != nil {
 		return fmt.Errorf("nl: find new link %s: %w", name, err)
 	}
@@ -200,7 +261,7 @@ func (k *real) AddTap(t Tap) error {
 }
 
 func (k *real) byIndex(i int) (netlink.Link, error) {
-	l, err := k.h.LinkByIndex(i)
+	l, err := k.getLink("", i, false)
 	if err != nil {
 		return nil, fmt.Errorf("nl: link %d: %w", i, k.gone(i, err))
 	}
@@ -216,7 +277,7 @@ func (k *real) gone(index int, err error) error {
 	if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("%w: %w", ErrLinkGone, err)
 	}
-	if _, lerr := k.h.LinkByIndex(index); errors.As(lerr, &nf) {
+	if _, lerr := k.getLink("", index, false); errors.Is(lerr, unix.ENODEV) {
 		return fmt.Errorf("%w: %w", ErrLinkGone, err)
 	}
 	return err
@@ -345,9 +406,9 @@ func (k *real) setFlags(index int, fs []portFlag) error {
 }
 
 func (k *real) Stats() (map[string]Counters, error) {
-	ls, err := dump(k.h.LinkList)
+	ls, err := k.linkDump()
 	if err != nil {
-		return nil, fmt.Errorf("nl: list links: %w", err)
+		return nil, fmt.Errorf("nl: list links in %s: %w", where(k.path), err)
 	}
 	out := map[string]Counters{}
 	for _, l := range ls {

@@ -55,6 +55,9 @@ const (
 // whatever the caller keeps from notifications must be read again.
 var ErrOverrun = errors.New("rtnl: notifications lost (ENOBUFS)")
 
+// errTooLarge: a message did not fit the read buffer, which now fits it.
+var errTooLarge = errors.New("did not fit the read buffer")
+
 // ErrDumpInterrupted is returned by Dump when the kernel says the table
 // changed while it was read (NLM_F_DUMP_INTR): start over.
 var ErrDumpInterrupted = errors.New("rtnl: dump interrupted by a concurrent change")
@@ -250,7 +253,7 @@ func (c *Conn) recv(nowait bool) ([]byte, error) {
 		// Larger than any message this package asks for: read it
 		// whole next time.
 		c.buf = make([]byte, align4(n)+readLen)
-		return nil, fmt.Errorf("rtnl: a %d-byte message did not fit the read buffer", n)
+		return nil, fmt.Errorf("rtnl: a %d-byte message: %w", n, errTooLarge)
 	}
 	return c.buf[:n], nil
 }

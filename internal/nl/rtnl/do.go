@@ -1,6 +1,7 @@
 package rtnl
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -154,6 +155,46 @@ func (c *Conn) Dump(typ uint16, data []byte, fn func(h Header, payload []byte) e
 		return ErrDumpInterrupted
 	}
 	return nil
+}
+
+// Get sends one request of type typ with data that the kernel answers
+// with one message (RTM_GETLINK for one link, say) and calls fn with that
+// message; a refusal is returned as an *Error. An answer larger than the
+// read buffer is asked for again once, the buffer grown to fit it.
+func (c *Conn) Get(typ uint16, data []byte, fn func(h Header, payload []byte) error) error {
+	err := c.get(typ, data, fn)
+	if errors.Is(err, errTooLarge) {
+		err = c.get(typ, data, fn)
+	}
+	return err
+}
+
+func (c *Conn) get(typ uint16, data []byte, fn func(h Header, payload []byte) error) error {
+	seq := c.seq
+	c.seq++
+	buf := appendHeader(make([]byte, 0, headerLen+len(data)), Header{Len: uint32(headerLen + len(data)), Type: typ,
+		Flags: unix.NLM_F_REQUEST, Seq: seq})
+	if err := c.send(append(buf, data...), 1); err != nil {
+		return err
+	}
+	var answer error
+	err := c.until(func(h Header, p []byte) bool {
+		if h.Seq != seq {
+			return false
+		}
+		if h.Type == unix.NLMSG_ERROR {
+			if answer = ackError(h, p); answer == nil {
+				answer = errors.New("rtnl: get: acknowledged with no answer")
+			}
+			return true
+		}
+		answer = fn(h, p)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return answer
 }
 
 // Drain calls fn for every message queued on the socket now, without
