@@ -7,6 +7,7 @@
 //	c, err := rtnl.Dial("", 0)                        // this namespace, no groups
 //	errs, err := c.Do(reqs)                           // one error (or nil) per request
 //	err = c.Dump(unix.RTM_GETTFILTER, req, func(h rtnl.Header, b []byte) error { ... })
+//	err = c.Get(unix.RTM_GETLINK, req, func(h rtnl.Header, b []byte) error { ... })
 //	s, err := rtnl.Dial("/run/netns/n1", unix.RTNLGRP_TC)
 //	n, err := s.Drain(func(h rtnl.Header, b []byte) { ... }) // what is queued now
 //
