@@ -343,22 +343,58 @@ func (d *Datapath) TCMessages() int64 {
 func (d *Datapath) PolicyWrites() int { return d.pol.Writes() }
 
 // PolicyRules returns the state of every policy filter of the last Apply,
-// with counters read now (the last Apply's when the kernel cannot be read).
+// with counters read now (the last Apply's when the kernel cannot be read),
+// rulesSlice devices at a time as Rules reads them.
 func (d *Datapath) PolicyRules() []flower.PolicyState {
+	d.op.Lock()
+	d.mu.Lock()
+	seen := map[string]bool{}
+	for _, r := range d.polRules {
+		seen[r.Dev] = true
+	}
+	d.mu.Unlock()
+	d.op.Unlock()
+	names := slices.Sorted(maps.Keys(seen))
+	var out []flower.PolicyState
+	for len(names) > 0 {
+		n := min(rulesSlice, len(names))
+		slice := map[string]bool{}
+		for _, name := range names[:n] {
+			slice[name] = true
+		}
+		names = names[n:]
+		out = append(out, d.readPolicyRules(slice)...)
+	}
+	return out
+}
+
+// readPolicyRules is the states of the policy rules of the devices of
+// slice, with their counters read now; under d.op.
+func (d *Datapath) readPolicyRules(slice map[string]bool) []flower.PolicyState {
 	d.op.Lock()
 	defer d.op.Unlock()
 	d.mu.Lock()
 	devs, rules, states := d.devs, d.polRules, d.polStates
 	d.mu.Unlock()
-	if len(rules) == 0 {
-		return states
+	var part []flower.PolicyRule
+	var last []flower.PolicyState
+	for i, r := range rules {
+		if slice[r.Dev] {
+			part = append(part, r)
+			if i < len(states) {
+				// A copy: a group change swaps rules in d.polStates in
+				// place once d.op is let go.
+				last = append(last, states[i])
+			}
+		}
 	}
-	now, err := d.pol.Read(devs, rules)
+	if len(part) == 0 {
+		return nil
+	}
+	now, err := d.pol.Read(devs, part)
 	if err != nil {
 		d.log.Warn("reading policy rules", "err", err)
-		// A copy: a group change swaps rules in d.polStates in place
-		// once d.op is let go.
-		return slices.Clone(states)
+		return last
 	}
 	return now
 }
@@ -441,46 +477,65 @@ func (d *Datapath) NextHops() int {
 // Rules returns the state of every rule of the last Apply, with counters
 // read now, by the local endpoint it serves ("" for a network's rules).
 // When the kernel cannot be read, the states of the last Apply are
-// returned.
+// returned. The devices are read rulesSlice at a time, each slice under
+// d.op: an Apply waits for one slice's dumps at most, never for every
+// device's (a node of 250 endpoints holds 125,000 rules); each slice's
+// states are those of the moment it is read.
 func (d *Datapath) Rules() map[string][]flower.State {
+	d.op.Lock()
+	d.mu.Lock()
+	seen := map[string]bool{}
+	for i := range d.states {
+		seen[d.states[i].Rule.Dev] = true
+	}
+	d.mu.Unlock()
+	d.op.Unlock()
+	names := slices.Sorted(maps.Keys(seen))
+	out := map[string][]flower.State{}
+	for len(names) > 0 {
+		n := min(rulesSlice, len(names))
+		slice := map[string]bool{}
+		for _, name := range names[:n] {
+			slice[name] = true
+		}
+		names = names[n:]
+		d.readRules(slice, out)
+	}
+	return out
+}
+
+// rulesSlice is how many devices Rules reads under d.op at a time.
+const rulesSlice = 16
+
+// readRules adds the states of the rules of the devices of slice, with
+// their counters read now, to out by endpoint; under d.op.
+func (d *Datapath) readRules(slice map[string]bool, out map[string][]flower.State) {
 	d.op.Lock()
 	defer d.op.Unlock()
 	d.mu.Lock()
 	devs, states := d.devs, d.states
 	d.mu.Unlock()
-	// One copy of the states, each endpoint's in a part of its own
-	// (the next remote endpoint change swaps rules in d.states in place
-	// once d.op is let go), read into in place.
-	n := map[string]int{}
+	var part []flower.State
 	for i := range states {
-		n[states[i].Rule.Endpoint]++
-	}
-	all := make([]flower.State, 0, len(states))
-	start := make(map[string]int, len(n))
-	for _, ep := range slices.Sorted(maps.Keys(n)) {
-		start[ep] = len(all)
-		all = all[:len(all)+n[ep]]
-	}
-	copyStates := func() {
-		next := maps.Clone(start)
-		for i := range states {
-			ep := states[i].Rule.Endpoint
-			all[next[ep]] = states[i]
-			next[ep]++
+		if slice[states[i].Rule.Dev] {
+			part = append(part, states[i])
 		}
 	}
-	copyStates()
+	if len(part) == 0 {
+		return
+	}
 	// By the cookies made when they were written: nothing compiled or
 	// hashed again.
-	if len(all) > 0 {
-		if err := d.prog.Refresh(devs, all); err != nil {
-			d.log.Warn("reading offload rules", "err", err)
-			copyStates() // the last Apply's
+	if err := d.prog.Refresh(devs, part); err != nil {
+		d.log.Warn("reading offload rules", "err", err)
+		part = part[:0]
+		for i := range states {
+			if slice[states[i].Rule.Dev] {
+				part = append(part, states[i]) // the last Apply's
+			}
 		}
 	}
-	out := make(map[string][]flower.State, len(n))
-	for ep, s := range start {
-		out[ep] = all[s : s+n[ep] : s+n[ep]]
+	for _, s := range part {
+		out[s.Rule.Endpoint] = append(out[s.Rule.Endpoint], s)
 	}
-	return out
 }
