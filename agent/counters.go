@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/skiff-sdn/skiff/datapath"
@@ -19,12 +20,45 @@ func (a *Agent) reportCounters(ctx context.Context, interval time.Duration) {
 			a.log.Warn("reading counters", "err", err)
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, err := a.client.ReportCounters(rctx, req); err != nil {
-			a.log.Debug("reporting counters", "err", err)
+		for _, part := range reportParts(req, reportPartBytes) {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := a.client.ReportCounters(rctx, part)
+			cancel()
+			if err != nil {
+				a.log.Debug("reporting counters", "part", part.Part, "err", err)
+				return
+			}
 		}
-		cancel()
 	})
+}
+
+// reportPartBytes bounds one part of a counters report, well below
+// gRPC's 4 MiB message limit: an offload node of 250 endpoints reports
+// 125,000 rule states, tens of MiB.
+const reportPartBytes = 1 << 20
+
+// reportParts splits req into parts of at most about max bytes each
+// (an endpoint is never split), numbered from 0; the networks go in
+// part 0.
+func reportParts(req *skiffv1.ReportCountersRequest, max int) []*skiffv1.ReportCountersRequest {
+	part := func(n int) *skiffv1.ReportCountersRequest {
+		return &skiffv1.ReportCountersRequest{Node: req.Node, Time: req.Time, Part: uint32(n)}
+	}
+	cur := part(0)
+	cur.Networks = req.Networks
+	out := []*skiffv1.ReportCountersRequest{cur}
+	size := proto.Size(cur)
+	for _, e := range req.Endpoints {
+		n := proto.Size(e)
+		if size+n > max && len(cur.Endpoints) > 0 {
+			cur = part(len(out))
+			out = append(out, cur)
+			size = proto.Size(cur)
+		}
+		cur.Endpoints = append(cur.Endpoints, e)
+		size += n
+	}
+	return out
 }
 
 // counters reads the datapath's counters of the current plan as the

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-sdn/skiff/controller/store"
 	skiffv1 "github.com/skiff-sdn/skiff/proto/skiff/v1"
@@ -125,7 +126,18 @@ func (c *counters) set(r *skiffv1.ReportCountersRequest) {
 	if c.byNode == nil {
 		c.byNode = map[string]*skiffv1.ReportCountersRequest{}
 	}
-	c.byNode[r.Node] = r
+	if r.GetPart() == 0 {
+		c.byNode[r.Node] = r
+		return
+	}
+	// A later part of the node's current report adds to it; one of
+	// another report (its first part lost, or an older one) is dropped.
+	cur := c.byNode[r.Node]
+	if cur == nil || !proto.Equal(cur.GetTime(), r.GetTime()) {
+		return
+	}
+	cur.Endpoints = append(cur.Endpoints, r.Endpoints...)
+	cur.Networks = append(cur.Networks, r.Networks...)
 }
 
 // fill sets the counters of endpoints from their node's latest report.

@@ -2800,12 +2800,17 @@ func (x *NetworkCounters) GetCounters() *Counters {
 	return nil
 }
 
+// ReportCountersRequest is a node's counters, in one or more parts: a
+// report too large for one message (an offload node's rule states) is
+// sent as parts of the same time, part 0 first; each later part adds its
+// endpoints to the report.
 type ReportCountersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	Endpoints     []*EndpointCounters    `protobuf:"bytes,3,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	Networks      []*NetworkCounters     `protobuf:"bytes,4,rep,name=networks,proto3" json:"networks,omitempty"`
+	Part          uint32                 `protobuf:"varint,5,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2866,6 +2871,13 @@ func (x *ReportCountersRequest) GetNetworks() []*NetworkCounters {
 		return x.Networks
 	}
 	return nil
+}
+
+func (x *ReportCountersRequest) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
 }
 
 type ReportCountersResponse struct {
@@ -5573,12 +5585,13 @@ const file_skiff_v1_skiff_proto_rawDesc = "" +
 	"\x06policy\x18\x04 \x03(\v2\x1b.skiff.v1.PolicyRuleCounterR\x06policy\"[\n" +
 	"\x0fNetworkCounters\x12\x18\n" +
 	"\anetwork\x18\x01 \x01(\tR\anetwork\x12.\n" +
-	"\bcounters\x18\x02 \x01(\v2\x12.skiff.v1.CountersR\bcounters\"\xcc\x01\n" +
+	"\bcounters\x18\x02 \x01(\v2\x12.skiff.v1.CountersR\bcounters\"\xe0\x01\n" +
 	"\x15ReportCountersRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x128\n" +
 	"\tendpoints\x18\x03 \x03(\v2\x1a.skiff.v1.EndpointCountersR\tendpoints\x125\n" +
-	"\bnetworks\x18\x04 \x03(\v2\x19.skiff.v1.NetworkCountersR\bnetworks\"\x18\n" +
+	"\bnetworks\x18\x04 \x03(\v2\x19.skiff.v1.NetworkCountersR\bnetworks\x12\x12\n" +
+	"\x04part\x18\x05 \x01(\rR\x04part\"\x18\n" +
 	"\x16ReportCountersResponse\"V\n" +
 	"\n" +
 	"PortReport\x12\x1a\n" +
