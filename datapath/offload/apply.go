@@ -163,6 +163,11 @@ func (d *Datapath) Apply(p plan.Plan) error {
 	gws, hps = in.Gateways, in.HostPorts
 	d.noteRefused(refused, refusedEps)
 	d.clock.mark("compile")
+	// The fallback stand-ins' way into their representors: forwarding
+	// rules (chain ChainForward) with no policy of their own, so the
+	// policy compile gives their devices only the chain-0 filter that
+	// leads to them.
+	rules = append(rules, standInRules(p, soft)...)
 	// A policy that does not compile leaves the installed one in place.
 	polRules, polErr := flower.CompilePolicy(p, in, rules)
 	if polErr != nil {
@@ -173,9 +178,6 @@ func (d *Datapath) Apply(p plan.Plan) error {
 		// rules; without it, the installed filters stay.
 		errs = append(errs, polErr)
 	}
-	// The fallback stand-ins' way into their representors (after the
-	// policy compile: no policy pipeline for them).
-	rules = append(rules, standInRules(p, soft)...)
 	vx, hasVX := byName[VXLANName]
 	if len(rules) > 0 || len(soft.Reps) > 0 {
 		if vx, err = d.ensureVXLAN(vx, hasVX, mtu(p)); err != nil {

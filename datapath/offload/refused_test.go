@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"github.com/skiff-sdn/skiff/internal/nl/nltest"
+	"github.com/skiff-sdn/skiff/internal/nl/tc"
 	"github.com/skiff-sdn/skiff/internal/plan"
+	"github.com/skiff-sdn/skiff/offload/flower"
 )
 
 // A network the offload compile cannot express (a remote endpoint behind
@@ -140,4 +142,42 @@ func TestRefusedNetworkFake(t *testing.T) {
 				}
 			}},
 	})
+}
+
+// A refused network's endpoint whose VF is stood in for by a veth falls
+// back to software through it: what the stand-in sends enters the
+// representor (a chain-0 filter leads to the chain holding that
+// redirect: without it nothing the endpoint sends reaches the bridge),
+// and what the bridge sends the representor goes to the stand-in.
+func TestRefusedStandInFake(t *testing.T) {
+	w, _, dp := offloadNodeWith(t, map[string]Port{"c": {Rep: "pf0vf2", Target: "skt2"}}, nil)
+	ns := w.NS("")
+	ns.AddDevice(nltest.Device{Name: "skt2", Up: true})
+	c := local("c", "red", "02:00:00:00:00:0c", "203.0.113.10/24")
+	rx := remote("rx", "02:00:00:00:00:1c", "203.0.113.20/24", netip.MustParseAddr("2001:db8::2"))
+	rx.Network = "red"
+	p := offloadPlan([]plan.Network{redNet}, []plan.Endpoint{c}, rx)
+	for range 2 {
+		if err := dp.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := dp.RefusedNetworks()["red"]; !ok {
+		t.Fatalf("red not refused: %v", dp.RefusedNetworks())
+	}
+	var entry, redirect bool
+	for _, f := range ns.Filters("skt2") {
+		for _, a := range f.Actions {
+			switch {
+			case f.Chain == flower.ChainEntry && a.Kind == tc.KindGact && a.Verdict == tc.Goto(flower.ChainForward):
+				entry = true
+			case f.Chain == flower.ChainForward && a.Kind == tc.KindMirred && a.MirredOp == tc.TCA_INGRESS_REDIR:
+				redirect = true
+			}
+		}
+	}
+	if !entry || !redirect {
+		t.Errorf("the stand-in's ingress: a chain-0 filter to chain %d %v, the redirect into the representor %v; want both:\n%+v",
+			flower.ChainForward, entry, redirect, ns.Filters("skt2"))
+	}
 }
