@@ -43,9 +43,7 @@ func TestReplicationVM(t *testing.T) {
 	// default; a NIC's ring plays that part on a real node): room for
 	// them all, so that the one for the peer's VTEP, sent last, is not
 	// dropped.
-	backlog := sh(t, "/bin/cat", "/proc/sys/net/core/netdev_max_backlog")
-	sh(t, "/bin/sh", "-c", "echo 4096 > /proc/sys/net/core/netdev_max_backlog")
-	t.Cleanup(func() { _ = os.WriteFile("/proc/sys/net/core/netdev_max_backlog", []byte(backlog), 0) })
+	guest.Backlog(t, 4096)
 
 	p := plan.New("n1")
 	p.UnderlayIP = netip.MustParseAddr("192.0.2.1")

@@ -3,6 +3,7 @@ package guest
 import (
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,4 +65,25 @@ func UnderlayBridge(t testing.TB, name, cidr string) {
 	t.Cleanup(func() { _ = exec.Command(IP, "link", "del", name).Run() })
 	Run(t, IP, "addr", "add", cidr, "dev", name)
 	Run(t, IP, "link", "set", name, "up")
+}
+
+// Backlog raises the guest's net.core.netdev_max_backlog to at least n
+// frames until the test ends. A veth queues what it sends in one CPU's
+// backlog (1,000 frames by default; a NIC's ring and qdisc play that
+// part on a real node), so a broadcast copied to more VTEPs than that
+// loses the copies past it.
+func Backlog(t testing.TB, n int) {
+	t.Helper()
+	const path = "/proc/sys/net/core/netdev_max_backlog"
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := strconv.Atoi(strings.TrimSpace(string(old))); err == nil && cur >= n {
+		return
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(n)), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(path, old, 0) })
 }

@@ -33,6 +33,8 @@ type Rig struct {
 	Dir    string
 	Ctl    Ctl
 	Nodes  []RigNode
+	// Agents holds each node's skiff-agent by node name.
+	Agents map[string]*Daemon
 	socks  map[string]string
 	pfs    map[string]string
 }
@@ -64,7 +66,7 @@ func (r *Rig) Outside(t *testing.T, name, addr string) string {
 // goes when the test ends.
 func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode) *Rig {
 	t.Helper()
-	r := &Rig{Prefix: prefix, Dir: t.TempDir(), Nodes: nodes, socks: map[string]string{}, pfs: map[string]string{}}
+	r := &Rig{Prefix: prefix, Dir: t.TempDir(), Nodes: nodes, Agents: map[string]*Daemon{}, socks: map[string]string{}, pfs: map[string]string{}}
 	UnderlayBridge(t, prefix+"br", "192.0.2.254/24")
 	ctlAddr := fmt.Sprintf("192.0.2.254:%d", port)
 	r.Ctl = StartController(t, ctlAddr, r.Dir)
@@ -85,7 +87,7 @@ func StartRig(t *testing.T, prefix string, port, eswitchID int, nodes []RigNode)
 			In(t, ns, IP, "addr", "add", n.HostIP+"/128", "dev", "eth0", "nodad")
 			args = append(args, "--host-ip", n.HostIP)
 		}
-		StartIn(t, ns, "skiff-agent", args...)
+		r.Agents[n.Name] = StartIn(t, ns, "skiff-agent", args...)
 	}
 	testkit.Eventually(t, "every node registered", 60*time.Second, func() (bool, string) {
 		out, err := r.Ctl.Run("get", "nodes", "-o", "json")
@@ -145,4 +147,22 @@ func (r *Rig) CreatePods(t *testing.T, n RigNode, pods []string, network string,
 		m[p] = out[i]
 	}
 	return m
+}
+
+// WaitApplied waits until node's agent has applied (its datapath, without
+// error) a plan at revision rev or later: what the controller stored at
+// rev has reached that node's kernel. rev is the store revision of a
+// change to that node's plan (a node's plan moves only with its own
+// changes).
+func (r *Rig) WaitApplied(t *testing.T, node string, rev int64, within time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, fmt.Sprintf("%s applied revision %d", node, rev), within, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := localapi.NewClient(r.socks[node]).Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.Applied >= rev, fmt.Sprintf("%+v", *s)
+	})
 }

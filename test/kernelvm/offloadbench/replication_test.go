@@ -36,9 +36,7 @@ func TestReplication(t *testing.T) {
 	guest.Require(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Room for a broadcast's 5,000 copies in the peer's backlog.
-	backlog := guest.Run(t, "/bin/cat", "/proc/sys/net/core/netdev_max_backlog")
-	guest.Run(t, "/bin/sh", "-c", "echo 16384 > /proc/sys/net/core/netdev_max_backlog")
-	t.Cleanup(func() { _ = os.WriteFile("/proc/sys/net/core/netdev_max_backlog", []byte(backlog), 0) })
+	guest.Backlog(t, 16384)
 
 	node := func(ns, peer string) {
 		guest.AddNetns(t, ns)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -37,7 +38,8 @@ func fleetSize() (locals, standIns int) {
 // multicast each reach every local endpoint and each real remote node
 // exactly once; a second network that the nodes cannot offload (a
 // stand-in node of it has an IPv6 VTEP) is refused on its own, with its
-// reason at the controller, while the first keeps forwarding.
+// reason at the controller, its pods forwarded in software between the
+// nodes, while the first keeps forwarding.
 func TestOffloadFleet(t *testing.T) {
 	guest.Require(t)
 	nLocals, nStandIns := fleetSize()
@@ -52,6 +54,9 @@ func TestOffloadFleet(t *testing.T) {
 		{Name: "n3", Mode: "offload", IP: "192.0.2.3", Pods: []string{"r3"}},
 	})
 	n1, n2, n3 := r.Nodes[0], r.Nodes[1], r.Nodes[2]
+	// Room in the underlay's backlog for a broadcast's copy to every
+	// VTEP (guest.Backlog says why).
+	guest.Backlog(t, 4*nStandIns)
 	// The stand-ins' VTEPs (198.19.0.0/16) lie behind a sink on the
 	// underlay, which drops what it gets.
 	r.Outside(t, "sink", "192.0.2.200")
@@ -96,6 +101,13 @@ func TestOffloadFleet(t *testing.T) {
 	for p, c := range r.CreatePods(t, n3, []string{"r3"}, "fleet", 1) {
 		resp[p] = c
 	}
+	// Every node forwards for r2 and r3 once its agent applied them (on
+	// n1, with the 250 pods, that follows its last pods' whole Apply).
+	start = time.Now()
+	for _, n := range r.Nodes {
+		r.WaitApplied(t, n.Name, resp["r3"].Revision, 10*time.Minute)
+	}
+	t.Logf("FIGURE fleet: r2 and r3 applied on every node %v after their creation", time.Since(start).Round(time.Millisecond))
 	addr := func(pod string, v6 bool) string {
 		for _, a := range resp[pod].IPs {
 			if pr := netip.MustParsePrefix(a); pr.Addr().Is6() == v6 {
@@ -131,6 +143,15 @@ func TestOffloadFleet(t *testing.T) {
 		return slices.Equal(got, want), fmt.Sprintf("encap rules on %s to %v, want %v", rep, got, want)
 	})
 	reportFilters(t, r.Prefix+n1.Name, rep)
+	// The agents' memory where they run: n1's with the pods, beside
+	// n3's, whose plan lists the same remote endpoints and one pod.
+	for _, n := range []string{n1.Name, n3.Name} {
+		rss, peak, err := testkit.Memory(r.Agents[n].Cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("FIGURE fleet: %s's skiff-agent RSS %d MiB (peak %d MiB)", n, rss>>10, peak>>10)
+	}
 
 	// A tap port on n1 (a VM's) and its guest.
 	var port struct {
@@ -189,8 +210,16 @@ func TestOffloadFleet(t *testing.T) {
 		resp[p] = c
 	}
 	standIn("sv6", "2001:db8:ffff::1", "odd")
+	// The rule states reach the controller with the agents' counters
+	// (every 10 s), after the Apply that refuses the network: at the
+	// whole size, n1's whole Apply (250 pods) and its read of 125,000
+	// rules' counters take minutes in the VM.
+	reported := time.Minute
+	if !testing.Short() {
+		reported = 5 * time.Minute
+	}
 	for _, pod := range []string{"o1", "o2"} {
-		testkit.Eventually(t, pod+"'s network refused on its node, with the reason", 60*time.Second, func() (bool, string) {
+		testkit.Eventually(t, pod+"'s network refused on its node, with the reason", reported, func() (bool, string) {
 			e := endpoints(t, r.Ctl.Addr)[pod]
 			for _, rl := range e.OffloadRules {
 				if rl.State == "software" && strings.Contains(rl.Reason, "network odd is not offloaded on this node") && strings.Contains(rl.Reason, "vtep") {
@@ -200,9 +229,26 @@ func TestOffloadFleet(t *testing.T) {
 			return false, fmt.Sprintf("%+v", e.OffloadRules)
 		})
 	}
-	for _, c := range [][2]string{{first, "r2"}, {"r3", last}, {"r2", first}} {
+	for _, c := range [][2]string{{first, "r2"}, {"r3", last}, {"r2", first}, {"o1", "o2"}, {"o2", "o1"}} {
 		if err := guest.Tools.Ping(r.Prefix+"p"+c[0], addr(c[1], false), 2, 5*time.Second); err != nil {
-			t.Fatalf("with odd refused, %s -> %s: %v\n%s", c[0], c[1], err, diagnoseIn(t, nodesOf()...))
+			diag := diagnoseIn(t, nodesOf()...)
+			if strings.HasPrefix(c[0], "o") {
+				diag = softPath(r.Prefix+n1.Name, resp["o1"].HostIf, resp["o2"].MAC) + softPath(r.Prefix+n2.Name, resp["o2"].HostIf, resp["o1"].MAC)
+			}
+			t.Fatalf("with odd refused, %s -> %s: %v\n%s", c[0], c[1], err, diag)
 		}
 	}
+}
+
+// softPath shows what forwards pod's frames in software on its node
+// (namespace ns): the stand-in's ingress and its representor's egress
+// filters with their counters, both links' counters, and the bridge's
+// entries for the peer's MAC.
+func softPath(ns, hostIf, peerMAC string) string {
+	out, _ := exec.Command(ipBin, "netns", "exec", ns, "/bin/sh", "-c", fmt.Sprintf(
+		"%[1]s -s filter show dev %[3]s ingress; rep=$(%[1]s filter show dev %[3]s ingress | sed -n 's/.*Redirect to device \\([^ )]*\\).*/\\1/p' | head -1); echo rep $rep; "+
+			"%[1]s -s filter show dev $rep egress; %[1]s -s filter show dev $rep ingress | head -40; %[2]s -s link show dev %[3]s; %[2]s -s link show dev $rep; "+
+			"%[4]s fdb show | grep -i %[5]s; %[4]s vlan show; %[2]s neigh show | grep -i %[5]s",
+		tcBin, ipBin, hostIf, guest.Bridge, peerMAC)).CombinedOutput()
+	return fmt.Sprintf("==== %s %s\n%s", ns, hostIf, out)
 }
