@@ -43,7 +43,9 @@ func (b *backend) List() []Endpoint {
 	return []Endpoint{{Name: "pod-a", Network: "blue", Owner: "pod:default/a", Labels: map[string]string{"app": "a"}, HostIf: "skp1"}}
 }
 
-func (b *backend) Status() Status { return Status{Ready: true, Connected: true, Revision: 7, Applied: 6} }
+func (b *backend) Status() Status {
+	return Status{Ready: true, Connected: true, Revision: 7, Applied: 6}
+}
 
 func serve(t *testing.T, b Backend, l *Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
