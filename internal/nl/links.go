@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 
 	"github.com/vishvananda/netlink"
@@ -48,7 +49,9 @@ func (k *real) Links() ([]Link, error) {
 	return out, nil
 }
 
-// linkDump dumps the namespace's links without their VFs' settings: the
+// linkDump dumps the namespace's links without their VFs' settings (each
+// message decoded from a copy: the library's links keep slices of the
+// bytes they were decoded from, and the read buffer is reused): the
 // netlink library's LinkList asks for them (RTEXT_FILTER_VF), and a PF
 // with a few hundred VFs then makes one message larger than the
 // library's 64 KiB read, which fails every listing (EINVAL, then
@@ -65,7 +68,7 @@ func (k *real) linkDump() ([]netlink.Link, error) {
 				if h.Type != unix.RTM_NEWLINK {
 					return nil
 				}
-				l, err := netlink.LinkDeserialize(nil, payload)
+				l, err := netlink.LinkDeserialize(nil, slices.Clone(payload))
 				if err != nil {
 					return fmt.Errorf("decoding a link: %w", err)
 				}
@@ -127,12 +130,13 @@ func (k *real) getLink(name string, index int, vfs bool) (netlink.Link, error) {
 	}
 	var l netlink.Link
 	err := k.rawDo(func(c *rtnl.Conn) error {
+		// Decoded from a copy, as linkDump does.
 		return c.Get(unix.RTM_GETLINK, e.Bytes(), func(h rtnl.Header, payload []byte) error {
 			if h.Type != unix.RTM_NEWLINK {
 				return fmt.Errorf("answered with message type %d", h.Type)
 			}
 			var err error
-			l, err = netlink.LinkDeserialize(nil, payload)
+			l, err = netlink.LinkDeserialize(nil, slices.Clone(payload))
 			return err
 		})
 	})
