@@ -354,15 +354,8 @@ func (d *Datapath) PolicyRules() []flower.PolicyState {
 	}
 	d.mu.Unlock()
 	d.op.Unlock()
-	names := slices.Sorted(maps.Keys(seen))
 	var out []flower.PolicyState
-	for len(names) > 0 {
-		n := min(rulesSlice, len(names))
-		slice := map[string]bool{}
-		for _, name := range names[:n] {
-			slice[name] = true
-		}
-		names = names[n:]
+	for _, slice := range deviceSlices(seen) {
 		out = append(out, d.readPolicyRules(slice)...)
 	}
 	return out
@@ -490,16 +483,22 @@ func (d *Datapath) Rules() map[string][]flower.State {
 	}
 	d.mu.Unlock()
 	d.op.Unlock()
-	names := slices.Sorted(maps.Keys(seen))
 	out := map[string][]flower.State{}
-	for len(names) > 0 {
-		n := min(rulesSlice, len(names))
-		slice := map[string]bool{}
-		for _, name := range names[:n] {
-			slice[name] = true
-		}
-		names = names[n:]
+	for _, slice := range deviceSlices(seen) {
 		d.readRules(slice, out)
+	}
+	return out
+}
+
+// deviceSlices splits devs into sets of at most rulesSlice devices, in
+// name order.
+func deviceSlices(devs map[string]bool) []map[string]bool {
+	var out []map[string]bool
+	for i, name := range slices.Sorted(maps.Keys(devs)) {
+		if i%rulesSlice == 0 {
+			out = append(out, map[string]bool{})
+		}
+		out[len(out)-1][name] = true
 	}
 	return out
 }
